@@ -121,6 +121,23 @@ class AgentResult:
     tool_results: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class TurnOutcome:
+    """A finished turn as ``save_with`` sees it, before it is saved: the reply's text (``AgentResult.text``),
+    our finish reason, the usage summed over its model calls, the run's trace id, its thread and resource."""
+
+    text: str
+    finish_reason: str
+    usage: Usage
+    trace_id: str | None
+    thread_id: str | None
+    resource_id: str | None
+
+
+#: ``Agent.generate``'s ``save_with``: the finished turn -> a staged write saved in the turn's transaction.
+SaveWith = Callable[[TurnOutcome], Any]
+
+
 class TurnFailedError(AgentError, ModelError):
     """The model failed after tools had already run in this turn. Nothing of the turn was saved
     (messages and working memory alike), so it can be retried; the tools' own effects stand."""
@@ -205,16 +222,20 @@ class Agent:
         request_context: Mapping[str, Any] | None = None,
         model_settings: ModelSettings | Mapping[str, Any] | None = None,
         tool_choice: ToolChoice | None = None,
+        save_with: SaveWith | None = None,
     ) -> AgentResult:
         """One turn. ``model_settings`` override the agent's per key; ``tool_choice``: "auto",
         "none", "required" or ``{"name": <tool>}`` (also Mastra's and OpenAI's object forms), applied
-        to the turn's first model call (later calls of the tool loop use "auto", except "none")."""
+        to the turn's first model call (later calls of the tool loop use "auto", except "none").
+        ``save_with``: given the finished turn's ``TurnOutcome``, a staged write (``commit(conn)``) committed
+        in the transaction that saves the turn, so the turn and what the caller keeps about it (the gateway's
+        idempotency key) are stored together or not at all; a write that raises leaves the turn unsaved."""
         _refuse_delegation_resource(memory, scopes)
         values = dict(request_context or {})
         return _drain(self._turn(resolve_memory(self.memory, values), message, memory=memory, scopes=scopes,
                                  context=context, options=options, values=values, parent_span=None,
                                  model_settings=model_settings, tool_choice=tool_choice, streaming=False,
-                                 from_app=True))
+                                 from_app=True, save_with=save_with))
 
     def stream(
         self,
@@ -227,16 +248,18 @@ class Agent:
         request_context: Mapping[str, Any] | None = None,
         model_settings: ModelSettings | Mapping[str, Any] | None = None,
         tool_choice: ToolChoice | None = None,
+        save_with: SaveWith | None = None,
     ) -> AgentStream:
         """The same turn as ``generate``, as ``StreamEvent``s while the model produces them (see
         ``core.agent_stream``). Nothing runs until the first event is asked for; the turn is saved
-        once it completes, and not at all if it fails or the consumer stops early."""
+        once it completes, and not at all if it fails or the consumer stops early (``save_with``: as
+        ``generate``'s)."""
         _refuse_delegation_resource(memory, scopes)
         values = dict(request_context or {})
         return AgentStream(self._turn(resolve_memory(self.memory, values), message, memory=memory, scopes=scopes,
                                       context=context, options=options, values=values, parent_span=None,
                                       model_settings=model_settings, tool_choice=tool_choice, streaming=True,
-                                      from_app=True))
+                                      from_app=True, save_with=save_with))
 
     def _generate(
         self, mem: Memory | None, message: str | Message | Sequence[Message], *, memory: Mapping[str, Any] | None,
@@ -253,7 +276,7 @@ class Agent:
         self, mem: Memory | None, message: str | Message | Sequence[Message], *, memory: Mapping[str, Any] | None,
         scopes: Sequence[str] | None, context: Sequence[Message], options: Mapping[str, Any] | None,
         values: dict[str, Any], parent_span: TracedSpan | None, model_settings: ModelSettings | Mapping[str, Any] | None,
-        tool_choice: ToolChoice | None, streaming: bool, from_app: bool = False,
+        tool_choice: ToolChoice | None, streaming: bool, from_app: bool = False, save_with: SaveWith | None = None,
     ) -> TurnEvents:
         """The turn as a generator of events; its return value is the result."""
         _refuse_unencodable(message, context)
@@ -288,7 +311,8 @@ class Agent:
         ) as run_span:
             try:
                 result = yield from self._run(turn, message, thread_id, resource_id, other_scopes, overrides, context,
-                                              values, tracer, ModelCall(settings, choice, budget, streaming))
+                                              values, tracer, ModelCall(settings, choice, budget, streaming),
+                                              save_with=save_with, trace_id=run_span.trace_id or None)
             except GeneratorExit:
                 run_span.end(error="the stream was closed before the turn completed; nothing was saved")
                 raise
@@ -337,7 +361,8 @@ class Agent:
     def _run(
         self, turn: TurnMemory, message: Any, thread_id: str | None, resource_id: str | None,
         scopes: tuple[str, ...], overrides: Mapping[str, Any], context: Sequence[Message],
-        values: Mapping[str, Any], tracer: SpanTracer, call: ModelCall,
+        values: Mapping[str, Any], tracer: SpanTracer, call: ModelCall, *, save_with: SaveWith | None = None,
+        trace_id: str | None = None,
     ) -> TurnEvents:
         started = turn.open(
             _as_messages(message), context, name=self.name,
@@ -398,7 +423,9 @@ class Agent:
         else:
             finish_reason = "max-steps"
 
-        saved = turn.finish(finish_reason, failed=error is not None)
+        writes = [save_with(TurnOutcome(" ".join(text_out), finish_reason, usage, trace_id, thread_id, resource_id))] \
+            if save_with is not None and error is None else []
+        saved = turn.finish(finish_reason, failed=error is not None, writes=writes)
         if error is not None:
             if tool_results and isinstance(error, ModelError):
                 raise TurnFailedError(error, [r["tool"] for r in tool_results]) from error

@@ -90,8 +90,9 @@ class TurnMemory(Protocol):
         is not one of them."""
         ...
 
-    def finish(self, finish_reason: str, *, failed: bool) -> list[Message]:
-        """Run the output side and save the turn (not when it ``failed``); returns what was saved."""
+    def finish(self, finish_reason: str, *, failed: bool, writes: Sequence[Any] = ()) -> list[Message]:
+        """Run the output side and save the turn (not when it ``failed``); returns what was saved. ``writes``:
+        staged writes (``commit(conn)``) committed in the transaction that saves the turn."""
         ...
 
 
@@ -220,9 +221,11 @@ class MemoryTurn:
         self.ctx.pending_writes.append(stage)
         return stage
 
-    def finish(self, finish_reason: str, *, failed: bool) -> list[Message]:
+    def finish(self, finish_reason: str, *, failed: bool, writes: Sequence[Any] = ()) -> list[Message]:
         ctx, mem = self.ctx, self.memory
         ctx.finish_reason = finish_reason
+        if not failed and ctx.live:
+            ctx.pending_writes.extend(writes)
         if self._capture is not None and not failed and ctx.live and not ctx.request.read_only:
             ctx.pending_writes.append(self._capture)  # the record lands in the transaction that saves the turn
         thread_id, resource_id = self._ids
@@ -293,5 +296,5 @@ class NullMemory:
     def run_tool(self, call: ToolCall, overrides: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
 
-    def finish(self, finish_reason: str, *, failed: bool) -> list[Message]:
-        return []
+    def finish(self, finish_reason: str, *, failed: bool, writes: Sequence[Any] = ()) -> list[Message]:
+        return []  # nothing is saved, so nothing is saved with it

@@ -43,7 +43,7 @@ from core.storage.memory_store import (
     ThreadPage,
     ThreadSummary,
 )
-from core.storage.message_pages import UnreadableMessage
+from core.storage.message_pages import MessageRows, UnreadableMessage
 from core.timeutil import Clock, SystemClock, iso_now
 from core.tokens import Tokenizer, default_tokenizer
 from core.traces.tracer import NOOP_TRACER, SpanTracer
@@ -83,6 +83,13 @@ class RecallResult:
     hits: list[Any] = field(default_factory=list)  # core.search_recall.RecalledRange
     reason: str | None = None
 
+    @property
+    def oldest_key(self) -> tuple[datetime, str] | None:
+        """``(createdAt, id)`` of the page's oldest stored row (readable or not): ``recall(before=...)`` of the
+        page that follows it, older. None: an empty page."""
+        keys = [(m.created_at, m.id) for m in self.messages] + [(u.created_at, u.id) for u in self.unreadable]
+        return min(keys) if keys else None
+
     def __post_init__(self) -> None:
         if not self.unreadable:
             self.unreadable = list(getattr(self.messages, "unreadable", ()))
@@ -116,6 +123,17 @@ class CloneResult:
         if name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.thread, name)
+
+
+@dataclass(frozen=True)
+class DelegationPage:
+    """``Memory.delegation_thread_page``: the page's threads, how many there are in all, whether more follow, and
+    the last one's key (``(createdAt as stored, id)``: where the next page starts, ``after=``)."""
+
+    rows: list[ThreadSummary]
+    total: int
+    has_more: bool
+    last_key: tuple[str, str] | None
 
 
 class Memory:
@@ -373,10 +391,12 @@ class Memory:
 
     def list_threads(
         self, *, resource_id: str | None = None, page: int = 0, per_page: int | None = 100,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None, after: tuple[str, str] | None = None,
     ) -> ThreadPage:
+        """Newest created first, then by id. ``after``: a page's ``last_key``, where the next page starts (a
+        keyset: threads created meanwhile move no page, as ``page`` offsets would)."""
         return self.store.memory.list_threads(
-            resource_id=resource_id, page=page, per_page=per_page, metadata_filter=metadata
+            resource_id=resource_id, page=page, per_page=per_page, metadata_filter=metadata, after=after
         )
 
     def delegation_threads(self, resource_id: str) -> list[ThreadSummary]:
@@ -388,26 +408,34 @@ class Memory:
         return [s for s in self.store.memory.thread_summaries_starting(DELEGATION_PREFIX)
                 if is_delegation_of(s.thread.resource_id or "", resource_id)]
 
-    def delegation_thread_page(self, resource_id: str, *, page: int, per_page: int) -> tuple[list[ThreadSummary], int]:
+    def delegation_thread_page(self, resource_id: str, *, page: int, per_page: int,
+                               after: tuple[str, str] | None = None) -> DelegationPage:
         """A page of ``delegation_threads(resource_id)`` in a fixed order, newest created first, then by id
         (``MemoryStore.thread_keys``), and how many there are: the candidates' keys are read (rows, no messages
-        counted), those of ``resource_id``'s delegations kept, and only the page's threads summarised."""
+        counted), those of ``resource_id``'s delegations kept, and only the page's threads summarised. ``after``:
+        the ``last_key`` of the page before (a keyset: threads created meanwhile move no page; ``page`` then
+        counts from there)."""
         check_ids(((resource_id, "resource id"),), InvalidArgumentError)
         if page < 0 or per_page < 1:
             raise InvalidArgumentError("page must be 0 or more and per_page 1 or more.")
         store = self.store.memory
         prefixes = [delegation_resource(resource_id, ""), DELEGATION_PREFIX + DELEGATION_PREFIX.replace(":", "%3A")]
-        keys: list[tuple[str, str, str]] = []
-        after: tuple[str, str] | None = None
-        while True:
-            batch = store.thread_keys(prefixes=prefixes, after=after, limit=5000)
-            keys += [k for k in batch if is_delegation_of(k[2], resource_id)]
-            if len(batch) < 5000:
-                break
-            after = batch[-1][:2]
-        wanted = [k[1] for k in keys[page * per_page:(page + 1) * per_page]]
-        found = {s.thread.id: s for s in store.thread_summaries_of(wanted)}
-        return [found[t] for t in wanted if t in found], len(keys)
+
+        def keys_after(start: tuple[str, str] | None) -> list[tuple[str, str, str]]:
+            keys: list[tuple[str, str, str]] = []
+            while True:
+                batch = store.thread_keys(prefixes=prefixes, after=start, limit=5000)
+                keys += [k for k in batch if is_delegation_of(k[2], resource_id)]
+                if len(batch) < 5000:
+                    return keys
+                start = batch[-1][:2]
+
+        every = keys_after(None)
+        rest = every if after is None else keys_after(after)
+        window = rest[page * per_page:(page + 1) * per_page]
+        found = {s.thread.id: s for s in store.thread_summaries_of([k[1] for k in window])}
+        return DelegationPage([found[k[1]] for k in window if k[1] in found], len(every),
+                              (page + 1) * per_page < len(rest), window[-1][:2] if window else None)
 
     def update_thread(
         self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
@@ -687,9 +715,13 @@ class Memory:
     def recall(
         self, *, thread_id: str, resource_id: str | None = None, last_messages: int | bool | None = None,
         page: int = 0, per_page: int | bool | None = None, vector_search_string: str | None = None,
-        threshold: float | None = None, top_k: int | None = None,
+        threshold: float | None = None, top_k: int | None = None, before: tuple[datetime, str] | None = None,
     ) -> RecallResult:
         """Stored messages of a thread: by default the newest ``last_messages``, oldest first.
+
+        ``before``: a keyset page, the newest ``per_page`` strictly older than ``(createdAt, id)`` (a page's oldest
+        message, ``RecallResult.oldest_key``), so messages stored between two page reads move no page (``page``
+        offsets count from the newest, which a new message shifts); ``page`` must then be 0.
 
         ``vector_search_string``: also what semantic recall finds for it (``top_k`` hits over
         ``threshold``, defaults from ``semantic_recall``), each hit with its ``message_range``
@@ -705,7 +737,7 @@ class Memory:
             if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
                 raise InvalidArgumentError(f"threshold must be a number, got {threshold!r}.")
             page_result = self.recall(thread_id=thread_id, resource_id=resource_id, last_messages=last_messages,
-                                      page=page, per_page=per_page)
+                                      page=page, per_page=per_page, before=before)
             from core.search_recall import merged, search_with_ranges
 
             owner = resource_id or (self.get_thread(thread_id).resource_id or None)  # type: ignore[union-attr]
@@ -737,6 +769,16 @@ class Memory:
             limit = 0 if lm is False else int(lm)
         if limit <= 0:
             return RecallResult([], total, page, 0, total > 0)
+        if before is not None:
+            if page:
+                raise InvalidArgumentError("Give a keyset start (before) or a page, not both.")
+            got = self.store.memory.list_messages(MessageQuery(thread_id=thread_id, last=limit + 1, before=before))
+            more = len(got) + len(got.unreadable) > limit
+            if more:  # one row more than the page, to know whether more follow: the oldest, left out
+                drop = min([(m.created_at, m.id) for m in got] + [(u.created_at, u.id) for u in got.unreadable])
+                got = MessageRows([m for m in got if (m.created_at, m.id) != drop],
+                                  [u for u in got.unreadable if (u.created_at, u.id) != drop])
+            return RecallResult(got, total, 0, limit, more)
         if page:
             # Page ``page`` counted from the newest: the oldest page holds what is left (it overlapped the one
             # before it, whole ``limit`` from the start), a page past the start none (Mastra's offset from the end).
@@ -780,15 +822,16 @@ class Memory:
 
     def update_working_memory(
         self, *, thread_id: str | None = None, resource_id: str | None = None, working_memory: Any,
-        author: str = "api", expected: str | None | object = ...,
+        author: str = "api", expected: str | None | object = ..., _writes: Sequence[Any] = (),
     ) -> Any:
         """Replace the working memory. ``expected``: the stored text the caller read (None: there was none);
-        when given, the write happens only if it is still that (``ConcurrentUpdateError`` otherwise)."""
+        when given, the write happens only if it is still that (``ConcurrentUpdateError`` otherwise).
+        ``_writes``: staged writes committed in the write's transaction (``WorkingMemoryService.write``)."""
         opts = self._wm_options()
         self._check_wm_thread(opts, thread_id, resource_id)
         value = self.working_memory_service.write(
             opts, thread_id=thread_id, resource_id=resource_id, value=working_memory, author=author,
-            expected=expected,
+            expected=expected, writes=_writes,
         )
         return value.data
 

@@ -11,7 +11,7 @@ import json
 import re
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import sqlalchemy as sa
 
@@ -159,11 +159,14 @@ class WorkingMemoryService:
     def write(
         self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, value: Any,
         author: str = "api", note: str | None = None, expected: str | None | object = ...,
+        writes: Sequence[Any] = (),
     ) -> WorkingMemoryValue:
         """Replace the stored value (Markdown), or set the whole object (schema mode, validated).
 
         ``expected``: when given, the write happens only if the stored value still equals it —
-        the Studio's guard against silently overwriting an agent's concurrent change.
+        the Studio's guard against silently overwriting an agent's concurrent change. ``writes``: staged
+        writes committed in the same transaction (``commit_value(conn, value)`` with the value written, when
+        they have it, else ``commit(conn)``), such as an idempotency key's outcome; one that raises undoes it.
         """
         scope, owner = self.owner(opts, thread_id, resource_id)
         text = self._serialize(opts, value)
@@ -174,7 +177,13 @@ class WorkingMemoryService:
                 raise ConcurrentUpdateError(current)
             self._store(conn, scope, owner, text, opts, thread_id, resource_id)
             self._version(conn, scope, owner, text, opts.mode, author, note)
-        return WorkingMemoryValue(scope, owner, text, opts.mode)  # type: ignore[arg-type]
+            written = WorkingMemoryValue(scope, owner, text, opts.mode)  # type: ignore[arg-type]
+            for write in writes:
+                if hasattr(write, "commit_value"):
+                    write.commit_value(conn, written)
+                else:
+                    write.commit(conn)
+        return written
 
     def merge(
         self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, patch: Any,

@@ -11,12 +11,15 @@ then runs the first and answers the others from what it kept (Stripe's semantics
 - the first request takes the key (a row of ``memory_studio_idempotency`` in the memory's own database,
   so every gateway process on that database sees it) and holds it under a lease, renewed while it runs;
 - its outcome (status and body; for a chat turn its text, finish reason, usage and ids, enough to answer
-  as JSON or as a stream) is kept with the key; a repeat with the same request (``request_hash``: the
-  body, without ``stream``/``stream_options``, the route's path and the headers and query parameters
+  as JSON or as a stream) is kept with the key, in the transaction that writes what the request did
+  (``Keeper.saved_with``: given to ``Agent.generate``/``stream`` as ``save_with``, to the working-memory
+  write, to the MCP ``remember``'s save), so a process that dies at any point leaves either nothing written
+  and a leased key, or both; a request whose key was taken over meanwhile (its lease ran out while it ran)
+  writes nothing (409). A repeat with the same request (``request_hash``: the body, without ``stream``/``stream_options``, the route's path and the headers and query parameters
   that choose what is written) gets it back with ``Idempotent-Replayed: true``, and nothing runs;
 - a repeat while the first still runs: 409 ``idempotency_key_in_use`` with ``Retry-After``; a first whose
   process died leaves a lease that runs out (``IdempotencySettings.lease``), after which a repeat takes
-  the key over (a chat turn then keeps the thread the first one chose);
+  the key over (a chat turn then keeps the thread the first one chose; it ran nothing that was stored);
 - the same key with another request: 422 ``idempotency_key_reused``;
 - what is kept: a success, and a 4xx found while running (a thread of another resource, a message too
   large, a working-memory ``If-Match`` that failed), which the same request would meet again. A failure
@@ -41,17 +44,23 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from core.gateway.access import Caller
 from core.gateway.errors import GatewayError, known
+from core.messages import Message
+from core.processors.base import SavedAwareWrite
 from core.storage import catalog
 from core.storage.schema import IDEMPOTENCY_TABLE
 from core.timeutil import iso_now
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+#: What ``Keeper.saved_with`` keeps: the outcome, or a function of what was saved with it (the messages a save
+#: stored, ``commit_saved``; the working-memory value written, ``commit_value``).
+Outcome = Mapping[str, Any] | Callable[[Any], Mapping[str, Any]]
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -86,12 +95,19 @@ def key_of(headers: Mapping[str, str]) -> str | None:
     raw = headers.get(HEADER.lower())
     if raw is None:
         return None
-    if not 0 < len(raw) <= MAX_KEY_LENGTH or not all("!" <= c <= "~" for c in raw):
+    return checked_key(raw, f"The {HEADER} header", HEADER)
+
+
+def checked_key(raw: Any, what: str, param: str) -> str:
+    """A key as sent (``what``: where, for the message), checked: 1 to 255 visible ASCII characters."""
+    if not isinstance(raw, str) or not 0 < len(raw) <= MAX_KEY_LENGTH or not all("!" <= c <= "~" for c in raw):
+        got = (f"{len(raw)} character(s){'' if raw.isascii() else ' with non-ASCII ones'}" if isinstance(raw, str)
+               else type(raw).__name__)
         raise GatewayError(
-            400, f"The {HEADER} header must be 1 to {MAX_KEY_LENGTH} visible ASCII characters (letters, digits, "
-            f"punctuation; no spaces), got {len(raw)} character(s){'' if raw.isascii() else ' with non-ASCII ones'}. "
+            400, f"{what} must be 1 to {MAX_KEY_LENGTH} visible ASCII characters (letters, digits, "
+            f"punctuation; no spaces), got {got}. "
             "Send a random id such as a UUID, the same one with every retry of one request. Nothing was run.",
-            code="invalid_idempotency_key", param=HEADER)
+            code="invalid_idempotency_key", param=param)
     return raw
 
 
@@ -155,9 +171,10 @@ class Keeper:
 
     # -- on worker threads --------------------------------------------------------------------------
     def claim(self, db: Any, *, scope: str, key: str, digest: str, resource_id: str | None,
-              thread_id: str | None) -> Claim | Replay:
+              thread_id: str | None, named: str = HEADER) -> Claim | Replay:
         """Take ``key`` for this request, or the kept outcome of its first request; 409 while another
-        request holds it, 422 when it was used for another request."""
+        request holds it, 422 when it was used for another request. ``named``: what the client calls the key
+        (the header, or the MCP tool's argument), for the messages."""
         now = _now_ms()
         holder = uuid.uuid4().hex
         lease = now + int(self.settings.lease * 1000)
@@ -168,8 +185,8 @@ class Keeper:
                 raise GatewayError(
                     400, f"This gateway's database has no table for idempotency keys ({IDEMPOTENCY_TABLE}): it was not "
                     "created by Memory Studio or not migrated yet. Its operator can run `memory-studio migrate`; until "
-                    f"then send the request without {HEADER}. Nothing was run.",
-                    code="idempotency_unavailable", param=HEADER)
+                    f"then send the request without {named}. Nothing was run.",
+                    code="idempotency_unavailable", param=named)
             db.lock(conn, f"idempotency:{scope}:{key}")
             conn.exec_driver_sql(f"DELETE FROM {IDEMPOTENCY_TABLE} WHERE scope = ? AND idem_key = ? AND expires_at <= ?",
                                  (scope, key, now))
@@ -194,17 +211,17 @@ class Keeper:
                 return Claim(db, scope, key, holder, stored_thread or thread_id, took_over=True)
         if stored_hash != digest:
             raise GatewayError(
-                422, f"This {HEADER} was already used for a different request (another body, thread, resource or "
+                422, f"This {named} was already used for a different request (another body, thread, resource or "
                 "route) within the time keys are kept. Use a new key for a new request; send exactly the same "
                 "request to get the first one's result. Nothing was run.",
-                code="idempotency_key_reused", param=HEADER, retry=False)
+                code="idempotency_key_reused", param=named, retry=False)
         if state == "done":
             return Replay(json.loads(outcome))
         wait = self.settings.retry_after
         raise GatewayError(
-            409, f"A request with this {HEADER} is still running. Send it again in {wait} second(s), with the same "
+            409, f"A request with this {named} is still running. Send it again in {wait} second(s), with the same "
             "key and body, to get its result (the openai client does so by itself); nothing was run twice.",
-            code="idempotency_key_in_use", param=HEADER, retry=True, headers={"Retry-After": str(wait)})
+            code="idempotency_key_in_use", param=named, retry=True, headers={"Retry-After": str(wait)})
 
     def renew(self, claim: Claim) -> bool:
         """Extend the lease of a key this request still holds; False when it lost it."""
@@ -217,17 +234,45 @@ class Keeper:
 
     def complete(self, claim: Claim, outcome: Mapping[str, Any], *, thread_id: str | None = None) -> None:
         """Keep ``outcome`` for the key (its expiry counted from now)."""
-        now = _now_ms()
-        expires = now + int(self.settings.ttl * 1000)
-        text = json.dumps(outcome, ensure_ascii=False, separators=(",", ":"))
         with claim.db.write() as conn:
-            n = conn.exec_driver_sql(
-                f"UPDATE {IDEMPOTENCY_TABLE} SET state = 'done', outcome = ?, holder = NULL, expires_at = ?, "
-                "thread_id = COALESCE(?, thread_id) WHERE scope = ? AND idem_key = ? AND holder = ?",
-                (text, expires, thread_id, claim.scope, claim.key, claim.holder)).rowcount
+            n = self._complete(conn, claim, outcome, thread_id)
         if not n:
             log.warning("an idempotent request finished after another took its key over (its lease ran out); "
                         "its outcome was not kept")
+
+    def _complete(self, conn: Any, claim: Claim, outcome: Mapping[str, Any], thread_id: str | None) -> int:
+        expires = _now_ms() + int(self.settings.ttl * 1000)
+        text = json.dumps(outcome, ensure_ascii=False, separators=(",", ":"))
+        return int(conn.exec_driver_sql(
+            f"UPDATE {IDEMPOTENCY_TABLE} SET state = 'done', outcome = ?, holder = NULL, expires_at = ?, "
+            "thread_id = COALESCE(?, thread_id) WHERE scope = ? AND idem_key = ? AND holder = ?",
+            (text, expires, thread_id, claim.scope, claim.key, claim.holder)).rowcount or 0)
+
+    def saved_with(self, claim: Claim, outcome: Outcome, *, thread_id: str | None = None) -> SavedOutcome:
+        """A staged write keeping ``outcome`` for the key in the transaction that saves what the request did
+        (``Agent.generate``'s ``save_with``, ``Memory.save_messages``' writes): both are stored, or neither.
+        ``outcome`` may be a function of the messages that transaction saved (their ids and times)."""
+        return SavedOutcome(self, claim, outcome, thread_id)
+
+    def run(self, claim: Claim, work: Callable[[], T],
+            outcome: Callable[[T], Mapping[str, Any] | None] | None = None) -> T:
+        """Run ``work`` under ``claim`` on this (worker) thread: a failure is kept or gives the key back (``fail``),
+        a result's ``outcome(result)`` is kept (None, or no ``outcome``: the work kept it itself, in the transaction
+        of what it wrote: ``saved_with``).
+        On the worker thread, so a request cancelled while it waits never leaves its work done and its key leased."""
+        try:
+            result = work()
+        except BaseException as exc:
+            self.fail(claim, exc)
+            raise
+        kept = outcome(result) if outcome is not None else None
+        if kept is not None:
+            try:
+                self.complete(claim, kept)
+            except Exception:  # noqa: BLE001 - the work is done and answered; a repeat after the lease runs it again
+                log.error("a request's work was done but its outcome could not be kept for its idempotency key",
+                          exc_info=True)
+        return result
 
     def fail(self, claim: Claim, exc: BaseException) -> None:
         """A failure: kept when the same request would fail so again (``kept_status``), else the key is given back."""
@@ -267,5 +312,35 @@ class Keeper:
             return 0
 
 
+class SavedOutcome(SavedAwareWrite):
+    """``Keeper.saved_with``'s staged write: ``commit(conn)`` keeps the outcome in the caller's transaction, and
+    raises (so nothing of that transaction is stored) when another request took the key over meanwhile, which is
+    then running the same request itself. ``committed``: whether ``commit`` ran (false: the turn saved nothing)."""
+
+    def __init__(self, keeper: Keeper, claim: Claim, outcome: Outcome, thread_id: str | None) -> None:
+        self.keeper, self.claim, self.outcome, self.thread_id = keeper, claim, outcome, thread_id
+        self.committed = False
+
+    def commit(self, conn: Any) -> None:
+        self.commit_value(conn, ())
+
+    def commit_saved(self, conn: Any, saved: Sequence[Message]) -> None:
+        self.commit_value(conn, saved)
+
+    def commit_value(self, conn: Any, value: Any) -> None:
+        outcome = self.outcome(value) if callable(self.outcome) else self.outcome
+        if not self.keeper._complete(conn, self.claim, outcome, self.thread_id):
+            raise taken_over(self.keeper.settings.retry_after)
+        self.committed = True
+
+
+def taken_over(wait: int) -> GatewayError:
+    return GatewayError(
+        409, f"This request's {HEADER} was taken over by a repeat of it while it ran (this request held it longer than "
+        "its lease without renewing it), so this request saved nothing; the repeat's result is the one kept. Send the "
+        f"request again with the same key in {wait} second(s) to get that result.",
+        code="idempotency_key_in_use", param=HEADER, retry=True, headers={"Retry-After": str(wait)})
+
+
 __all__ = ["HEADER", "MAX_KEY_LENGTH", "REPLAYED_HEADER", "Claim", "IdempotencySettings", "Keeper", "Replay",
-           "error_outcome", "kept_status", "key_of", "request_hash", "scope_of"]
+           "SavedOutcome", "checked_key", "error_outcome", "kept_status", "key_of", "request_hash", "scope_of"]

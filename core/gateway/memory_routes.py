@@ -1,9 +1,13 @@
 """The memory API: threads, messages and working memory, read and written through ``Memory``.
 
-- ``GET /api/memory/threads?resourceId=`` → ``{threads, total, page, perPage, hasMore}``
-- ``GET /api/memory/threads/{id}/messages?resourceId=&page=&perPage=`` → the newest ``perPage``
-  messages (oldest first), page 0 being the newest, and ``unreadable``: stored rows skipped because
-  they do not parse
+- ``GET /api/memory/threads?resourceId=&perPage=&cursor=`` → ``{threads, total, page, perPage, hasMore,
+  nextCursor}``, newest created first: pass ``nextCursor`` back as ``cursor`` for the next page (a keyset,
+  ``core.gateway.cursors``: threads created between two reads move no page). ``page=`` (an offset) still works
+  for clients that use it, but a thread created meanwhile shifts its pages (one shown twice); not with ``cursor``
+- ``GET /api/memory/threads/{id}/messages?resourceId=&perPage=&cursor=`` → the newest ``perPage``
+  messages (oldest first), ``unreadable``: stored rows skipped because they do not parse, and ``nextCursor``:
+  pass it back as ``cursor`` for the ``perPage`` before them (older), which messages stored meanwhile do not
+  move. ``page=`` (0 the newest) still works, but a message stored between two reads shifts its pages
 - ``GET /api/memory/threads/{id}/working-memory?resourceId=`` → ``{workingMemory, format, scope,
   threadExists}``
 - ``PUT /api/memory/threads/{id}/working-memory?resourceId=`` with ``{"workingMemory": ...}``
@@ -31,7 +35,8 @@ delegations=True)``); another resource's delegation is 403, a malformed one 400 
   agents, threads}], total, page, perPage, hasMore}``: a page (``perPage`` threads, 100 unless said, at most
   1,000) of the threads of the resource's delegations (nested ones too), newest created first, grouped per
   delegation (a thread's fields as in the thread list, with ``messageCount`` and ``lastActivity``), so a
-  client finds them without knowing their ids; ``total`` counts the threads. The same ``resourceId`` rule as every route: a token lists its own
+  client finds them without knowing their ids; ``total`` counts the threads; ``nextCursor`` and ``cursor=`` as
+  in the thread list. The same ``resourceId`` rule as every route: a token lists its own
   resources' delegations only (403 for another's), the shared and ``"*"`` tokens any resource's.
 """
 
@@ -46,6 +51,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from core.gateway import cursors
 from core.gateway.access import caller_of
 from core.gateway.errors import GatewayError, bad_request
 from core.gateway.idempotency import Claim, Replay, key_of, request_hash, scope_of
@@ -55,7 +61,7 @@ from core.ids import clipped, lone_surrogate, shown
 from core.memory import Memory
 from core.scopes import check_caller_owns, delegation_chain, delegation_label, delegation_root, is_delegation_resource
 from core.storage import NotFoundError
-from core.timeutil import to_iso
+from core.timeutil import parse_iso, to_iso
 from core.working_memory import ConcurrentUpdateError
 from core.working_memory_schema import WorkingMemoryError
 
@@ -107,14 +113,36 @@ def _resource(request: Request, what: str) -> str:
     return resource_id
 
 
+def _after(request: Request, kind: str, listing: tuple[Any, ...], page: int, what: str) -> tuple[str, str] | None:
+    """Where a keyset page starts (``cursor=``, ``core.gateway.cursors``), or None for the first page or ``page=``.
+    ``listing``: whose list it is (``_listing``, and for messages the thread)."""
+    cursor = request.query_params.get("cursor")
+    if not cursor:
+        return None
+    if page:
+        raise bad_request(f"Give cursor or page, not both: cursor continues the {what} where the page before "
+                          "ended; page counts from the first page.", param="page")
+    return cursors.read(cursor, kind, listing, what=what)
+
+
+def _listing(request: Request, resource_id: str) -> tuple[Any, ...]:
+    """Whose list a cursor continues: the resource and the agent whose memory it is."""
+    return resource_id, request.query_params.get("agentId")
+
+
 async def list_threads(request: Request) -> Response:
     resource_id = _resource(request, "threads")
     page = _int(request, "page", 0, 0, 1_000_000)
     per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
+    after = _after(request, "threads", _listing(request, resource_id), page, "thread list")
     memory = _memory(request, resource_id)
-    result = await _run(request, lambda: memory.list_threads(resource_id=resource_id, page=page, per_page=per_page))
+    result = await _run(request, lambda: memory.list_threads(resource_id=resource_id, page=page, per_page=per_page,
+                                                             after=after))
+    next_cursor = cursors.issue("threads", _listing(request, resource_id), result.last_key) \
+        if result.has_more and result.last_key else None
     return JSONResponse({"threads": [t.to_dict() for t in result.threads], "total": result.total,
-                         "page": result.page, "perPage": result.per_page, "hasMore": result.has_more})
+                         "page": result.page, "perPage": result.per_page, "hasMore": result.has_more,
+                         "nextCursor": next_cursor})
 
 
 async def list_delegations(request: Request) -> Response:
@@ -125,11 +153,12 @@ async def list_delegations(request: Request) -> Response:
     resource_id = _resource(request, "delegations")
     page = _int(request, "page", 0, 0, 1_000_000)
     per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
+    after = _after(request, "delegations", _listing(request, resource_id), page, "delegation list")
     memory = _memory(request, resource_id)
-    rows, total = await _run(request, lambda: memory.delegation_thread_page(resource_id, page=page,
-                                                                            per_page=per_page))
+    found = await _run(request, lambda: memory.delegation_thread_page(resource_id, page=page, per_page=per_page,
+                                                                      after=after))
     grouped: dict[str, list[dict[str, Any]]] = {}
-    for s in rows:  # a delegation where its newest thread of the page is
+    for s in found.rows:  # a delegation where its newest thread of the page is
         grouped.setdefault(s.thread.resource_id, []).append(
             {**s.thread.to_dict(), "messageCount": s.message_count,
              "lastActivity": to_iso(s.last_activity) if s.last_activity else None})
@@ -138,8 +167,10 @@ async def list_delegations(request: Request) -> Response:
         chain = delegation_chain(delegated)
         delegations.append({"resourceId": delegated, "label": delegation_label(delegated),
                             "agents": list(chain[1]) if chain else [], "threads": threads})
-    return JSONResponse({"resourceId": resource_id, "delegations": delegations, "total": total, "page": page,
-                         "perPage": per_page, "hasMore": (page + 1) * per_page < total})
+    next_cursor = cursors.issue("delegations", _listing(request, resource_id), found.last_key) \
+        if found.has_more and found.last_key else None
+    return JSONResponse({"resourceId": resource_id, "delegations": delegations, "total": found.total, "page": page,
+                         "perPage": per_page, "hasMore": found.has_more, "nextCursor": next_cursor})
 
 
 async def list_messages(request: Request) -> Response:
@@ -147,6 +178,9 @@ async def list_messages(request: Request) -> Response:
     resource_id = _resource(request, "messages")
     page = _int(request, "page", 0, 0, 1_000_000)
     per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
+    listing = (*_listing(request, resource_id), thread_id)
+    key = _after(request, "messages", listing, page, "thread's messages")
+    before = (parse_iso(key[0]), key[1]) if key is not None else None
     memory = _memory(request, resource_id)
 
     def read() -> Any:
@@ -154,12 +188,16 @@ async def list_messages(request: Request) -> Response:
         if thread is None:  # 404, even where resource-scoped recall lets ``recall`` read a thread not stored yet
             raise NotFoundError(f"No thread found with id {clipped(thread_id)}")
         check_caller_owns(thread_id, thread.resource_id or "", resource_id)  # (the engine's lets no owner through)
-        return memory.recall(thread_id=thread_id, resource_id=resource_id, page=page, per_page=per_page)
+        return memory.recall(thread_id=thread_id, resource_id=resource_id, page=page, per_page=per_page, before=before)
 
     result = await _run(request, read)
+    oldest = result.oldest_key
+    next_cursor = cursors.issue("messages", listing, (to_iso(oldest[0]), oldest[1])) \
+        if result.has_more and oldest is not None else None
     return JSONResponse({"messages": [{**m.to_dict(), "text": m.text} for m in result.messages],
                          "total": result.total, "page": result.page, "perPage": result.per_page,
-                         "hasMore": result.has_more, "unreadable": [u.to_dict() for u in result.unreadable]})
+                         "hasMore": result.has_more, "unreadable": [u.to_dict() for u in result.unreadable],
+                         "nextCursor": next_cursor})
 
 
 async def get_working_memory(request: Request) -> Response:
@@ -207,8 +245,10 @@ async def put_working_memory(request: Request) -> Response:
     author = "gateway" if caller.name is None else f"gateway: {caller.name}"
 
     if_match = request.headers.get("if-match")
+    gateway: Gateway = request.app.state.gateway
 
-    def write() -> tuple[dict[str, Any], str | None]:
+    def write(claim: Claim | None = None) -> tuple[dict[str, Any], str | None]:
+        """The write; with ``claim``, its answer is kept for the key in the write's own transaction."""
         opts = _wm_options(memory)
         thread = memory.get_thread(thread_id)
         resource_id = _owner(thread_id, (thread.resource_id or "") if thread else None, asked)
@@ -224,22 +264,31 @@ async def put_working_memory(request: Request) -> Response:
             if not _matches(if_match, current):
                 raise _precondition_failed(current)
             expected = current
+
+        def answer(value: Any) -> tuple[dict[str, Any], str | None]:
+            return {"workingMemory": value.data, "format": value.format, "scope": value.scope,
+                    "threadExists": thread is not None, "resourceId": resource_id}, value.text
+
+        def kept(value: Any) -> dict[str, Any]:
+            data, text = answer(value)
+            return {"kind": "json", "status": 200, "body": data, "headers": {"ETag": _etag(text)}}
+
+        writes = [] if claim is None else [gateway.keeper.saved_with(claim, kept, thread_id=thread_id)]
         try:
             memory.update_working_memory(thread_id=thread_id, resource_id=resource_id,
-                                         working_memory=body["workingMemory"], author=author, expected=expected)
+                                         working_memory=body["workingMemory"], author=author, expected=expected,
+                                         _writes=writes)
         except ConcurrentUpdateError as exc:
             raise _precondition_failed(exc.current) from None
-        value = memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
-        return {"workingMemory": value.data, "format": value.format, "scope": value.scope,
-                "threadExists": thread is not None, "resourceId": resource_id}, value.text
+        return answer(memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id))
 
     if key is None:
         data, text = await _run(request, write)
         return JSONResponse(data, headers={"ETag": _etag(text)})
 
     # With an Idempotency-Key (core.gateway.idempotency): the same thread, resource, memory, value and If-Match
-    # are the same request; its answer (or a 4xx it met, as a 412) is kept and answered to repeats.
-    gateway: Gateway = request.app.state.gateway
+    # are the same request; its answer (or a 4xx it met, as a 412) is kept and answered to repeats. The answer is
+    # kept in the write's own transaction, so a process that dies after the write has kept it too.
     digest = request_hash(route=PUT_WM_ROUTE, thread=thread_id, resource=asked, agent=request.query_params.get("agentId"),
                           body=body, if_match=if_match)
     scope = scope_of(caller, asked, PUT_WM_ROUTE)
@@ -249,17 +298,8 @@ async def put_working_memory(request: Request) -> Response:
         return replay_json(got.outcome)
     claim: Claim = got
 
-    def kept_write() -> tuple[dict[str, Any], str | None]:
-        try:
-            data, text = write()
-        except BaseException as exc:
-            gateway.keeper.fail(claim, exc)
-            raise
-        gateway.keeper.complete(claim, {"kind": "json", "status": 200, "body": data, "headers": {"ETag": _etag(text)}})
-        return data, text
-
     async with holding(gateway.keeper, claim, gateway.memory_limiter):
-        data, text = await _run(request, kept_write)
+        data, text = await _run(request, lambda: gateway.keeper.run(claim, lambda: write(claim)))
     return JSONResponse(data, headers={"ETag": _etag(text)}, background=sweep_task(gateway, claim))
 
 

@@ -33,7 +33,16 @@ from starlette.types import Receive, Scope, Send
 
 from core.gateway.access import caller_of
 from core.gateway.errors import GatewayError, bad_request, classify
-from core.gateway.idempotency import REPLAYED_HEADER, Claim, Keeper, Replay, key_of, request_hash, scope_of
+from core.gateway.idempotency import (
+    REPLAYED_HEADER,
+    Claim,
+    Keeper,
+    Replay,
+    SavedOutcome,
+    key_of,
+    request_hash,
+    scope_of,
+)
 from core.gateway.turns import (
     TextDelta,
     Turn,
@@ -49,7 +58,7 @@ from core.memory import resolve_memory
 from core.message_size import MessageTooLargeError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from core.agent import Agent, AgentResult
+    from core.agent import Agent, AgentResult, TurnOutcome
     from core.gateway.app import Gateway
 
 log = logging.getLogger(__name__)
@@ -129,11 +138,13 @@ def _completion(completion_id: str, created: int, turn: Turn, done: TurnFinished
     return payload
 
 
-def _timed_turn(agent: Agent, turn: Turn) -> tuple[AgentResult, float, Turn]:
+def _timed_turn(agent: Agent, turn: Turn, kept: KeptTurn | None = None) -> tuple[AgentResult, float, Turn]:
     start = time.perf_counter()
     turn = resolve_thread(agent, turn)
+    if kept is not None:
+        kept.turn = turn  # the thread its answer names
     try:
-        result = run_turn(agent, turn)
+        result = run_turn(agent, turn, kept)
     except MessageTooLargeError as exc:
         raise reply_too_large(exc, turn) from exc
     return result, (time.perf_counter() - start) * 1000, turn
@@ -165,24 +176,43 @@ async def _claim_turn(request: Request, gateway: Gateway, agent: Agent, turn: Tu
 
 def _kept_turn(keeper: Keeper, claim: Claim, agent: Agent, turn: Turn, completion_id: str,
                created: int) -> tuple[AgentResult, float, Turn]:
-    """``_timed_turn``, and its outcome kept for the key on the same worker thread, so a request cancelled while
-    it waits never leaves a stored turn without its outcome."""
-    try:
-        result, agent_ms, turn = _timed_turn(agent, turn)
-    except BaseException as exc:
-        keeper.fail(claim, exc)
-        raise
-    keep_completion(keeper, claim, completion_id, created, turn, finished(result))
-    return result, agent_ms, turn
+    """``_timed_turn`` under the key (``Keeper.run``): its outcome is saved with the turn (``KeptTurn``)."""
+    kept = KeptTurn(keeper, claim, completion_id, created, turn)
+    return keeper.run(claim, lambda: _timed_turn(agent, turn, kept),
+                      lambda got: kept.left_to_keep(got[2], finished(got[0])))
 
 
-def keep_completion(keeper: Keeper, claim: Claim, completion_id: str, created: int, turn: Turn,
-                    done: TurnFinished) -> None:
-    """Keep a stored turn's answer for its key: enough to answer a repeat as JSON or as a stream."""
-    outcome = {"kind": "completion", "id": completion_id, "created": created, "model": turn.agent,
-               "text": done.text, "finish_reason": done.finish_reason,
-               "usage": done.usage.to_dict() if done.usage is not None else None,
-               "memory": _memory_info(turn, done), "headers": memory_headers(turn)}
+class KeptTurn:
+    """A chat turn's ``save_with``: its answer kept for its key in the transaction that saves it, so a process
+    that dies after the save has kept the answer too (a retry is answered from it, never run again)."""
+
+    def __init__(self, keeper: Keeper, claim: Claim, completion_id: str, created: int, turn: Turn) -> None:
+        self.keeper, self.claim, self.completion_id, self.created, self.turn = keeper, claim, completion_id, created, turn
+        self.write: SavedOutcome | None = None
+
+    def __call__(self, outcome: TurnOutcome) -> SavedOutcome:
+        self.write = self.keeper.saved_with(
+            self.claim, completion_outcome(self.completion_id, self.created, self.turn, finished(outcome)),
+            thread_id=self.turn.thread_id)
+        return self.write
+
+    def left_to_keep(self, turn: Turn, done: TurnFinished) -> dict[str, Any] | None:
+        """The outcome still to keep once the turn returned: None when it was saved with the turn (else the
+        memory saved nothing, as a read-only one, and it is kept on its own)."""
+        if self.write is not None and self.write.committed:
+            return None
+        return completion_outcome(self.completion_id, self.created, turn, done)
+
+
+def completion_outcome(completion_id: str, created: int, turn: Turn, done: TurnFinished) -> dict[str, Any]:
+    """A stored turn's answer as kept for its key: enough to answer a repeat as JSON or as a stream."""
+    return {"kind": "completion", "id": completion_id, "created": created, "model": turn.agent,
+            "text": done.text, "finish_reason": done.finish_reason,
+            "usage": done.usage.to_dict() if done.usage is not None else None,
+            "memory": _memory_info(turn, done), "headers": memory_headers(turn)}
+
+
+def keep_outcome(keeper: Keeper, claim: Claim, outcome: Mapping[str, Any], turn: Turn) -> None:
     try:
         keeper.complete(claim, outcome, thread_id=turn.thread_id)
     except Exception:  # noqa: BLE001 - the turn is stored and answered; a repeat after the lease runs it again
@@ -423,14 +453,18 @@ class TurnStream(Response):
         """On the worker thread: iterate the whole turn here, so it keeps one thread and context."""
         events: Generator[TurnEvent, None, None] | None = None
         claim, settled = self.claim, self.claim is None
+        keeper = self.gateway.keeper
         try:
             # Before the first event is sent, so the reply's headers name the thread actually used.
             self.turn = resolve_thread(self.agent, self.turn)
-            events = turn_events(self.agent, self.turn)
+            kept = KeptTurn(keeper, claim, self.completion_id, self.created, self.turn) if claim is not None else None
+            events = turn_events(self.agent, self.turn, kept)
             for event in events:
-                if isinstance(event, TurnFinished) and claim is not None:
-                    # The turn is stored (``Agent.stream`` saves before ``finish``): keep its answer first.
-                    keep_completion(self.gateway.keeper, claim, self.completion_id, self.created, self.turn, event)
+                if isinstance(event, TurnFinished) and claim is not None and kept is not None:
+                    # The turn is stored with its answer (``Agent.stream`` saves before ``finish``); else keep it now.
+                    left = kept.left_to_keep(self.turn, event)
+                    if left is not None:
+                        keep_outcome(keeper, claim, left, self.turn)
                     settled = True
                 anyio.from_thread.run(sender.send, event)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):

@@ -30,7 +30,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from core.agent import Agent, AgentResult
+from core.agent import Agent, AgentResult, SaveWith, TurnOutcome
 from core.agent_stream import AgentStream
 from core.gateway.access import ANYONE, Caller
 from core.gateway.errors import bad_request
@@ -234,12 +234,15 @@ client_id = _id
 # -- running ----------------------------------------------------------------------------------------
 
 
-def run_turn(agent: Agent, turn: Turn) -> AgentResult:
-    """The whole turn, synchronously (the gateway calls this on a worker thread)."""
-    return agent.generate(turn.message, memory=turn.memory_arg(), request_context=turn.request_context())
+def run_turn(agent: Agent, turn: Turn, save_with: SaveWith | None = None) -> AgentResult:
+    """The whole turn, synchronously (the gateway calls this on a worker thread). ``save_with``: as
+    ``Agent.generate``'s (an idempotency key's outcome, saved with the turn)."""
+    return agent.generate(turn.message, memory=turn.memory_arg(), request_context=turn.request_context(),
+                          **_saving(save_with))
 
 
-def finished(result: AgentResult) -> TurnFinished:
+def finished(result: AgentResult | TurnOutcome) -> TurnFinished:
+    """The end of a turn as a client sees it, from its result (or, before it is saved, its ``TurnOutcome``)."""
     return TurnFinished(result.text, openai_finish_reason(result.finish_reason), result.usage, result.trace_id)
 
 
@@ -247,10 +250,17 @@ def openai_finish_reason(reason: str | None) -> str:
     return _FINISH.get(reason or "stop", "stop")
 
 
-def turn_events(agent: Agent, turn: Turn) -> Generator[TurnEvent, None, None]:
+def turn_events(agent: Agent, turn: Turn, save_with: SaveWith | None = None) -> Generator[TurnEvent, None, None]:
     """The turn as text deltas and a final ``TurnFinished``; runs on a worker thread."""
     yield from _from_agent_stream(
-        agent.stream(turn.message, memory=turn.memory_arg(), request_context=turn.request_context()))
+        agent.stream(turn.message, memory=turn.memory_arg(), request_context=turn.request_context(),
+                     **_saving(save_with)))
+
+
+def _saving(save_with: SaveWith | None) -> dict[str, Any]:
+    """``save_with`` only when there is one: an ``Agent`` subclass whose ``generate``/``stream`` predates it (or
+    takes no such argument) still serves requests without a key."""
+    return {} if save_with is None else {"save_with": save_with}
 
 
 def _from_agent_stream(stream: AgentStream) -> Generator[TurnEvent, None, None]:

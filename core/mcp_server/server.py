@@ -65,6 +65,13 @@ ResourceArg = Annotated[str | None, Field(
     description="Whose memory: only on a server started with --any-resource (a bound server refuses others), or a "
                 "delegation of the resource (delegation:<resource>:<agent>, as a delegation's result names it).")]
 
+#: ``remember``'s optional ``idempotency_key`` argument (MCP has no headers).
+IdempotencyKeyArg = Annotated[str | None, Field(
+    description="Optional. A random id of 1 to 255 visible ASCII characters (a UUID), new for each message and sent "
+                "unchanged when this same call is retried: a repeat stores nothing and answers the first call's "
+                "result with replayed: true. Kept 24 hours for your token, the resource and this tool; the same key "
+                "with other arguments is refused, and a call that failed stored nothing, so its retry runs again.")]
+
 #: ``list_threads``' optional ``cursor`` argument.
 CursorArg = Annotated[str | None, Field(
     description="Leave out for the first page; for the next, the nextCursor of the previous list_threads answer.")]
@@ -180,11 +187,13 @@ def _register(server: MCPServer, tools: MemoryTools) -> None:
         return await run(lambda: tools.update_working_memory(working_memory, thread, resource, caller=caller))
 
     @server.tool(description="Store a message in a thread of this user (created if new), so it is remembered "
-                             "and found by search_memory later.")
+                             "and found by search_memory later. If you may send the same call again (after a timeout "
+                             "or a lost answer), give it an idempotency_key: a retry with the same key and arguments "
+                             "stores nothing again and answers the first call's result (replayed: true).")
     async def remember(ctx: Context, text: str, thread: str, role: str = "user", title: str | None = None,
-                       resource: ResourceArg = None) -> dict[str, Any]:
+                       resource: ResourceArg = None, idempotency_key: IdempotencyKeyArg = None) -> dict[str, Any]:
         caller = _caller(server, ctx.request_context)
-        return await run(lambda: tools.remember(text, thread, role, title, resource, caller=caller))
+        return await run(lambda: tools.remember(text, thread, role, title, resource, idempotency_key, caller=caller))
 
     # A thread id is a name, not a path: ".." or a leading "/" are ordinary characters of it (the SDK
     # decodes the percent-encoding before calling).

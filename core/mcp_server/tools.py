@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 from core.errors import MemoryStudioError
 from core.gateway.access import ANYONE, Caller
+from core.gateway.idempotency import Claim, IdempotencySettings, Keeper, Replay, checked_key, request_hash, scope_of
 from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation, client_id
 from core.ids import shown
 from core.memory import Memory
@@ -214,11 +215,14 @@ class Binding:
 class MemoryTools:
     """The MCP server's tools and resources, synchronous (the server runs them on worker threads)."""
 
-    def __init__(self, memory: Memory, binding: Binding, *, tracer: SpanTracer | None = None) -> None:
+    def __init__(self, memory: Memory, binding: Binding, *, tracer: SpanTracer | None = None,
+                 idempotency: IdempotencySettings | None = None) -> None:
         self.memory = memory
         self.binding = binding
         self._tracer = tracer
         self._cursors = _Cursors()
+        # ``remember``'s idempotency keys: the gateway's table and rules (``core.gateway.idempotency``).
+        self.keeper = Keeper(idempotency)
 
     @property
     def tracer(self) -> SpanTracer:
@@ -412,9 +416,17 @@ class MemoryTools:
                             lambda r: {"workingMemory": r["workingMemory"]}, caller)
 
     def remember(self, text: str, thread: str, role: str = "user", title: str | None = None,
-                 resource: str | None = None, *,
+                 resource: str | None = None, idempotency_key: str | None = None, *,
                  caller: Caller = ANYONE) -> dict[str, Any]:
-        """Store a message in a thread of this resource (the thread is created when it is new)."""
+        """Store a message in a thread of this resource (the thread is created when it is new).
+
+        ``idempotency_key`` (MCP has no headers, so an argument): a call sent again with the same key and the same
+        arguments stores nothing and answers the first call's result, with ``"replayed": true``. The key is kept in
+        the gateway's table (``memory_studio_idempotency``, its rules: ``core.gateway.idempotency``) under the
+        caller (its token's name, else the shared token), the resource and this tool, in the transaction that
+        stores the message, so a server that dies after the save has kept the answer too. The same key with other
+        arguments is refused (``idempotency_key_reused``), one whose first call is still running too (in use); a
+        call that fails stores nothing and gives the key back."""
         def run(owner: str) -> dict[str, Any]:
             if role not in ("user", "assistant"):
                 raise InvalidArgumentError(f"role must be 'user' or 'assistant', got {shown(role)}.")
@@ -440,16 +452,35 @@ class MemoryTools:
                 raise ResourceNotAllowed(
                     f"Thread ids starting with {CONVERSATION_PREFIX!r} are the gateway's conversation threads, and "
                     f"{shown(thread)} is not one of resource {shown(owner)}'s; remember into another thread id.")
+            claim: Claim | None = None
+            if idempotency_key is not None:
+                key = checked_key(idempotency_key, "remember's idempotency_key", "idempotency_key")
+                digest = request_hash(route=REMEMBER_ROUTE, text=text, thread=thread, role=role, title=title)
+                got = self.keeper.claim(self.memory.store.db, scope=scope_of(caller, owner, REMEMBER_ROUTE), key=key,
+                                        digest=digest, resource_id=owner, thread_id=thread, named="idempotency_key")
+                if isinstance(got, Replay):
+                    return {**got.outcome["body"], "replayed": True}
+                claim = got
             message = (Message.user if role == "user" else Message.assistant)(
                 text, thread_id=thread, resource_id=owner, metadata={"source": "mcp"})
-            # A new thread is created by the save, in its transaction: a refused message leaves no thread.
-            (saved,) = self.memory.save_messages([message])
+            # A new thread is created by the save, in its transaction: a refused message leaves no thread. A key's
+            # outcome is kept in that transaction too.
+            writes = [] if claim is None else [self.keeper.saved_with(
+                claim, lambda stored: {"kind": "json", "status": 200, "body": _remembered(owner, thread, stored[0])},
+                thread_id=thread)]
+            try:
+                (saved,) = self.memory.save_messages([message], _writes=writes)
+            except BaseException:
+                if claim is not None:
+                    self.keeper.release(claim)
+                raise
+            if claim is not None and self.keeper.sweep_due(claim.db):
+                self.keeper.sweep(claim.db)
             if existing is None:
                 created = self.memory.get_thread(thread)
                 if created is not None and not created.title and not created.metadata:
                     self.memory.update_thread(thread, title=title or "", metadata={"createdBy": "mcp"})
-            return {"resource": owner, "thread": thread, "messageId": saved.id,
-                    "createdAt": saved.to_dict().get("createdAt")}
+            return _remembered(owner, thread, saved)
 
         return self._traced("remember", "save-messages", {"thread": thread, "role": role, "text": text},
                             resource, thread, run, lambda r: {"saved": [r["messageId"]]}, caller)
@@ -593,6 +624,14 @@ class MemoryTools:
                 span.set_output(summary(result))
             root.set_output(summary(result))
         return result
+
+
+#: ``remember`` as idempotency keys are scoped to it (beside the gateway's routes, in the same table).
+REMEMBER_ROUTE = "mcp tools/call remember"
+
+
+def _remembered(owner: str, thread: str, saved: Message) -> dict[str, Any]:
+    return {"resource": owner, "thread": thread, "messageId": saved.id, "createdAt": saved.to_dict().get("createdAt")}
 
 
 def _transcript_name(name: str, resource: str | None) -> str:

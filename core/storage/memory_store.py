@@ -108,6 +108,9 @@ class ThreadPage:
     page: int
     per_page: int
     has_more: bool
+    # The last thread's key in the list's order, ``(createdAt as stored, id)`` (``thread_keys``' form): where the
+    # next page starts (``list_threads(after=...)``). None: an empty page.
+    last_key: tuple[str, str] | None = None
 
     def __iter__(self) -> Iterator[Thread]:
         return iter(self.threads)
@@ -293,7 +296,10 @@ class MemoryStore:
     def list_threads(
         self, *, resource_id: str | None = None, page: int = 0, per_page: int | None = 100,
         metadata_filter: Mapping[str, Any] | None = None, order_desc: bool = True,
+        after: tuple[str, str] | None = None,
     ) -> ThreadPage:
+        """``after``: a keyset start, the ``last_key`` of the page before: only threads after it in the list's
+        order (``page`` then counts from there), so threads created between two page reads move no page."""
         if page < 0 or (per_page is not None and per_page < 0):
             raise InvalidArgumentError("page and per_page must be non-negative.")
         query = sa.select(*_THREAD_COLS)
@@ -313,13 +319,31 @@ class MemoryStore:
             count = count.where(*conds)
         order = t.threads.c.createdAt.desc() if order_desc else t.threads.c.createdAt.asc()
         query = query.order_by(order, t.threads.c.id)
+        if after is not None:
+            created, thread_id = after
+            beyond = t.threads.c.createdAt < created if order_desc else t.threads.c.createdAt > created
+            query = query.where(sa.or_(beyond, sa.and_(t.threads.c.createdAt == created, t.threads.c.id > thread_id)))
         if per_page:
             query = query.limit(per_page).offset(page * per_page)
         with self.db.read() as conn:
             total = int(conn.execute(count).scalar() or 0)
             rows = conn.execute(query).all()
         size = per_page or total
-        return ThreadPage([_thread(r) for r in rows], total, page, size, bool(per_page) and (page + 1) * size < total)
+        last = (str(rows[-1][4]), str(rows[-1][0])) if rows else None
+        if after is not None:  # ``total`` counts the whole list; what follows this page is asked for
+            more = bool(per_page) and bool(rows) and self._has_threads_after(conds, order_desc, last)
+            return ThreadPage([_thread(r) for r in rows], total, page, size, more, last)
+        return ThreadPage([_thread(r) for r in rows], total, page, size, bool(per_page) and (page + 1) * size < total,
+                          last)
+
+    def _has_threads_after(self, conds: list[Any], order_desc: bool, key: tuple[str, str] | None) -> bool:
+        assert key is not None
+        created, thread_id = key
+        beyond = t.threads.c.createdAt < created if order_desc else t.threads.c.createdAt > created
+        stmt = sa.select(t.threads.c.id).where(
+            *conds, sa.or_(beyond, sa.and_(t.threads.c.createdAt == created, t.threads.c.id > thread_id))).limit(1)
+        with self.db.read() as conn:
+            return conn.execute(stmt).first() is not None
 
     def update_thread(
         self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None,

@@ -23,9 +23,11 @@ from core import Memory, MemoryOptions
 from core.agent import Agent
 from core.gateway import GatewayServer, create_app
 from core.gateway.guard import GuardPolicy
-from core.gateway.idempotency import IdempotencySettings
+from core.gateway.errors import GatewayError
+from core.gateway.idempotency import Claim, IdempotencySettings, Keeper
 from core.gateway.tokens import TokensFile, entry_for, new_token
 from core.llm import ModelError, ScriptedModel
+from core.messages import Message
 from core.storage.schema import IDEMPOTENCY_TABLE
 
 pytestmark = pytest.mark.backends
@@ -374,3 +376,82 @@ def test_an_unknown_key_header_without_memory_runs_as_before(memory):
             reply = client(server).chat.completions.with_raw_response.create(
                 model="plain", messages=[user("hi")], extra_headers={KEY: str(uuid.uuid4())})
             assert reply.parse().choices[0].message.content == "ok" and "idempotent-replayed" not in reply.headers
+
+
+def test_a_turn_whose_key_was_taken_over_while_it_ran_saves_nothing(memory, model):
+    """A request that held its key past the lease (a stalled process) and finishes after a repeat took the key over
+    saves nothing: its outcome is written in the turn's own transaction, which refuses (409) when the key is no
+    longer its own, so only the repeat's turn is stored."""
+    keeper = Keeper(IdempotencySettings(lease=0.05))
+    db = memory.store.db
+    stale = keeper.claim(db, scope="s", key="k-stall", digest="d", resource_id="ada", thread_id="t-stall")
+    assert isinstance(stale, Claim)
+    while True:  # 409 until the stale request's lease runs out
+        try:
+            repeat = keeper.claim(db, scope="s", key="k-stall", digest="d", resource_id="ada", thread_id="t-stall")
+            break
+        except GatewayError as exc:
+            assert exc.status == 409
+            time.sleep(0.02)
+    assert isinstance(repeat, Claim)
+    assert repeat.took_over
+    agent = Agent("echo", instructions="Echo.", model=ScriptedModel(model), memory=memory, tracer=False)
+    where = {"thread": "t-stall", "resource": "ada"}
+    with pytest.raises(GatewayError) as refused:
+        agent.generate("hello", memory=where, save_with=lambda o: keeper.saved_with(stale, {"text": o.text}))
+    assert refused.value.status == 409 and refused.value.code == "idempotency_key_in_use"
+    assert memory.get_thread("t-stall") is None  # nothing of the stale turn was saved
+    agent.generate("hello", memory=where, save_with=lambda o: keeper.saved_with(repeat, {"text": o.text}))
+    assert [m.role for m in memory.recall(thread_id="t-stall", resource_id="ada").messages] == ["user", "assistant"]
+    with db.read() as conn:
+        assert [tuple(r) for r in conn.exec_driver_sql(f"SELECT state, outcome FROM {IDEMPOTENCY_TABLE}")] == \
+            [("done", '{"text":"1 user message(s); last: hello"}')]
+
+
+def test_a_working_memory_write_and_its_keys_outcome_are_one_transaction(memory):
+    """The working-memory PUT kept its answer for its key in a second transaction after the write, so a process
+    that died between the two left the key leased and the retry wrote again (with If-Match, a 412 for its own
+    write). The answer is now kept in the write's transaction: a key no longer held undoes the write (409), and a
+    held one is done exactly when the value is written."""
+    keeper = Keeper(IdempotencySettings(lease=0.05))
+    db = memory.store.db
+    memory.save_messages([Message.user("hi", thread_id="t-wm", resource_id="ada")])
+    stale = keeper.claim(db, scope="s", key="k-wm", digest="d", resource_id="ada", thread_id="t-wm")
+    assert isinstance(stale, Claim)
+    while True:  # 409 until the stale request's lease runs out
+        try:
+            repeat = keeper.claim(db, scope="s", key="k-wm", digest="d", resource_id="ada", thread_id="t-wm")
+            break
+        except GatewayError as exc:
+            assert exc.status == 409
+            time.sleep(0.02)
+    assert isinstance(repeat, Claim)
+
+    def kept(claim: Claim) -> Any:
+        return keeper.saved_with(claim, lambda value: {"kind": "json", "status": 200, "body": value.text, "headers": {}})
+
+    with pytest.raises(GatewayError) as refused:
+        memory.update_working_memory(thread_id="t-wm", resource_id="ada", working_memory="# stale", _writes=[kept(stale)])
+    assert refused.value.status == 409
+    assert memory.get_working_memory(thread_id="t-wm", resource_id="ada") is None  # the stale write was undone
+    memory.update_working_memory(thread_id="t-wm", resource_id="ada", working_memory="# fresh", _writes=[kept(repeat)])
+    with db.read() as conn:
+        assert [tuple(r) for r in conn.exec_driver_sql(f"SELECT state, outcome FROM {IDEMPOTENCY_TABLE}")] == \
+            [("done", '{"kind":"json","status":200,"body":"# fresh","headers":{}}')]
+
+
+def test_a_keyed_turn_refused_before_it_runs_gives_its_key_back(server, memory, model):
+    """A keyed turn into a thread without an owner is refused (403) when its thread is looked up, before the model
+    runs; that refusal is kept for the key like any 4xx found while running, and the key is never left leased."""
+    memory.save_messages([Message.user("someone's", thread_id="orphan", resource_id="victim")])
+    with memory.store.db.write() as conn:  # another program stored it without an owner
+        conn.exec_driver_sql('UPDATE mastra_threads SET "resourceId" = ? WHERE id = ?', ("", "orphan"))
+    for n in range(2):
+        with pytest.raises(openai.PermissionDeniedError) as refused:
+            client(server).chat.completions.with_raw_response.create(
+                model="echo", messages=[user("hello")], metadata={"thread_id": "orphan", "resource_id": "ada"},
+                extra_headers={KEY: "k-orphan"})
+        assert refused.value.response.headers.get("idempotent-replayed") == (None if n == 0 else "true")
+    assert model.calls == 0
+    with memory.store.db.read() as conn:
+        assert [r[0] for r in conn.exec_driver_sql(f"SELECT state FROM {IDEMPOTENCY_TABLE}")] == ["done"]

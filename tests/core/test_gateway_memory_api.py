@@ -275,3 +275,90 @@ def test_delegations_are_listed_by_page_each_thread_once(server, memory):
     assert labels == {helper: "delegation of ada to helper", checker: "delegation of ada to helper, then to checker"}
     status, data = call(server, "GET", "/api/memory/delegations?resourceId=ada&perPage=1001")
     assert status == 400 and data["error"]["param"] == "perPage"
+
+
+def _ids(answer: dict[str, Any]) -> list[str]:
+    if "threads" in answer:
+        return [t["id"] for t in answer["threads"]]
+    return [t["id"] for d in answer["delegations"] for t in d["threads"]]
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("route", ["threads", "delegations"])
+def test_pages_by_cursor_hold_still_when_threads_are_created_between_reads(server, memory, route):
+    """The thread and delegation lists paged by offset (``page``): a thread created between two page reads moved
+    every later page by one, so the next page began with the last thread already shown (or, a thread deleted,
+    skipped one). ``nextCursor`` passed back as ``cursor`` continues after the last thread shown, whatever was
+    created meanwhile: each thread once, none skipped. ``page`` still works as an offset (and still shifts)."""
+    from core.scopes import delegation_resource
+
+    owner = "ada" if route == "threads" else delegation_resource("ada", "helper")
+    for i in range(7):
+        memory.save_messages([Message.user("kept", thread_id=f"t{i}", resource_id=owner)])
+    path = f"/api/memory/{route}?resourceId=ada&perPage=3"
+    status, first = call(server, "GET", path)
+    assert status == 200 and first["hasMore"] and first["nextCursor"]
+    expected = [t.id for t in memory.list_threads(resource_id=owner, per_page=None).threads]
+    seen, answer, created = _ids(first), first, 0
+    while answer["nextCursor"]:
+        created += 1  # a new thread between every two reads: the newest, so on no later page
+        memory.save_messages([Message.user("new", thread_id=f"new-{created}", resource_id=owner)])
+        status, answer = call(server, "GET", f"{path}&cursor={quote(answer['nextCursor'])}")
+        assert status == 200, answer
+        seen += _ids(answer)
+        assert answer["total"] == 7 + created
+    assert seen == expected  # each once, in order, none skipped
+    assert not answer["hasMore"] and answer["nextCursor"] is None
+    # By offset, page 1 now begins with threads the first page showed (the new ones pushed them down).
+    status, by_offset = call(server, "GET", f"{path}&page=1")
+    now = [t.id for t in memory.list_threads(resource_id=owner, per_page=None).threads]
+    assert status == 200 and _ids(by_offset) == now[3:6] and set(now[3:6]) & set(_ids(first))
+
+
+@pytest.mark.backends
+def test_a_cursor_that_is_not_this_lists_is_400_saying_to_start_again(server, memory):
+    for resource in ("ada", "bob"):
+        for i in range(3):
+            memory.save_messages([Message.user("kept", thread_id=f"{resource}-{i}", resource_id=resource)])
+    status, bobs = call(server, "GET", "/api/memory/threads?resourceId=bob&perPage=1")
+    assert status == 200 and bobs["nextCursor"]
+    status, adas = call(server, "GET", "/api/memory/threads?resourceId=ada&perPage=1")
+    import base64
+
+    week_date = base64.urlsafe_b64encode(json.dumps([1, "threads", "x", "2026-W01-1", "ada-1"]).encode()).decode()
+    for cursor, says in ((bobs["nextCursor"], "continues another list"), ("not-a-cursor", "cut short, changed or made up"),
+                         (adas["nextCursor"][:-3], "cut short, changed or made up"),
+                         (week_date, "cut short, changed or made up")):  # a time only Python reads, never sent on
+        status, data = call(server, "GET", f"/api/memory/threads?resourceId=ada&cursor={quote(cursor)}")
+        assert status == 400 and data["error"]["code"] == "invalid_cursor" and data["error"]["param"] == "cursor"
+        assert says in data["error"]["message"] and "without a cursor" in data["error"]["message"]
+    status, data = call(server, "GET", f"/api/memory/threads?resourceId=ada&page=1&cursor={quote(adas['nextCursor'])}")
+    assert status == 400 and data["error"]["param"] == "page"
+    status, data = call(server, "GET", f"/api/memory/delegations?resourceId=ada&cursor={quote(adas['nextCursor'])}")
+    assert status == 400 and "continues another list" in data["error"]["message"]
+
+
+@pytest.mark.backends
+def test_message_pages_by_cursor_hold_still_when_a_turn_is_stored_between_reads(server, memory):
+    """Paging a thread's messages from the newest by ``page``: a turn stored between two reads (two messages)
+    shifted every older page by two, so the next page repeated the two oldest messages already shown.
+    ``nextCursor`` passed back as ``cursor`` continues with the messages before the oldest one shown."""
+    texts = [f"message {i:02d}" for i in range(25)]
+    memory.save_messages([Message.user(text, thread_id="long", resource_id="ada") for text in texts])
+    path = "/api/memory/threads/long/messages?resourceId=ada&perPage=10"
+    status, answer = call(server, "GET", path)
+    assert status == 200 and answer["nextCursor"]
+    pages, turns = [answer], 0
+    while answer["nextCursor"]:
+        turns += 1  # a turn stored between every two reads
+        memory.save_messages([Message.user(f"new {turns}", thread_id="long", resource_id="ada"),
+                              Message.assistant(f"reply {turns}", thread_id="long", resource_id="ada")])
+        status, answer = call(server, "GET", f"{path}&cursor={quote(answer['nextCursor'])}")
+        assert status == 200, answer
+        pages.append(answer)
+    assert [len(p["messages"]) for p in pages] == [10, 10, 5]
+    assert [m["text"] for p in reversed(pages) for m in p["messages"]] == texts  # each once, none skipped
+    assert [p["hasMore"] for p in pages] == [True, True, False] and pages[-1]["total"] == 25 + 2 * turns
+    status, data = call(server, "GET", f"/api/memory/threads/other/messages?resourceId=ada&cursor="
+                                       f"{quote(pages[0]['nextCursor'])}")
+    assert status == 400 and data["error"]["code"] == "invalid_cursor"

@@ -1388,3 +1388,49 @@ def test_a_long_threads_transcript_holds_its_newest_messages_and_says_where_the_
     assert "short and whole" in short and "newest" not in short
     # The client reads the thread, not where the server keeps its database.
     assert str(db) not in long and str(db) not in short and db.name not in short
+
+
+@pytest.mark.backends
+def test_remember_with_an_idempotency_key_stores_a_retried_call_once(store: Any) -> None:
+    """An MCP client that sends a tools/call again (its answer lost) stored the message twice: MCP has no header for a
+    key. remember's idempotency_key argument makes the repeat answer the first call's result (replayed) and store
+    nothing; the key belongs to the caller, the resource and the tool; another message under the same key is refused;
+    without a key each call stores (as before). Through the SDK's own client, on libSQL and on Postgres."""
+    from core.embedding.hashing import HashingEmbedder
+    from core.gateway.access import Caller
+    from core.mcp_server.server import build_server
+    from core.mcp_server.tools import Binding, MemoryTools
+    from core.storage.schema import IDEMPOTENCY_TABLE
+
+    memory = Memory(store, MemoryOptions(), embedder=HashingEmbedder())
+    tools = MemoryTools(memory, Binding("ada"))
+    call = {"text": "Please remind me to buy oat milk", "thread": "ada-idem", "idempotency_key": "k-oat"}
+
+    async def main() -> list[Any]:
+        async with Client(build_server(tools)) as client:
+            tool = next(t for t in (await client.list_tools()).tools if t.name == "remember")
+            assert "idempotency_key" in tool.description and "idempotency_key" in tool.input_schema["properties"]
+            return [await client.call_tool("remember", call),
+                    await client.call_tool("remember", call),  # the retry of a call whose answer was lost
+                    await client.call_tool("remember", {**call, "text": "Another message"}),
+                    await client.call_tool("remember", {**call, "idempotency_key": "has a space"}),
+                    await client.call_tool("remember", {**call, "idempotency_key": "k-new"}),
+                    await client.call_tool("remember", {"text": "no key", "thread": "ada-idem"}),
+                    await client.call_tool("remember", {"text": "no key", "thread": "ada-idem"})]
+
+    first, again, other, malformed, new_key, *unkeyed = anyio.run(main)
+    assert "replayed" not in _data(first)
+    assert _data(again) == {**_data(first), "replayed": True}
+    assert "already used for a different request" in _error(other) and "idempotency_key" in _error(other)
+    assert "must be 1 to 255 visible ASCII characters" in _error(malformed)
+    assert _data(new_key)["messageId"] != _data(first)["messageId"]
+    assert len({_data(r)["messageId"] for r in unkeyed}) == 2
+    # Another caller's equal key is another key (its own call), as over the gateway.
+    ops = tools.remember(call["text"], "ada-idem", idempotency_key="k-oat", caller=Caller("ops", None))
+    assert "replayed" not in ops and ops["messageId"] != _data(first)["messageId"]
+    texts = [m.text for m in memory.recall(thread_id="ada-idem", resource_id="ada", per_page=50).messages]
+    assert texts.count(call["text"]) == 3 and texts.count("Another message") == 0 and texts.count("no key") == 2
+    with store.db.read() as conn:
+        states = [tuple(r) for r in conn.exec_driver_sql(f"SELECT idem_key, state FROM {IDEMPOTENCY_TABLE} "
+                                                         "ORDER BY idem_key, scope")]
+    assert states == [("k-new", "done"), ("k-oat", "done"), ("k-oat", "done")]
