@@ -65,7 +65,7 @@ def hit_row(h: Any) -> list[Any]:
             exact(h.vector_score), exact(h.keyword_score)]
 
 
-def synthetic(n: int, queries: int) -> Iterator[dict[str, Any]]:
+def synthetic(n: int, queries: int, fusion: str = "default") -> Iterator[dict[str, Any]]:
     import numpy as np
 
     import recall_speed as rs
@@ -79,7 +79,7 @@ def synthetic(n: int, queries: int) -> Iterator[dict[str, Any]]:
     msgs = rs.synthetic_messages(n, "t", "u", rng)
     for start in range(0, n, 1000):
         store.memory.save_messages(msgs[start : start + 1000])
-    emb = rs.TableEmbedder()
+    emb = rs.TableEmbedder(rs.FUSION_IDS[fusion])  # (the model id whose fusion settings search it)
     index = RecallIndex.for_store(store, emb)
     for start in range(0, n, 256):
         index.index_messages(msgs[start : start + 256])
@@ -140,6 +140,9 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="folder with locomo_public_*.jsonl (default: as recall_locomo.py finds it)")
     ap.add_argument("--locomo-limit", type=int, default=0, help="only the first N LoCoMo questions (0: all)")
     ap.add_argument("--skip-locomo", action="store_true")
+    ap.add_argument("--fusion", choices=("default", "e5", "use"), default="default",
+                    help="search the synthetic resource with this model's fusion settings (as recall_speed.py's "
+                         "--fusion: keyword share, list depths, the query lower-cased); LoCoMo keeps the defaults")
     args = ap.parse_args()
     if args.data is None:
         import recall_locomo
@@ -148,7 +151,7 @@ def main() -> None:
     digest = hashlib.sha256()
     answers = hits = 0
     with args.out.open("w", encoding="utf-8") as f:
-        sources = [synthetic(args.n, args.queries)]
+        sources = [synthetic(args.n, args.queries, args.fusion)]
         if not args.skip_locomo:
             if not (args.data / "locomo_public_queries.jsonl").exists():
                 raise SystemExit(f"no LoCoMo split at {args.data} (--data, or --skip-locomo)")

@@ -55,6 +55,7 @@ recall@1 / @10 / nDCG@10): combine alone .351 / .717 / .548; with the next messa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import AbstractSet, Mapping, Sequence
 
 from core.recall.types import CANDIDATES, Fused as Fused, Ranked as Ranked  # (re-exported: the fusion's types)
@@ -179,12 +180,14 @@ class Combined:
         self._vec_at = vec_at = places(vector) if vec_at is None else vec_at
         self._kw_at = kw_at = places(keyword)
         self._cosines = cosines
-        best_kw = max((h.score for h in keyword), default=0.0)
+        best_kw: float = max(map(_SCORE, keyword), default=0.0)
         kw_scale = keyword_share / best_kw if best_kw > 0 else 0.0
         vec_share = 1.0 - keyword_share
+        lo: float
+        span: float
         if vector:
-            lo = min(h.score for h in vector)
-            span = max(h.score for h in vector) - lo
+            lo = min(map(_SCORE, vector))
+            span = max(map(_SCORE, vector)) - lo
         else:
             lo, span = 0.0, 0.0
 
@@ -212,32 +215,60 @@ class Combined:
         # (the recall playground shows both parts).
         self.own: dict[str, float] = score_of
         spread = span > 1e-12
-        for i in vec_at.values():  # (a message listed twice counts once, as its last entry)
-            h = vector[i]
-            k = kw_at.get(h.message_id)
-            cos = h.score
-            if spread:  # (vec_part, inlined: the common case)
+        add = scored.append
+        if spread and len(vec_at) == len(vector) and len(kw_at) == len(keyword):
+            # Each message listed once in each list (the common case): the lists read as they are, each
+            # record unpacked once; the same operations as the general loops below, in the same order.
+            kw_get = kw_at.get
+            for mid, thread, _, cos in vector:
+                k = kw_get(mid)
                 part = (cos - lo) / span
                 part = 1.0 if part > 1.0 else part
-            else:
-                part = vec_part(cos)
-            score = (keyword[k].score * kw_scale if k is not None else 0.0) + vec_share * part
-            scored.append((-score, -cos, h.message_id))
-            score_of[h.message_id] = score
-            thread_of[h.message_id] = h.thread_id
-        for i in kw_at.values():
-            h = keyword[i]
-            if h.message_id in vec_at:
-                continue
-            known = cosines.get(h.message_id)
-            if spread and known is not None:  # (vec_part, inlined: the common case)
-                part = (known - lo) / span
-                score = h.score * kw_scale + vec_share * (1.0 if part > 1.0 else part)
-            else:
-                score = h.score * kw_scale + vec_share * vec_part(known)
-            scored.append((-score, -(known if known is not None else -2.0), h.message_id))
-            score_of[h.message_id] = score
-            thread_of[h.message_id] = h.thread_id
+                score = (keyword[k].score * kw_scale if k is not None else 0.0) + vec_share * part
+                add((-score, -cos, mid))
+                score_of[mid] = score
+                thread_of[mid] = thread
+            cos_get = cosines.get
+            for mid, thread, _, kw_score in keyword:
+                if mid in vec_at:
+                    continue
+                known = cos_get(mid)
+                if known is not None:
+                    part = (known - lo) / span
+                    score = kw_score * kw_scale + vec_share * (1.0 if part > 1.0 else part)
+                    add((-score, -known, mid))
+                else:
+                    score = kw_score * kw_scale + vec_share * vec_part(known)
+                    add((-score, 2.0, mid))  # (-(-2.0): no cosine counts as -2)
+                score_of[mid] = score
+                thread_of[mid] = thread
+        else:
+            for i in vec_at.values():  # (a message listed twice counts once, as its last entry)
+                h = vector[i]
+                k = kw_at.get(h.message_id)
+                cos = h.score
+                if spread:  # (vec_part, inlined: the common case)
+                    part = (cos - lo) / span
+                    part = 1.0 if part > 1.0 else part
+                else:
+                    part = vec_part(cos)
+                score = (keyword[k].score * kw_scale if k is not None else 0.0) + vec_share * part
+                scored.append((-score, -cos, h.message_id))
+                score_of[h.message_id] = score
+                thread_of[h.message_id] = h.thread_id
+            for i in kw_at.values():
+                h = keyword[i]
+                if h.message_id in vec_at:
+                    continue
+                known = cosines.get(h.message_id)
+                if spread and known is not None:  # (vec_part, inlined: the common case)
+                    part = (known - lo) / span
+                    score = h.score * kw_scale + vec_share * (1.0 if part > 1.0 else part)
+                else:
+                    score = h.score * kw_scale + vec_share * vec_part(known)
+                scored.append((-score, -(known if known is not None else -2.0), h.message_id))
+                score_of[h.message_id] = score
+                thread_of[h.message_id] = h.thread_id
         # Sorted when ``order`` is first asked: a search that reshapes the scores (``reshape``) sorts only
         # their new entries, and reads the candidates in any order (``entries``).
         self.entries = scored
@@ -286,6 +317,19 @@ class Combined:
         best_of: dict[str | None, tuple[float, float, str]] = {}
         second_of: dict[str | None, tuple[float, float, str]] = {}
         get_next, get_prev, get_base = next_of.get, prev_of.get, base.get
+        add = scored.append
+        if not grouped:
+            for neg, tie, mid in self.entries:
+                score = -neg
+                nxt = get_next(mid)
+                if nxt is not None and nxt != mid:
+                    score += share * get_base(nxt, 0.0)
+                prev = get_prev(mid)
+                if prev is not None:
+                    score += share * base[prev]
+                add((-(score * scale), tie, mid))
+            return scored, best_of, second_of
+        get_best, get_second = best_of.get, second_of.get
         for neg, tie, mid in self.entries:
             score = -neg
             nxt = get_next(mid)
@@ -295,19 +339,19 @@ class Combined:
             if prev is not None:
                 score += share * base[prev]
             entry = (-(score * scale), tie, mid)
-            scored.append(entry)
-            if grouped:  # (entries are unique, so the two best of a thread do not depend on the pass's order)
-                thread = thread_of[mid]
-                best = best_of.get(thread)
-                if best is None:
-                    best_of[thread] = entry
-                elif entry < best:
-                    second_of[thread] = best
-                    best_of[thread] = entry
-                else:
-                    second = second_of.get(thread)
-                    if second is None or entry < second:
-                        second_of[thread] = entry
+            add(entry)
+            # (entries are unique, so the two best of a thread do not depend on the pass's order)
+            thread = thread_of[mid]
+            best = get_best(thread)
+            if best is None:
+                best_of[thread] = entry
+            elif entry < best:
+                second_of[thread] = best
+                best_of[thread] = entry
+            else:
+                second = get_second(thread)
+                if second is None or entry < second:
+                    second_of[thread] = entry
         return scored, best_of, second_of
 
     def thread_prior(self, share: float) -> None:
@@ -359,19 +403,25 @@ class Combined:
             return
         entries, best_of, second_of = self._propagated(next_of, neighbour_share, grouped=True)
         thread_of = self._thread_of
-        # ``thread_prior``'s step over those entries (its ``base`` is ``propagate``'s scores, ``-neg``)
+        # ``thread_prior``'s step over those entries (its ``base`` is ``propagate``'s scores, ``-neg``): per
+        # thread, its best candidate's id, what the others add (the best's score) and what the best adds
+        # (the second's, or 0), each product computed once per thread
         scale = 1.0 / (1.0 + thread_share)
+        adds: dict[str | None, tuple[str, float, float]] = {}
+        for thread, best in best_of.items():
+            second = second_of.get(thread)
+            adds[thread] = (best[2], thread_share * -best[0], thread_share * (-second[0] if second is not None else 0.0))
         scored: list[tuple[float, float, str]] = []
+        add = scored.append
+        score_of: dict[str, float] = {}
         for neg, tie, mid in entries:
-            thread = thread_of[mid]
-            best = best_of[thread]
-            if best[2] == mid:
-                second = second_of.get(thread)
-                other = -second[0] if second is not None else 0.0
-            else:
-                other = -best[0]
-            scored.append((-((-neg + thread_share * other) * scale), tie, mid))
-        self._reorder(scored)
+            best_id, to_others, to_best = adds[thread_of[mid]]
+            score = (-neg + (to_best if best_id == mid else to_others)) * scale
+            add((-score, tie, mid))
+            score_of[mid] = score
+        scored.sort()
+        self.entries = self._order = scored
+        self._score_of = score_of  # (``_reorder``'s map: the same keys and floats, built in the same pass)
 
     def _takes(self, share: float) -> bool:
         """Whether a step with this share changes anything (a negative share is refused)."""
@@ -424,9 +474,13 @@ class Combined:
         return out
 
 
+_SCORE = attrgetter("score")
+_MESSAGE_ID = attrgetter("message_id")
+
+
 def places(ranked: Sequence[Ranked]) -> dict[str, int]:
     """Each message's place in a list (0-based; a message listed twice: its last place)."""
-    return {h.message_id: i for i, h in enumerate(ranked)}
+    return dict(zip(map(_MESSAGE_ID, ranked), range(len(ranked))))
 
 
 def rerank(

@@ -13,7 +13,7 @@ import contextlib
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -316,6 +316,10 @@ class VectorSet:
         self.positions_of("")  # (builds the map once)
         positions = self._positions
         assert positions is not None
+        found_rows = list(map(positions.get, message_ids))
+        if found_rows and None not in found_rows and set(map(type, found_rows)) == {int}:
+            rows, owners = cast(list[int], found_rows), message_ids  # (the common case: each message found, with one row)
+            message_ids = []
         for mid in message_ids:
             found = positions.get(mid)
             if found is None:
@@ -331,7 +335,10 @@ class VectorSet:
         # (``take`` with an index array: the same rows, in the same order, as ``self.matrix[rows]``, so the same
         # product to the bit, without converting a list of ints first)
         scores = (np.take(self._matrix, np.array(rows, dtype=np.intp), axis=0) @ qvec).tolist()
-        best: dict[str, float] = {}
+        best = dict(zip(owners, scores))
+        if len(best) == len(owners):
+            return best  # (one row each, each message asked once: nothing to choose between)
+        best = {}
         for mid, sc in zip(owners, scores):
             if mid not in best or sc > best[mid]:
                 best[mid] = sc

@@ -17,6 +17,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 import numpy as np
@@ -296,7 +297,7 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     order: dict[str, tuple[str | None, date | None, str | None]] = {}
     if receivers and (hybrid.NEXT_SHARE > 0 or spans or hybrid.SPEAKER_BOOST > 0 or neighbours):
         try:
-            ids = [mid for _, _, mid in receivers]
+            ids = list(map(_ID, receivers))
             labels = hybrid.SPEAKER_BOOST > 0
             if kept is not None:
                 def threads() -> dict[str, str | None]:  # (asked only when a candidate's answer is not kept)
@@ -315,8 +316,12 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
         out.receivers = receivers = combined.order if everyone else _may_reach(combined.order, top_k, dated=bool(spans))
         if len(receivers) < len(order):
             order = {mid: found for _, _, mid in receivers if (found := order.get(mid)) is not None}
-    named = SpeakerMatcher(query)
-    out.by_speaker = {mid for mid, (_, _, label) in order.items() if label is not None and named(label)}
+    labelled = [(mid, label) for mid, (_, _, label) in order.items() if label is not None]
+    if labelled:  # (the query's words read only when some candidate has a label to match them against)
+        named = SpeakerMatcher(query)
+        out.by_speaker = {mid for mid, label in labelled if named(label)}
+    else:
+        out.by_speaker = set()
     # When no receiver was spoken by a speaker the query names, none gains the speaker boost, so only
     # those that reach the top_k without it are re-ranked (``_may_reach``'s bound less the boost): the
     # same records, scores and order, without a lookup of each other receiver's next message.
@@ -407,6 +412,7 @@ def run_search(
 
 
 _ROUNDING = 1e-9
+_ID = itemgetter(2)  # (an entry's message id)
 
 
 def _may_reach(order: list[tuple[float, float, str]], top_k: int, *, dated: bool,

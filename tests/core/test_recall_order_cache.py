@@ -241,3 +241,32 @@ def test_kept_threads_make_room_for_newly_asked_ones(tmp_path: Path, monkeypatch
     assert ask("a") == []  # c goes (b was asked since)
     assert list(index.order._threads) == ["b", "a"] and index.order._whole_rows == 21
     store.close()
+
+
+def test_a_thread_read_whole_is_decoded_once_when_read(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    """A thread read whole gets each message's day and label decoded by that read, so the searches after it
+    decode none of its candidates (each did so the first time a message was a candidate); the answers are
+    a fresh read's, also after an append changes a kept message's next one."""
+    from core.recall import order_cache
+
+    store = open_store(tmp_path / "m.db")
+    index = RecallIndex.for_store(store, HashingEmbedder(16))
+    store.memory.create_thread(thread_id="a", resource_id="u")
+    store.memory.save_messages([msg(i, "a", f"{'Mel' if i % 2 else 'Jo'}: line {i}", 10 * i) for i in range(6)]
+                               + [msg(6, "a", "   ", 60), msg(7, "a", "no label here", 70)])
+    ids = [f"a-{i}" for i in range(8)]
+    assert agree_whole(index, ids[:2], {m: "a" for m in ids}) == []  # (the thread read whole here)
+    decoded: list[str] = []
+    real = order_cache.speaker_label
+
+    def counted(text):  # type: ignore[no-untyped-def]
+        decoded.append(text)
+        return real(text)
+
+    monkeypatch.setattr(order_cache, "speaker_label", counted)
+    assert sorted(agree_whole(index, ids, {m: "a" for m in ids})) == ["a-6"]  # (a blank text: read whole, by id)
+    assert decoded == []
+    store.memory.save_messages([msg(8, "a", "Mel: the last", 80)])
+    assert agree_whole(index, ids + ["a-8"], {m: "a" for m in ids}) == []  # (a-6 kept from its read by id)
+    assert sorted(decoded) == ["Mel: the last", "no label here"]  # the new message, and the one it now follows
+    store.close()

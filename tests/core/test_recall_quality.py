@@ -622,3 +622,27 @@ def test_a_query_naming_a_speaker_prefers_that_speakers_message(store):
         hits = index.search(f"Where did {who} go hiking?", resource_id="u", mode="hybrid", top_k=2).hits
         assert hits[0].message_id == expected, who
         assert all(h.score <= 1 + 1e-9 for h in hits)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    vec=st.dictionaries(st.sampled_from("abcdefgh"), st.sampled_from([-0.5, 0.0, 0.25, 0.5, 0.9, 1.0, 0.3333]), min_size=1, max_size=8),
+    kw=st.dictionaries(st.sampled_from("efghijkl"), st.sampled_from([0.0, 1.0, 2.5, 10.0, 3.7]), max_size=8),
+    known=st.dictionaries(st.sampled_from("ijkl"), st.sampled_from([-0.7, 0.1, 0.6, 1.2])),
+    share=st.sampled_from([0.0, 0.65, 0.85, 1.0]),
+)
+def test_combined_reads_lists_of_unique_messages_as_the_general_loops_do(vec, kw, known, share):
+    """Lists naming each message once take ``Combined``'s unpacking loops; a copy of each list with its last
+    hit listed again (counted once, as its last entry: the same candidates and scores) takes the general
+    loops. Entries, scores and threads are the same to the bit."""
+    vector = [hybrid.Ranked(m, f"t{ord(m) % 3}", "u", s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
+    keyword_list = [hybrid.Ranked(m, f"t{ord(m) % 2}", "u", s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
+    unique = hybrid.Combined(vector, keyword_list, known, keyword_share=share)
+    general = hybrid.Combined(vector + vector[-1:], keyword_list + keyword_list[-1:], known, keyword_share=share)
+
+    def bits(c: hybrid.Combined) -> list[tuple[str, str, str]]:
+        return [(neg.hex(), tie.hex(), m) for neg, tie, m in c.entries]
+
+    assert bits(unique) == bits(general)
+    assert [(m, s.hex()) for m, s in unique.own.items()] == [(m, s.hex()) for m, s in general.own.items()]
+    assert unique._thread_of == general._thread_of
