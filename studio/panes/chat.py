@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QKeySequence, QShortcut, QShowEvent
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -47,6 +47,7 @@ from studio.logic.prompt_layout import EmbedderHolder
 from studio.logic.thread_labels import delegation_refusal, header_tip, resource_label
 from studio.reads import last_messages
 from studio.selection import Selection
+from studio.theme import readable_html
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.pane_header import alive_only, pane_header, pane_layout, status_label
@@ -573,16 +574,21 @@ class ChatPane(QWidget):
         # Not "No messages yet": the thread may hold many; they could not be read.
         self.banner.show_message(f"{READ_FAILED}: {str(exc) or type(exc).__name__}", "error")
         if not self.busy and not self.entries:
-            self.transcript.setHtml(lay.unreadable_html())
+            self.transcript.setHtml(readable_html(lay.unreadable_html(), self.transcript))
 
     # -- transcript ------------------------------------------------------------------------------
     def _render(self) -> None:
         self._paint.stop()
         bar = self.transcript.verticalScrollBar()
         at_end = bar.value() >= bar.maximum() - 4
-        self.transcript.setHtml(lay.transcript_html(self.entries, busy=self.busy))
+        self.transcript.setHtml(readable_html(lay.transcript_html(self.entries, busy=self.busy), self.transcript))
         if at_end or self.busy:
             bar.setValue(bar.maximum())
+
+    def changeEvent(self, event: Any) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "transcript") and self.entries:
+            self._render()  # the transcript's colours follow the theme (``readable_html``)
 
     def transcript_text(self) -> str:
         return self.transcript.toPlainText()

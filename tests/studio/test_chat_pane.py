@@ -482,3 +482,37 @@ def test_a_delegations_thread_says_why_chat_runs_no_turn_there(qtbot, pane, sess
     pane.resource_edit.setText(helper)
     said = pane.request("hello")
     assert isinstance(said, str) and "ada's own threads" in said
+
+
+@pytest.mark.parametrize("first", ["light", "dark"])
+def test_the_transcripts_colours_read_on_either_theme_and_follow_a_switch(pane, qapp, first):
+    """The transcript's HTML carries one red for both themes: "· not saved" under a turn that failed read
+    3.4:1 on the light theme's white (found by a Studio walk). It is shaded for the theme shown, at 4.5:1,
+    and follows a switch of theme."""
+    import re
+
+    from PySide6.QtGui import QColor, QPalette
+
+    from studio.logic.chat_layout import Entry
+    from studio.theme import AA_BODY_TEXT, apply_theme, contrast
+
+    from .conftest import theme_restored
+
+    def not_saved_colour() -> QColor:
+        found = re.search(r"color:(#[0-9a-fA-F]{6});?[^>]*>· not saved", pane.transcript.toHtml())
+        assert found is not None, pane.transcript.toHtml()
+        return QColor(found.group(1))
+
+    with theme_restored(qapp):
+        pane.entries = [Entry("user", "hello", state="failed")]
+        for theme in (first, "dark" if first == "light" else "light"):
+            apply_theme(qapp, theme)
+            qapp.processEvents()
+            pane._render()  # (a switch re-renders by itself: checked below for the second theme)
+            base = pane.transcript.palette().color(QPalette.ColorRole.Base)
+            assert contrast(not_saved_colour(), base) >= AA_BODY_TEXT, theme
+        shown = not_saved_colour()
+        apply_theme(qapp, first)
+        qapp.processEvents()
+        assert not_saved_colour() != shown  # re-shaded for the theme switched to, without a render asked
+        assert contrast(not_saved_colour(), pane.transcript.palette().color(QPalette.ColorRole.Base)) >= AA_BODY_TEXT
