@@ -574,21 +574,24 @@ class ChatPane(QWidget):
         # Not "No messages yet": the thread may hold many; they could not be read.
         self.banner.show_message(f"{READ_FAILED}: {str(exc) or type(exc).__name__}", "error")
         if not self.busy and not self.entries:
-            self.transcript.setHtml(readable_html(lay.unreadable_html(), self.transcript))
+            self.transcript.setHtml(readable_html(lay.unreadable_html(), self))
 
     # -- transcript ------------------------------------------------------------------------------
     def _render(self) -> None:
         self._paint.stop()
         bar = self.transcript.verticalScrollBar()
         at_end = bar.value() >= bar.maximum() - 4
-        self.transcript.setHtml(readable_html(lay.transcript_html(self.entries, busy=self.busy), self.transcript))
+        self.transcript.setHtml(readable_html(lay.transcript_html(self.entries, busy=self.busy), self))
         if at_end or self.busy:
             bar.setValue(bar.maximum())
 
     def changeEvent(self, event: Any) -> None:  # noqa: N802 - Qt's name
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange and hasattr(self, "transcript") and self.entries:
-            self._render()  # the transcript's colours follow the theme (``readable_html``)
+            # The transcript's colours follow the theme (``readable_html``), read from this pane's palette: a
+            # theme's change reaches the pane and its children one by one, so the transcript's own may be the
+            # old one still when this runs.
+            self._render()
 
     def transcript_text(self) -> str:
         return self.transcript.toPlainText()

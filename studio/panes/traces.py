@@ -709,7 +709,7 @@ class TracesPane(QWidget):
         self.tabs.setTabVisible(TAB_ERROR, bool(headline))
         self.error_view.setHtml(readable_html(
             f"<div style='color:{ERROR_COLOR}; font-weight:600'>{_esc(headline)}</div>"
-            f"<pre style='white-space:pre-wrap'>{_esc(stack)}</pre>", self.error_view) if headline else "")
+            f"<pre style='white-space:pre-wrap'>{_esc(stack)}</pre>", self) if headline else "")  # (see ChatPane)
         for tab, has in ((TAB_INPUT, span.input is not None), (TAB_OUTPUT, span.output is not None),
                          (TAB_ATTRIBUTES, span.attributes is not None)):
             self.tabs.setTabEnabled(tab, has)
