@@ -80,7 +80,7 @@ def readable(colour: QColor, *backgrounds: QColor, ratio: float = AA_BODY_TEXT) 
     return shade
 
 
-_HTML_COLOUR = re.compile(r"(color\s*:\s*)(#[0-9a-fA-F]{6})\b")
+_HTML_COLOUR = re.compile(r"(?<![-\w])(color\s*:\s*)(#[0-9a-fA-F]{6})\b")  # (not background-color)
 
 
 def readable_html(html: str, widget: QWidget) -> str:
