@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QApplication, QWidget
 
@@ -76,6 +78,26 @@ def readable(colour: QColor, *backgrounds: QColor, ratio: float = AA_BODY_TEXT) 
         if all(contrast(shade, bg) >= ratio for bg in backgrounds):
             break
     return shade
+
+
+_HTML_COLOUR = re.compile(r"(?<![-\w])(color\s*:\s*)(#[0-9a-fA-F]{6})\b")  # (not background-color)
+
+
+def readable_html(html: str, widget: QWidget) -> str:
+    """``html`` with each ``color:#rrggbb`` it sets shaded to read at 4.5:1 on ``widget``'s background
+    (``readable`` against its Base and Window colours): the logic modules write one colour for both
+    themes (a red of 3.4:1 on the light theme's white), and the widget knows which theme it shows."""
+    pal = widget.palette()
+    backgrounds = (pal.color(QPalette.ColorRole.Base), pal.color(QPalette.ColorRole.Window))
+    shades: dict[str, str] = {}
+
+    def shade(found: re.Match[str]) -> str:
+        hex_colour = found.group(2).lower()
+        if hex_colour not in shades:
+            shades[hex_colour] = readable(QColor(hex_colour), *backgrounds).name()
+        return found.group(1) + shades[hex_colour]
+
+    return _HTML_COLOUR.sub(shade, html)
 
 
 def palette(name: str) -> QPalette:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QKeySequence, QShortcut, QShowEvent
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -47,6 +47,7 @@ from studio.logic.prompt_layout import EmbedderHolder
 from studio.logic.thread_labels import delegation_refusal, header_tip, resource_label
 from studio.reads import last_messages
 from studio.selection import Selection
+from studio.theme import readable_html
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.pane_header import alive_only, pane_header, pane_layout, status_label
@@ -578,7 +579,7 @@ class ChatPane(QWidget):
         # Not "No messages yet": the thread may hold many; they could not be read.
         self.banner.show_message(f"{READ_FAILED}: {str(exc) or type(exc).__name__}", "error")
         if not self.busy and not self.entries:
-            self.transcript.setHtml(lay.unreadable_html())
+            self.transcript.setHtml(readable_html(lay.unreadable_html(), self))
 
     # -- transcript ------------------------------------------------------------------------------
     def _render(self) -> None:
@@ -587,7 +588,7 @@ class ChatPane(QWidget):
         at_end, was = self._follow_end or self.busy, bar.value()
         self._replacing = True  # (the range and value the new text passes through are not the user's scrolling)
         try:
-            self.transcript.setHtml(lay.transcript_html(self.entries, busy=self.busy))
+            self.transcript.setHtml(readable_html(lay.transcript_html(self.entries, busy=self.busy), self))
         finally:
             self._replacing = False
         self._follow_end = at_end
@@ -602,6 +603,14 @@ class ChatPane(QWidget):
         # keeps showing it (it was left a few lines above the newest reply, found 2026-12-06 on a tab's first show).
         if self._follow_end and not self._replacing:
             self.transcript.verticalScrollBar().setValue(maximum)
+
+    def changeEvent(self, event: Any) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "transcript") and self.entries:
+            # The transcript's colours follow the theme (``readable_html``), read from this pane's palette: a
+            # theme's change reaches the pane and its children one by one, so the transcript's own may be the
+            # old one still when this runs.
+            self._render()
 
     def transcript_text(self) -> str:
         return self.transcript.toPlainText()

@@ -64,6 +64,7 @@ from studio.logic.pricing import CostEstimate, Price, dump_prices, estimate, loa
 from studio.logic.thread_labels import header_tip, resource_label, resource_tip
 from studio.reads import SourceResolver, TracePage, TraceSource, load_traces_page, load_usage, traces_fingerprint
 from studio.selection import Selection
+from studio.theme import readable_html
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, mono_font
@@ -706,9 +707,9 @@ class TracesPane(QWidget):
         self.span_json_view.load(pretty_json(span.to_json_dict()))
         headline, stack = error_parts(span.error)
         self.tabs.setTabVisible(TAB_ERROR, bool(headline))
-        self.error_view.setHtml(
+        self.error_view.setHtml(readable_html(
             f"<div style='color:{ERROR_COLOR}; font-weight:600'>{_esc(headline)}</div>"
-            f"<pre style='white-space:pre-wrap'>{_esc(stack)}</pre>" if headline else "")
+            f"<pre style='white-space:pre-wrap'>{_esc(stack)}</pre>", self) if headline else "")  # (see ChatPane)
         for tab, has in ((TAB_INPUT, span.input is not None), (TAB_OUTPUT, span.output is not None),
                          (TAB_ATTRIBUTES, span.attributes is not None)):
             self.tabs.setTabEnabled(tab, has)

@@ -482,3 +482,48 @@ def test_a_delegations_thread_says_why_chat_runs_no_turn_there(qtbot, pane, sess
     pane.resource_edit.setText(helper)
     said = pane.request("hello")
     assert isinstance(said, str) and "ada's own threads" in said
+
+
+@pytest.mark.parametrize("first", ["light", "dark"])
+def test_the_transcripts_colours_read_on_either_theme_and_follow_a_switch(qtbot, pane, session, qapp, first):
+    """The transcript's HTML carries one red for both themes: "· not saved" under a turn that failed read
+    3.4:1 on the light theme's white (found by a Studio walk). It is shaded for the theme shown, at 4.5:1,
+    and follows a switch of theme. The turn fails as a user's does (the endpoint refuses the key), and the
+    pane's reads are over before the colours are read: nothing of the pane's own replaces the transcript."""
+    import re
+
+    from PySide6.QtGui import QColor, QPalette
+
+    from studio.theme import AA_BODY_TEXT, apply_theme, contrast
+
+    from .conftest import theme_restored
+
+    def not_saved_colour() -> QColor:
+        found = re.search(r"color:(#[0-9a-fA-F]{6});?[^>]*>· not saved", pane.transcript.toHtml())
+        assert found is not None, pane.transcript.toHtml()
+        return QColor(found.group(1))
+
+    def base() -> QColor:
+        return pane.transcript.palette().color(QPalette.ColorRole.Base)
+
+    with theme_restored(qapp):
+        apply_theme(qapp, first)
+        with LoopbackServer(["never sent"]) as server:
+            server.fail_next(1, status=401, message="invalid api key")
+            use_models(pane, Endpoint("Loopback", server.base_url))
+            select(qtbot, pane, Selection("ada", "t-food"))
+            with qtbot.waitSignal(pane.turn_failed, timeout=20_000):
+                pane.input.setPlainText("Hello?")
+                pane.send_btn.click()
+        assert session.pool.wait(20_000)  # (the pane's reads, if any, are over)
+        qtbot.waitUntil(lambda: not pane.busy and "not saved" in pane.transcript_text(), timeout=10_000)
+        assert contrast(not_saved_colour(), base()) >= AA_BODY_TEXT, first
+        shown = not_saved_colour()
+        other = "dark" if first == "light" else "light"
+        apply_theme(qapp, other)
+        qapp.processEvents()
+        assert not_saved_colour() != shown  # re-shaded for the theme switched to, without a render asked
+        assert contrast(not_saved_colour(), base()) >= AA_BODY_TEXT, other
+        apply_theme(qapp, first)
+        qapp.processEvents()
+        assert not_saved_colour() == shown and "Hello?" in pane.transcript_text()
