@@ -15,7 +15,7 @@ import re
 
 from typing import Any
 
-from PySide6.QtCore import QEvent, QMimeData, Qt
+from PySide6.QtCore import QEvent, QMimeData, QObject, Qt
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -133,7 +133,7 @@ def mark_priorities(highlighter: QSyntaxHighlighter, text: str) -> None:
     """Colour the viewer marks that stand for priority emoji (``view_marks``): each mark's colour is one
     for both themes, shaded to read at 4.5:1 on the view's background (the amber read 2.2:1 and the green
     2.5:1 on the light theme's white). ``CodeEditor`` highlights again on a change of theme."""
-    view = highlighter.document()
+    view: QObject | None = highlighter.document()
     while view is not None and not isinstance(view, QWidget):
         view = view.parent()  # (a plain text edit's document belongs to its text control, that to the edit)
     backgrounds = ((view.palette().base().color(), view.palette().window().color())
