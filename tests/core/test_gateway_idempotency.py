@@ -378,22 +378,29 @@ def test_an_unknown_key_header_without_memory_runs_as_before(memory):
             assert reply.parse().choices[0].message.content == "ok" and "idempotent-replayed" not in reply.headers
 
 
+def _taken_over(keeper: Keeper, db: Any, key: str, thread: str) -> tuple[Claim, Claim]:
+    """A claim of ``key`` (a request that then stalls) and the repeat's, which takes the key over once the first's
+    lease runs out (409 until then)."""
+    stale = keeper.claim(db, scope="s", key=key, digest="d", resource_id="ada", thread_id=thread)
+    assert isinstance(stale, Claim)
+    while True:
+        try:
+            repeat = keeper.claim(db, scope="s", key=key, digest="d", resource_id="ada", thread_id=thread)
+            break
+        except GatewayError as exc:
+            assert exc.status == 409
+            time.sleep(0.02)
+    assert isinstance(repeat, Claim)
+    return stale, repeat
+
+
 def test_a_turn_whose_key_was_taken_over_while_it_ran_saves_nothing(memory, model):
     """A request that held its key past the lease (a stalled process) and finishes after a repeat took the key over
     saves nothing: its outcome is written in the turn's own transaction, which refuses (409) when the key is no
     longer its own, so only the repeat's turn is stored."""
     keeper = Keeper(IdempotencySettings(lease=0.05))
     db = memory.store.db
-    stale = keeper.claim(db, scope="s", key="k-stall", digest="d", resource_id="ada", thread_id="t-stall")
-    assert isinstance(stale, Claim)
-    while True:  # 409 until the stale request's lease runs out
-        try:
-            repeat = keeper.claim(db, scope="s", key="k-stall", digest="d", resource_id="ada", thread_id="t-stall")
-            break
-        except GatewayError as exc:
-            assert exc.status == 409
-            time.sleep(0.02)
-    assert isinstance(repeat, Claim)
+    stale, repeat = _taken_over(keeper, db, "k-stall", "t-stall")
     assert repeat.took_over
     agent = Agent("echo", instructions="Echo.", model=ScriptedModel(model), memory=memory, tracer=False)
     where = {"thread": "t-stall", "resource": "ada"}
@@ -416,16 +423,7 @@ def test_a_working_memory_write_and_its_keys_outcome_are_one_transaction(memory)
     keeper = Keeper(IdempotencySettings(lease=0.05))
     db = memory.store.db
     memory.save_messages([Message.user("hi", thread_id="t-wm", resource_id="ada")])
-    stale = keeper.claim(db, scope="s", key="k-wm", digest="d", resource_id="ada", thread_id="t-wm")
-    assert isinstance(stale, Claim)
-    while True:  # 409 until the stale request's lease runs out
-        try:
-            repeat = keeper.claim(db, scope="s", key="k-wm", digest="d", resource_id="ada", thread_id="t-wm")
-            break
-        except GatewayError as exc:
-            assert exc.status == 409
-            time.sleep(0.02)
-    assert isinstance(repeat, Claim)
+    stale, repeat = _taken_over(keeper, db, "k-wm", "t-wm")
 
     def kept(claim: Claim) -> Any:
         return keeper.saved_with(claim, lambda value: {"kind": "json", "status": 200, "body": value.text, "headers": {}})

@@ -6,21 +6,17 @@ lease and ran the turn again). Both backends: a libSQL file and a Postgres datab
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
 
-from core import open_store
-from core.storage.schema import IDEMPOTENCY_TABLE
+from .gateway_processes import Run, client, key_rows, serve_processes, thread_messages
 
 pytestmark = [pytest.mark.backends, pytest.mark.slow]
 
@@ -58,61 +54,13 @@ AGENTS_MODULE = textwrap.dedent('''
         return [Agent("echo", instructions="Echo.", model=ScriptedModel(echo), memory=memory, tracer=False)]
 ''')
 
-Start = Callable[..., tuple[str, "subprocess.Popen[str]"]]
+Start = Run
 
 
 @pytest.fixture
 def start(tmp_path: Path, db_path: Path | str) -> Iterator[Start]:
-    (tmp_path / "gw_crash_agents.py").write_text(AGENTS_MODULE)
-    procs: list[subprocess.Popen[str]] = []
-
-    def run(*flags: str, marker: Path | None = None) -> tuple[str, subprocess.Popen[str]]:
-        env = {**os.environ, "GW_FLEET_DB": str(db_path)}
-        env.pop("MEMORY_STUDIO_GATEWAY_TOKEN", None)
-        if marker is not None:
-            env["GW_SAVED_MARKER"] = str(marker)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "studio.cli", "serve", "--agents", "gw_crash_agents:agents", "--port", "0",
-             "--log-level", "warning", *flags],
-            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(proc)
-        line = proc.stdout.readline()  # printed once the socket listens
-        assert "memory-studio gateway: 1 agent(s) (echo) on http://127.0.0.1:" in line, proc.stderr.read()
-        return line.split(" on ", 1)[1].split(" ", 1)[0], proc
-
-    try:
-        yield run
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            proc.wait(60)
-            proc.stdout.close()
-            proc.stderr.close()
-
-
-def _client(url: str, **kwargs: object) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="-", **{"max_retries": 0, "timeout": 120, **kwargs})
-
-
-def _rows(db: Path | str) -> list[tuple[object, ...]]:
-    store = open_store(db)
-    try:
-        with store.db.read() as conn:
-            return [tuple(r) for r in conn.exec_driver_sql(f"SELECT idem_key, state, thread_id FROM {IDEMPOTENCY_TABLE}")]
-    finally:
-        store.close()
-
-
-def _messages(db: Path | str, thread: str) -> list[tuple[str, str]]:
-    store = open_store(db)
-    try:
-        with store.db.read() as conn:
-            return [tuple(r) for r in conn.exec_driver_sql(
-                'SELECT role, content FROM mastra_messages WHERE thread_id = ? ORDER BY "createdAt"', (thread,))]
-    finally:
-        store.close()
+    with serve_processes(tmp_path, "gw_crash_agents", AGENTS_MODULE, db_path) as run:
+        yield lambda *flags, marker=None: run(*flags, env={"GW_SAVED_MARKER": str(marker)} if marker is not None else None)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
@@ -126,7 +74,7 @@ def test_a_process_killed_after_storing_a_turn_leaves_its_answer_for_the_retry(s
 
     def first() -> None:  # its answer never comes: the process is killed while it hangs after the save
         try:
-            reply = _client(dying, timeout=5).chat.completions.create(**request, stream=stream)
+            reply = client(dying, timeout=5).chat.completions.create(**request, stream=stream)
             if stream:
                 for _ in reply:
                     pass
@@ -140,7 +88,7 @@ def test_a_process_killed_after_storing_a_turn_leaves_its_answer_for_the_retry(s
         assert time.monotonic() < deadline, "the first request never stored its turn"
         assert dying_proc.poll() is None, dying_proc.stderr.read()
         time.sleep(0.05)
-    stored = _messages(db_path, "crash-1")
+    stored = thread_messages(db_path, "crash-1")
     assert [role for role, _ in stored] == ["user", "assistant"]
     dying_proc.send_signal(signal.SIGKILL)  # after the save, before any answer was sent
     dying_proc.wait(60)
@@ -150,7 +98,7 @@ def test_a_process_killed_after_storing_a_turn_leaves_its_answer_for_the_retry(s
     # at once; a key still leased would answer 409 until the lease ran out and then run the turn a second time.
     while True:
         try:
-            reply = _client(other).chat.completions.with_raw_response.create(**request)
+            reply = client(other).chat.completions.with_raw_response.create(**request)
             break
         except openai.ConflictError as exc:
             assert exc.code == "idempotency_key_in_use"
@@ -160,5 +108,5 @@ def test_a_process_killed_after_storing_a_turn_leaves_its_answer_for_the_retry(s
     answer = reply.parse().choices[0].message.content
     assert answer.startswith("1 user message(s); pid ") and answer in stored[1][1]
     assert reply.headers["x-thread-id"] == "crash-1"
-    assert _messages(db_path, "crash-1") == stored  # stored once
-    assert _rows(db_path) == [("k-crash", "done", "crash-1")]
+    assert thread_messages(db_path, "crash-1") == stored  # stored once
+    assert key_rows(db_path) == [("k-crash", "done", "crash-1")]
