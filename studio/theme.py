@@ -46,6 +46,7 @@ def set_tone(widget: QWidget, tone: str | None) -> None:
 
 
 AA_BODY_TEXT = 4.5  # WCAG 2 AA, body text
+AA_GRAPHICS = 3.0  # WCAG 2.1 AA, a graphical object that carries meaning (a priority mark)
 
 
 def _luminance(colour: QColor) -> float:

@@ -39,28 +39,34 @@ from studio.widgets.code_editor import unview_marks, view_marks
 from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import elastic
 from studio.widgets.plain_tip import plain_tip
-from studio.widgets.priority_marks import marker_image
+from studio.widgets.priority_marks import marker_for
 from studio.theme import set_tone
 from studio.widgets.a11y import named
 
 
 LINE_ROLE = Qt.ItemDataRole.UserRole + 1  # the line exactly as stored
-_ICONS: dict[str, QIcon] = {}
+_ICONS: dict[int, QIcon] = {}  # id of the mark's image (one per mark and theme) -> its icon
 
 
-def _shown(line: str) -> tuple[str, QIcon | None, str]:
-    """A row as shown: the priority drawn as an icon (no emoji font needed), the rest as text; the
-    tooltip holds the whole line (a row is one line, cut at the list's width) and what the mark means."""
-    text, icon, meaning = line, None, ""
-    for emoji, (name, colour, what) in PRIORITY_MARKS.items():
+def _shown(line: str) -> tuple[str, str | None, str]:
+    """A row as shown: the priority drawn as an icon (no emoji font needed; the mark's name here, its icon
+    made for the theme in force when drawn), the rest as text; the tooltip holds the whole line (a row is
+    one line, cut at the list's width) and what the mark means."""
+    text, mark, meaning = line, None, ""
+    for emoji, (name, _colour, what) in PRIORITY_MARKS.items():
         if emoji in text:
-            if name not in _ICONS:
-                _ICONS[name] = QIcon(QPixmap.fromImage(marker_image(name, colour)))
-            icon, meaning = _ICONS[name], what
+            mark, meaning = name, what
             text = text.replace(emoji, "").replace("*  ", "* ")
             break
     text = text.lstrip("*- ").strip()
-    return text, icon, plain_tip(f"{text}\n({meaning})" if meaning else text)
+    return text, mark, plain_tip(f"{text}\n({meaning})" if meaning else text)
+
+
+def _icon(mark: str) -> QIcon:
+    image = marker_for(mark)
+    if id(image) not in _ICONS:
+        _ICONS[id(image)] = QIcon(QPixmap.fromImage(image))
+    return _ICONS[id(image)]
 
 
 class _OneLine(QStyledItemDelegate):
@@ -78,7 +84,7 @@ class ObservationLinesModel(QAbstractListModel):
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
         self._lines: list[str] = []
-        self.made: dict[int, tuple[str, QIcon | None, str]] = {}  # row -> (text, icon, tooltip), as asked
+        self.made: dict[int, tuple[str, str | None, str]] = {}  # row -> (text, mark, tooltip), as asked
 
     def set_lines(self, lines: list[str]) -> None:
         self.beginResetModel()
@@ -102,10 +108,12 @@ class ObservationLinesModel(QAbstractListModel):
         shown = self.made.get(row)
         if shown is None:
             shown = self.made[row] = _shown(self._lines[row])
-        text, icon, tooltip = shown
+        text, mark, tooltip = shown
         if role == Qt.ItemDataRole.DisplayRole:
             return text
-        return icon if role == Qt.ItemDataRole.DecorationRole else tooltip
+        if role == Qt.ItemDataRole.DecorationRole:
+            return _icon(mark) if mark is not None else None
+        return tooltip
 
 
 class ObservationLineDialog(QDialog):

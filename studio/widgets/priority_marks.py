@@ -13,23 +13,30 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any, Iterable, Iterator
 
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QColor, QImage, QPainter, QPainterPath, QPen, QTextCursor, QTextDocument
-from PySide6.QtWidgets import QTextBrowser, QWidget
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QColor, QImage, QPainter, QPainterPath, QPalette, QPen, QTextCursor, QTextDocument
+from PySide6.QtWidgets import QApplication, QTextBrowser, QWidget
 
 from studio.logic.observations_layout import MARK_URL, PRIORITY_MARKS
+from studio.theme import AA_GRAPHICS, readable
 
 SIZE = 22  # drawn at twice the 11-px display size, so it stays crisp on high-DPI screens
 
 
-def marker_image(name: str, colour: str) -> QImage:
+def marker_image(name: str, colour: str, palette: QPalette | None = None) -> QImage:
+    """The mark ``name`` in ``colour``, shaded where it would read below 3:1 on ``palette``'s rows (Base and
+    AlternateBase; the application's when None): the amber and green chosen for the dark theme read 2.1 and
+    2.6:1 on the light theme's white, and a mark's colour is all that tells high, medium and low apart."""
+    pal = palette if palette is not None else QApplication.palette()
+    fill = readable(QColor(colour), pal.color(QPalette.ColorRole.Base), pal.color(QPalette.ColorRole.AlternateBase),
+                    ratio=AA_GRAPHICS)
     image = QImage(SIZE, SIZE, QImage.Format.Format_ARGB32_Premultiplied)
     image.fill(Qt.GlobalColor.transparent)
     p = QPainter(image)
     p.setRenderHint(QPainter.RenderHint.Antialiasing)
     if name == "done":  # a check mark in a rounded square
         p.setPen(Qt.PenStyle.NoPen)
-        p.setBrush(QColor(colour))
+        p.setBrush(fill)
         p.drawRoundedRect(QRectF(1, 1, SIZE - 2, SIZE - 2), 5, 5)
         tick = QPainterPath(QPointF(SIZE * 0.25, SIZE * 0.52))
         tick.lineTo(QPointF(SIZE * 0.43, SIZE * 0.70))
@@ -40,13 +47,23 @@ def marker_image(name: str, colour: str) -> QImage:
         p.drawPath(tick)
     else:  # a filled disc
         p.setPen(Qt.PenStyle.NoPen)
-        p.setBrush(QColor(colour))
+        p.setBrush(fill)
         p.drawEllipse(QRectF(2, 2, SIZE - 4, SIZE - 4))
     p.end()
     return image
 
 
 _COLOURS = {name: colour for name, colour, _meaning in PRIORITY_MARKS.values()}
+_MADE: dict[tuple[str, int, int], QImage] = {}
+
+
+def marker_for(name: str, palette: QPalette | None = None) -> QImage:
+    """``marker_image`` of a known mark, made once per mark and row colours."""
+    pal = palette if palette is not None else QApplication.palette()
+    key = (name, pal.color(QPalette.ColorRole.Base).rgb(), pal.color(QPalette.ColorRole.AlternateBase).rgb())
+    if key not in _MADE:
+        _MADE[key] = marker_image(name, _COLOURS[name], pal)
+    return _MADE[key]
 
 
 SLICE = 100  # paragraphs added per turn of the event loop (~5 ms of the UI thread)
@@ -60,7 +77,7 @@ class ObservationLogView(QTextBrowser):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setOpenLinks(False)
-        self._images: dict[str, QImage] = {}
+        self._marks: set[str] = set()  # the marks the document has asked for (drawn for this palette)
         self._rest: Iterator[str] = iter(())  # the paragraphs still to add
         # A timer, not a chain of queued calls: timers take turns, so the UI thread paints and handles
         # input between two slices.
@@ -101,7 +118,18 @@ class ObservationLogView(QTextBrowser):
         if kind == QTextDocument.ResourceType.ImageResource.value and url.startswith(MARK_URL):
             mark = url[len(MARK_URL):]
             if mark in _COLOURS:
-                if mark not in self._images:
-                    self._images[mark] = marker_image(mark, _COLOURS[mark])
-                return self._images[mark]
+                self._marks.add(mark)
+                return marker_for(mark, self.palette())
         return super().loadResource(kind, name)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+        """A theme switch: the document keeps the marks it loaded, so each is given again in the new
+        palette's shade (the text itself is not parsed again)."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and self._marks:
+            doc = self.document()
+            for mark in self._marks:
+                doc.addResource(QTextDocument.ResourceType.ImageResource.value, QUrl(MARK_URL + mark),
+                                marker_for(mark, self.palette()))
+            doc.markContentsDirty(0, doc.characterCount())
+            self.viewport().update()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPalette
 
 from studio.theme import AA_BODY_TEXT, apply_theme, contrast
@@ -126,3 +127,49 @@ def test_readable_html_shades_text_colours_and_leaves_backgrounds(qapp: Any, qtb
         qtbot.addWidget(label)
         html = readable_html("<span style='background-color:#fff8c5; color:#d9a441'>x</span>", label)
         assert "background-color:#fff8c5" in html and "color:#d9a441" not in html
+
+
+def _centre(image: Any) -> QColor:
+    """The colour at the middle of a drawn mark (a disc's fill, the check mark's square beside its tick)."""
+    return image.pixelColor(image.width() // 2, image.height() // 4)
+
+
+@pytest.mark.parametrize("first", ["light", "dark"])
+def test_the_observation_logs_drawn_priority_marks_read_on_either_theme(qapp: Any, qtbot: Any, first: str) -> None:
+    """The Observations pane draws the priorities as discs (and a ticked square for done) in its log and in
+    its editable list, one colour for both themes: on the light theme's white the amber disc read 2.1:1 and
+    the green 2.6:1, below the 3:1 a mark needs when its colour is all that tells high, medium and low apart
+    (WCAG 1.4.11). Each is drawn for the theme shown, and drawn again on a switch."""
+    from PySide6.QtCore import QUrl
+    from PySide6.QtGui import QTextDocument
+
+    from studio.logic.observations_layout import MARK_URL
+    from studio.theme import AA_GRAPHICS
+    from studio.widgets.observation_editor import ObservationLinesModel
+    from studio.widgets.priority_marks import ObservationLogView
+
+    names = ("high", "medium", "low", "done")
+    lines = ["* 🔴 Ada is allergic to peanuts", "* 🟡 Ada moves in May", "* 🟢 Ada likes tea", "* ✅ Ada booked Lyon"]
+    with theme_restored(qapp):
+        apply_theme(qapp, first)
+        log = ObservationLogView()
+        qtbot.addWidget(log)
+        log.show_log([f'<p><img src="{MARK_URL}{n}" width="11" height="11"> {n}</p>' for n in names])
+        log.show()
+        qtbot.waitUntil(lambda: not log.filling)
+        model = ObservationLinesModel()
+        model.set_lines(lines)
+        for theme in (first, OTHER[first]):
+            if theme != first:
+                apply_theme(qapp, theme)
+                qapp.processEvents()
+            pal = log.palette()
+            rows = (pal.color(QPalette.ColorRole.Base), pal.color(QPalette.ColorRole.AlternateBase))
+            in_log = {n: log.document().resource(QTextDocument.ResourceType.ImageResource.value,
+                                                 QUrl(MARK_URL + n)) for n in names}
+            assert all(not image.isNull() for image in in_log.values()), theme
+            in_list = [model.data(model.index(r, 0), Qt.ItemDataRole.DecorationRole).pixmap(22).toImage()
+                       for r in range(len(lines))]
+            for where, images in (("log", list(in_log.values())), ("list", in_list)):
+                ratios = [min(contrast(_centre(image), bg) for bg in rows) for image in images]
+                assert min(ratios) >= AA_GRAPHICS, (theme, where, ratios)
