@@ -93,6 +93,10 @@ class ChatPane(QWidget):
         self._stop: threading.Event | None = None
         self._models: list[ModelOption] = []
         self._turn_scope: dict[str, tuple[str, str]] = {}  # user message id -> (resource, thread) of turns sent here
+        # The last failed turn's entries and its thread: a read of that thread (another pane's write, a
+        # reload) shows them again after the stored messages until the next turn is sent or another thread
+        # is chosen; they were never stored, so a read alone dropped the failure from the transcript.
+        self._failed: tuple[str | None, list[lay.Entry]] = (None, [])
         self._key = f"chat-{id(self)}"
         self._paint = QTimer(self)
         self._paint.setSingleShot(True)
@@ -325,7 +329,12 @@ class ChatPane(QWidget):
         else:
             self._show_run()  # a new turn may have been recorded meanwhile
         if not self.busy:
-            self.entries = lay.entries_from_rows(rows)
+            stored = lay.entries_from_rows(rows)
+            failed_thread, failed = self._failed
+            if failed and failed_thread == thread_id:
+                kept = {e.id for e in stored}
+                stored += [e for e in failed if e.id is None or e.id not in kept]
+            self.entries = stored
             self._render()
         if self.banner.level == "error" and self.banner.text().startswith(READ_FAILED):
             self.banner.hide()  # read now
@@ -379,6 +388,8 @@ class ChatPane(QWidget):
         if selection.resource_id and not self.busy:
             self.resource_edit.setText(selection.resource_id)
         if selection.thread_id != previous.thread_id:
+            if self._failed[0] != selection.thread_id:
+                self._failed = (None, [])
             self.runs = {}  # the previous thread's recorded turns: not what its agents ran with on this one
             self._show_run()
             self.thread_radio.setChecked(selection.thread_id is not None)
@@ -485,6 +496,7 @@ class ChatPane(QWidget):
             return
         self.busy = True
         self._turn = req
+        self._failed = (None, [])  # the next read shows what this turn stores instead
         self._turn_scope[req.input_id] = (req.resource_id, req.thread_id)
         self._stop = threading.Event()
         if self.banner.level == "error":
@@ -564,6 +576,8 @@ class ChatPane(QWidget):
         what, todo = chat_runner.model_problem(exc)
         if turn is not None:
             self.entries = lay.failed(self.entries, turn.input_id, "not saved")
+            self._failed = (None if turn.new_thread else turn.thread_id,
+                            [e for e in self.entries if e.state == "failed"])
             if not self.input.toPlainText().strip():
                 self.input.setPlainText(turn.text)  # the message is kept for another try
         self._render()

@@ -527,3 +527,27 @@ def test_the_transcripts_colours_read_on_either_theme_and_follow_a_switch(qtbot,
         apply_theme(qapp, first)
         qapp.processEvents()
         assert not_saved_colour() == shown and "Hello?" in pane.transcript_text()
+
+
+def test_a_failed_turn_stays_in_the_transcript_when_the_thread_is_read_again(qtbot, pane, session):
+    """A failed turn's entries were the pane's own, never stored: the thread's next read (another pane's
+    write, a reload) replaced the transcript with the stored messages and the "· not saved" turn vanished,
+    while the banner still spoke of it. It stays after the stored messages until the next turn is sent."""
+    with LoopbackServer(["Rice and fish."]) as server:
+        server.fail_next(1, status=401, message="invalid api key")
+        use_models(pane, Endpoint("Loopback", server.base_url))
+        select(qtbot, pane, Selection("ada", "t-food"))
+        with qtbot.waitSignal(pane.turn_failed, timeout=20_000):
+            pane.input.setPlainText("Hello?")
+            pane.send_btn.click()
+        assert session.pool.wait(20_000)
+        with qtbot.waitSignal(pane.context_loaded, timeout=20_000):
+            pane._on_db_changed()  # what another pane's write or File > Reload does
+        text = pane.transcript_text()
+        assert "not saved" in text and text.index("Noted: no peanuts.") < text.index("Hello?"), text
+        assert pane.input.toPlainText() == "Hello?"
+        send(qtbot, pane, "And now?")  # the next turn: the failed one is not shown again after it
+        with qtbot.waitSignal(pane.context_loaded, timeout=20_000):
+            pane._on_db_changed()
+        text = pane.transcript_text()
+        assert "not saved" not in text and "Hello?" not in text and "Rice and fish." in text, text
