@@ -126,7 +126,10 @@ def test_stored_markup_is_shown_as_written_in_tooltips_and_labels(qtbot: Any, ma
     assert shown(app)[1] == []
 
     window.show_tab(TRACES)
-    qtbot.waitUntil(lambda: shows(app, "span") and shows(app, "entity"), timeout=WAIT)  # the runs list
+    try:
+        qtbot.waitUntil(lambda: shows(app, "span") and shows(app, "entity"), timeout=WAIT)  # the runs list
+    except Exception as exc:  # (seen twice in ~10 whole-suite runs, never alone: say the pane's state)
+        raise AssertionError(f"the Traces pane's runs list did not show: {_traces_state(window)}") from exc
     assert shown(app)[1] == []
     traces = window.pane(TRACES)
     traces.open_trace("tr-markup")  # its span tree, and its root's facts (entity, thread, resource, error)
@@ -144,6 +147,18 @@ def test_stored_markup_is_shown_as_written_in_tooltips_and_labels(qtbot: Any, ma
     assert shown(app)[1] == []
     # The link to the message carries its whole id (opening it opens that message; it was cut at the quote, 'm').
     assert _hrefs(replay.view.fragment_sources.text()) == [MESSAGE_ID]
+
+
+def _traces_state(window: Any) -> dict[str, Any]:
+    """What the Traces pane holds and is doing, for a failure's message."""
+    pane = window.pane(TRACES)
+    return {"visible": pane.isVisible(), "table visible": pane.trace_table.isVisible(), "flags": pane.flags,
+            "loading": pane.loading, "polling": pane._polling, "dirty": pane._dirty, "source": pane.source,
+            "traces": [t.trace_id for t in pane.traces], "rows": pane.trace_model.rowCount(),
+            "generation": pane._gen, "status": pane.status.text(), "banner": pane.banner.text()
+            if pane.banner.isVisible() else None, "poll timer": pane._poll_timer.isActive(),
+            "jobs running": window.session.pool.running,
+            "tooltips": [tip[:60] for tip in _tooltips(pane.trace_table)][:8]}
 
 
 def _hrefs(text: str) -> list[str]:
