@@ -285,7 +285,7 @@ class Combined:
     def scores(self) -> dict[str, float]:
         return {mid: -neg for neg, _, mid in self.order}
 
-    def propagate(self, next_of: Mapping[str, str], share: float) -> None:
+    def propagate(self, next_of: Mapping[str, str | None], share: float) -> None:
         """Each candidate's score becomes ``(score + share * (previous's + next's)) / (1 + 2 * share)``,
         its thread neighbours' scores counted when they are candidates (``next_of``: the next message of
         each candidate, as for ``rerank``; the previous one is the candidate whose next it is), then
@@ -303,12 +303,11 @@ class Combined:
             return
         self._reorder(self._propagated(next_of, share)[0])
 
-    def _propagated(self, next_of: Mapping[str, str], share: float, *, grouped: bool = False) -> tuple[
+    def _propagated(self, next_of: Mapping[str, str | None], share: float) -> tuple[
             list[tuple[float, float, str]], dict[str | None, tuple[float, float, str]],
             dict[str | None, tuple[float, float, str]]]:
-        """The candidates' entries with ``propagate``'s scores, in ``entries``' order (not sorted again);
-        with ``grouped``, in the same pass, each thread's best and second-best new entry (else two empty
-        maps)."""
+        """The candidates' entries with ``propagate``'s scores, in ``entries``' order (not sorted again),
+        and, found in the same pass, each thread's best and second-best new entry (``reshape``'s)."""
         base = self._score_of
         prev_of = {nxt: mid for mid, nxt in next_of.items() if nxt != mid and nxt in base and mid in base}
         scale = 1.0 / (1.0 + 2.0 * share)
@@ -317,19 +316,8 @@ class Combined:
         best_of: dict[str | None, tuple[float, float, str]] = {}
         second_of: dict[str | None, tuple[float, float, str]] = {}
         get_next, get_prev, get_base = next_of.get, prev_of.get, base.get
-        add = scored.append
-        if not grouped:
-            for neg, tie, mid in self.entries:
-                score = -neg
-                nxt = get_next(mid)
-                if nxt is not None and nxt != mid:
-                    score += share * get_base(nxt, 0.0)
-                prev = get_prev(mid)
-                if prev is not None:
-                    score += share * base[prev]
-                add((-(score * scale), tie, mid))
-            return scored, best_of, second_of
         get_best, get_second = best_of.get, second_of.get
+        add = scored.append
         for neg, tie, mid in self.entries:
             score = -neg
             nxt = get_next(mid)
@@ -390,7 +378,7 @@ class Combined:
             scored.append((-((base[mid] + share * other) * scale), tie, mid))
         self._reorder(scored)
 
-    def reshape(self, next_of: Mapping[str, str], neighbour_share: float, thread_share: float) -> None:
+    def reshape(self, next_of: Mapping[str, str | None], neighbour_share: float, thread_share: float) -> None:
         """``propagate(next_of, neighbour_share)`` then ``thread_prior(thread_share)``: the same scores and
         the same order, with ``order`` sorted once instead of twice (each thread's best and second-best
         candidate after the neighbours' share found by comparing their entries, not by sorting them)."""
@@ -401,7 +389,7 @@ class Combined:
             elif takes_thread:
                 self.thread_prior(thread_share)
             return
-        entries, best_of, second_of = self._propagated(next_of, neighbour_share, grouped=True)
+        entries, best_of, second_of = self._propagated(next_of, neighbour_share)
         thread_of = self._thread_of
         # ``thread_prior``'s step over those entries (its ``base`` is ``propagate``'s scores, ``-neg``): per
         # thread, its best candidate's id, what the others add (the best's score) and what the best adds
@@ -438,7 +426,7 @@ class Combined:
     def reranked(
         self,
         entries: Sequence[tuple[float, float, str]],
-        next_of: Mapping[str, str],
+        next_of: Mapping[str, str | None],
         in_period: AbstractSet[str] | None = None,
         *,
         limit: int | None = None,
@@ -485,7 +473,7 @@ def places(ranked: Sequence[Ranked]) -> dict[str, int]:
 
 def rerank(
     fused: Sequence[Fused],
-    next_of: Mapping[str, str],
+    next_of: Mapping[str, str | None],
     in_period: AbstractSet[str] | None = None,
     *,
     next_share: float | None = None,
@@ -497,9 +485,9 @@ def rerank(
 ) -> list[Fused]:
     """``combine``'s candidates rescored by their thread neighbour and the period the query names.
 
-    ``next_of`` maps a candidate to the next message of its thread (any message; only candidates
-    count). ``in_period`` holds the candidates written in the period the query names, or is None when it
-    names none. ``next_share`` and ``date_boost`` default to ``NEXT_SHARE`` and ``DATE_BOOST`` (read at
+    ``next_of`` maps a candidate to the next message of its thread (any message, or None for none; only
+    candidates count). ``in_period`` holds the candidates written in the period the query names, or is
+    None when it names none. ``next_share`` and ``date_boost`` default to ``NEXT_SHARE`` and ``DATE_BOOST`` (read at
     call time). Each score becomes ``(score + next_share * next's score + date_boost * [in period]) /
     (1 + next_share + date_boost * [the query names a period])``: at most 1 like ``combine``'s. Order
     best first, ties broken by cosine then message id; ``limit`` keeps the best ones. ``scores`` gives
@@ -520,7 +508,7 @@ def rerank(
 def _rescored(
     entries: Sequence[tuple[float, float, str]],
     base: Mapping[str, float],
-    next_of: Mapping[str, str],
+    next_of: Mapping[str, str | None],
     in_period: AbstractSet[str] | None,
     by_speaker: AbstractSet[str] | None,
     next_share: float,

@@ -35,7 +35,7 @@ import threading
 from bisect import bisect_left
 from collections import OrderedDict
 from datetime import date, timezone
-from typing import Any, Callable, ContextManager, Mapping, NamedTuple
+from typing import Any, Callable, ContextManager, Mapping, NamedTuple, cast
 
 import sqlalchemy as sa
 
@@ -200,6 +200,13 @@ class OrderCache:
             # tenth of a search's re-rank read at 100 candidates): before, nothing has to make room.
             of = self._of if self._whole_rows > MAX_WHOLE_ROWS // 2 else None
             used: set[str] = set()
+            looked = list(map(answers.get, message_ids)) if labels else None
+            if looked is not None and None not in looked:
+                # (the common case, every labelled answer kept: looked up by C-level maps, not one by one)
+                out.update(zip(message_ids, cast("list[Order]", looked)))
+                if of is not None:
+                    used = set(map(of.__getitem__, message_ids))
+                message_ids = []
             for mid in message_ids:
                 if labels:
                     found = answers.get(mid)

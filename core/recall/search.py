@@ -310,14 +310,23 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
                 order = thread_order(conn, ids, labels=labels)
         except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
             degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
+    # Each read candidate's next message (None: none), for the neighbours' share and the re-rank alike: both
+    # look up only candidates, so one map serves both (built in C, not per candidate in Python).
+    next_of = dict(zip(order, map(_NEXT, order.values())))
     if reshaped:  # (``propagate`` then ``thread_prior``, sorted once)
-        combined.reshape({mid: nxt for mid, (nxt, _, _) in order.items() if nxt is not None},
-                         hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
+        combined.reshape(next_of, hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
         out.receivers = receivers = combined.order if everyone else _may_reach(combined.order, top_k, dated=bool(spans))
-        if len(receivers) < len(order):
-            order = {mid: found for _, _, mid in receivers if (found := order.get(mid)) is not None}
-    labelled = [(mid, label) for mid, (_, _, label) in order.items() if label is not None]
-    if labelled:  # (the query's words read only when some candidate has a label to match them against)
+    # The receivers' labels, days and next messages are looked up in ``order`` (read for every candidate, or
+    # for the receivers: a map not cut down to them).
+    found_of = order.get
+    labels_read = list(map(_LABEL, order.values()))
+    if labels_read.count(None) < len(labels_read):
+        # (the query's words read only when some receiver has a label to match them against)
+        labelled = [(mid, label) for _, _, mid in receivers
+                    if (found := found_of(mid)) is not None and (label := found[2]) is not None]
+    else:
+        labelled = []
+    if labelled:
         named = SpeakerMatcher(query)
         out.by_speaker = {mid for mid, label in labelled if named(label)}
     else:
@@ -328,11 +337,9 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     entries = receivers
     if not everyone and not out.by_speaker and hybrid.SPEAKER_BOOST > 0:
         entries = _may_reach(receivers, top_k, dated=bool(spans), spoken=False)
-        if len(entries) < len(receivers):
-            order = {mid: found for _, _, mid in entries if (found := order.get(mid)) is not None}
-    next_of = {mid: nxt for mid, (nxt, _, _) in order.items() if nxt is not None}
     in_period = (
-        {mid for mid, (_, day, _) in order.items() if day is not None and any(s.contains(day) for s in spans)}
+        {mid for _, _, mid in entries if (found := found_of(mid)) is not None and (day := found[1]) is not None
+         and any(s.contains(day) for s in spans)}
         if spans else None
     )
     # Without a threshold only the top_k are needed; with one, every candidate may be.
@@ -413,6 +420,7 @@ def run_search(
 
 _ROUNDING = 1e-9
 _ID = itemgetter(2)  # (an entry's message id)
+_NEXT, _LABEL = itemgetter(0), itemgetter(2)  # (of a ``thread_order`` answer)
 
 
 def _may_reach(order: list[tuple[float, float, str]], top_k: int, *, dated: bool,

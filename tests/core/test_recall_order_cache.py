@@ -270,3 +270,38 @@ def test_a_thread_read_whole_is_decoded_once_when_read(tmp_path: Path, monkeypat
     assert agree_whole(index, ids + ["a-8"], {m: "a" for m in ids}) == []  # (a-6 kept from its read by id)
     assert sorted(decoded) == ["Mel: the last", "no label here"]  # the new message, and the one it now follows
     store.close()
+
+
+def test_a_read_answered_whole_from_kept_answers_marks_its_thread_recently_asked(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    """A search's candidates all answered from what was kept (one lookup pass for all of them) still mark
+    their threads recently asked, so a newly asked thread takes the place of another."""
+    from core.recall import order_cache
+
+    monkeypatch.setattr(order_cache, "MAX_WHOLE_ROWS", 25)  # (threads a, b and c hold 10 messages each)
+    store = open_store(tmp_path / "m.db")
+    index = RecallIndex.for_store(store, HashingEmbedder(16))
+    for thread in "abc":
+        store.memory.create_thread(thread_id=thread, resource_id="u")
+        store.memory.save_messages([msg(i, thread, f"Mel: {thread} line {i}", 10 * i) for i in range(10)])
+    hints: dict[str, str | None] = {f"{t}-{i}": t for t in "abc" for i in range(10)}
+    read: list[str] = []
+
+    def ask(thread: str) -> None:
+        ids = [f"{thread}-{i}" for i in range(10)]
+
+        def counting(conn, message_ids, *, labels=False, keys=None):  # type: ignore[no-untyped-def]
+            read.extend(message_ids)
+            return pipeline.thread_order(conn, message_ids, labels=labels, keys=keys)
+
+        with index.store.db.read() as conn:
+            assert index.order.read(conn, ids, labels=True, reader=counting, threads=lambda: hints) == \
+                pipeline.thread_order(conn, ids, labels=True)
+
+    ask("a")
+    ask("b")
+    assert list(index.order._threads) == ["a", "b"] and set(index.order._answers) == set(hints) - {f"c-{i}" for i in range(10)}
+    ask("a")  # (every answer kept)
+    assert list(index.order._threads) == ["b", "a"]
+    ask("c")  # b goes, a stays
+    assert list(index.order._threads) == ["a", "c"] and read == []
+    store.close()

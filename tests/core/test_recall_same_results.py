@@ -285,3 +285,26 @@ def test_without_a_named_speaker_the_tighter_cut_keeps_the_top_k(vec, kw, nexts,
     assert fewer == receivers[: len(fewer)]
     want = combined.reranked(combined.order, nexts, period, limit=top_k)
     assert combined.reranked(fewer, nexts, period, limit=top_k) == want
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    vec=st.dictionaries(st.sampled_from("abcdefghij"), st.floats(-1.0, 1.0, allow_nan=False), max_size=10),
+    kw=st.dictionaries(st.sampled_from("fghijklmno"), st.floats(0.0, 40.0, allow_nan=False), max_size=10),
+    nexts=st.dictionaries(st.sampled_from("abcdefghijklmno"), st.none() | st.sampled_from("abcdefghijklmnopq")),
+    period=st.none() | st.sets(st.sampled_from("abcdefghijklmno")),
+    limit=st.none() | st.integers(1, 8),
+)
+def test_a_next_message_map_naming_none_reshapes_and_reranks_as_one_without_those(vec, kw, nexts, period, limit):
+    """A search hands the neighbours' share and the re-rank one map of every read candidate's next message,
+    None for the last of a thread (``search._fuse``): the same scores, order and records as a map without them."""
+    vector = [R(m, "t" if m < "e" else "t2", "u", s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
+    keyword_list = [R(m, "t2", None, s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
+    plain = {m: n for m, n in nexts.items() if n is not None}
+    got, want = hybrid.Combined(vector, keyword_list, {}), hybrid.Combined(vector, keyword_list, {})
+    got.reshape(nexts, hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
+    want.reshape(plain, hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
+    assert got.order == want.order and got.scores() == want.scores()
+    assert got.reranked(got.order, nexts, period, limit=limit) == want.reranked(want.order, plain, period, limit=limit)
+    records = want.fused(want.order)
+    assert hybrid.rerank(records, nexts, period, limit=limit) == hybrid.rerank(records, plain, period, limit=limit)
