@@ -341,10 +341,15 @@ class RerunPanel(QWidget):
     def _on_today(self, detail: WhatIfDetail) -> None:
         if self.step is None or detail.index != self.step.index:
             return  # the user stepped on meanwhile
+        before = self.recorded_request()
         self.today = detail
         if self.choice() == TODAY:
             self._show_today(detail)
-            self.reset_settings()
+            after = self.recorded_request()
+            if setting_fields(before) == setting_fields(after) and tool_choice_items(before) == tool_choice_items(after):
+                self._filled_for = after  # the same settings and choices: what the user typed stays
+            else:
+                self.reset_settings()
         if self._run_after_today:
             self._run_after_today = False
             self.run()

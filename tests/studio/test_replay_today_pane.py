@@ -137,3 +137,18 @@ def test_the_what_if_against_todays_memory_lists_the_turns_the_fix_touches(qtbot
         with qtbot.waitSignal(rerun.finished, timeout=30_000):
             rerun.run_btn.click()
         assert "vegan (no eggs, no dairy)" in _text(server.chat_requests()[-1]["messages"])
+
+
+def test_a_setting_changed_before_the_rebuild_arrives_is_sent(qtbot: Any, pane: ReplayPane, prefs: Preferences) -> None:
+    with LoopbackServer(["Cooler."]) as server:
+        prefs.save([Endpoint("Loopback", server.base_url, "loopback-chat", "none", "")], default="Loopback")
+        _go_to(qtbot, pane, 4)
+        rerun = pane.rerun
+        pane.tabs.setCurrentWidget(rerun)
+        rerun.prompt_combo.setCurrentIndex(rerun.prompt_combo.findData("today"))
+        rerun.setting_edits["temperature"].setText("0.2")  # typed while (or after) the turn is rebuilt
+        with qtbot.waitSignal(rerun.finished, timeout=30_000):
+            rerun.run_btn.click()  # sent once the rebuild with today's memory is there
+        sent = server.chat_requests()[-1]
+    assert sent["temperature"] == 0.2 and "vegan (no eggs, no dairy)" in _text(sent["messages"])
+    assert rerun.setting_edits["temperature"].text() == "0.2"
