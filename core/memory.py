@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
 from core.assembly import TurnAssembler
 from core.background import BackgroundWork
@@ -320,11 +320,14 @@ class Memory:
     def what_if(
         self, thread_id: str, *, options: Mapping[str, Any], resource_id: str | None = None,
         progress: Callable[[int, int], None] | None = None, cancel: Callable[[], bool] | None = None,
+        against: Literal["options", "today"] = "options",
     ) -> Iterator["WhatIfRow"]:
-        """Every turn's prompt with ``options`` merged over the options it had, against the real one."""
+        """Every turn's prompt with ``options`` merged over the options it had (``against="today"``: with
+        the memory as it is now), against the real one (``core.replay.what_if``)."""
         from core.replay.what_if import what_if
 
-        return what_if(self, thread_id, options=options, resource_id=resource_id, progress=progress, cancel=cancel)
+        return what_if(self, thread_id, options=options, resource_id=resource_id, progress=progress, cancel=cancel,
+                       against=against)
 
     def fork_thread(
         self, thread_id: str, *, at: str, new_thread_id: str | None = None, title: str | None = None,

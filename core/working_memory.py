@@ -365,6 +365,25 @@ class WorkingMemoryService:
             ).first()
         return WorkingMemoryValue(scope, owner, row[0] if row else None, opts.mode)  # type: ignore[arg-type]
 
+    def authors_after(
+        self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, when: Any
+    ) -> list[str]:
+        """Who wrote each version saved after ``when``, oldest first ("studio": by hand in the Studio,
+        "agent": the model's tool, "api": the application); empty without a history table."""
+        scope, owner = self.owner(opts, thread_id, resource_id)
+        from core.timeutil import to_iso
+
+        with self.store.db.read() as conn:
+            if not self._has_versions(conn):
+                return []
+            rows = conn.execute(
+                sa.select(t.wm_versions.c.author)
+                .where(t.wm_versions.c.scope == scope, t.wm_versions.c.owner_id == owner,
+                       t.wm_versions.c.createdAt > to_iso(when))
+                .order_by(t.wm_versions.c.id)
+            ).all()
+        return [str(r[0]) for r in rows]
+
     # -- the update tool -------------------------------------------------------------------------
     def apply_tool_call(
         self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, args: Any,

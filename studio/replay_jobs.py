@@ -1,5 +1,5 @@
-"""The Replay pane's worker jobs (no Qt import): open a thread, rebuild a step, what-if, fork, re-run, and
-find a turn's trace.
+"""The Replay pane's worker jobs (no Qt import): open a thread, rebuild a step, what-if (under other options,
+or with the memory as it is now), fork, re-run, and find a turn's trace.
 
 A ``ReplayThread`` is one thread opened in Replay: the ``Memory`` its agent runs with (chosen by
 ``core.agent_configs.agent_for_thread``, the rule the inspector and the CLI use), its turns, the engine's
@@ -15,7 +15,7 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 from core import AssembledPrompt, Memory, MemoryOptions, ModelNotInstalledError, Store
 from core.agent_configs import agent_for_thread
@@ -71,19 +71,27 @@ class StepData:
         return calls[index] if 0 <= index < len(calls) else None
 
 
+Against = Literal["options", "today"]  # what a what-if compares each turn with: other options, or today's memory
+
+
 @dataclass
 class WhatIfOutcome:
     rows: list[Any]  # core.replay.WhatIfRow
     total: int
     cancelled: bool
+    against: Against = "options"
 
 
 @dataclass
 class WhatIfDetail:
+    """One turn's prompt as its model received it (``real``) beside its what-if: under other options, or
+    (``against="today"``) rebuilt with the memory as it is now (``rebuild="today"``), a reconstruction."""
+
     index: int
     real: AssembledPrompt
     what_if: AssembledPrompt
     changes: list[FragmentChange] = field(default_factory=list)
+    against: Against = "options"
 
 
 def edits_mark(store: Store) -> tuple[str | None, str | None]:
@@ -260,16 +268,29 @@ class ReplayThread:
 
     # -- what-if -----------------------------------------------------------------------------------
     def what_if(self, options: Mapping[str, Any], progress: Callable[[int, int], None] | None = None,
-                cancel: Callable[[], bool] | None = None) -> WhatIfOutcome:
+                cancel: Callable[[], bool] | None = None, against: Against = "options") -> WhatIfOutcome:
+        """Every turn under ``options`` (``against="today"``: with the memory as it is now), against the real one."""
         rows = list(self.memory.what_if(self.thread_id, options=options, resource_id=self.thread.resource_id,
-                                        progress=progress, cancel=cancel))
-        return WhatIfOutcome(rows, len(self.turns), len(rows) < len(self.turns))
+                                        progress=progress, cancel=cancel, against=against))
+        return WhatIfOutcome(rows, len(self.turns), len(rows) < len(self.turns), against)
 
-    def what_if_turn(self, index: int, options: Mapping[str, Any]) -> WhatIfDetail:
+    def what_if_turn(self, index: int, options: Mapping[str, Any], against: Against = "options") -> WhatIfDetail:
+        if against == "today" and not options:
+            return self.today(index)
         turn = self.turns[index]
         real = self.prompt(index, "record")
-        alt = self.rebuild(turn.input_message_id, "record", options)
-        return WhatIfDetail(index, real, alt, prompt_diff(real, alt))
+        alt = self.rebuild(turn.input_message_id, "today" if against == "today" else "record", options or None)
+        return WhatIfDetail(index, real, alt, prompt_diff(real, alt), against)
+
+    def today(self, index: int) -> WhatIfDetail:
+        """Turn ``index`` as its model received it beside the same turn rebuilt with the memory as it is now
+        (``rebuild="today"``: today's working memory, messages as stored now, today's configuration), and
+        the fragments that differ with their reasons: what Re-Run's "With the memory as it is now" sends.
+        Never cached: a working-memory edit since (which does not make the pane read the thread again)
+        shows at once."""
+        real = self.prompt(index, "record")
+        today = self.rebuild(self.turns[index].input_message_id, "today")
+        return WhatIfDetail(index, real, today, prompt_diff(real, today), "today")
 
     # -- fork and re-run ---------------------------------------------------------------------------
     def fork(self, index: int, title: str, working_memory: str) -> Thread:
@@ -290,6 +311,23 @@ def rerun_prompt(prompt: AssembledPrompt, choice: "ModelChoice", model_settings:
         close = getattr(model, "close", None)
         if callable(close):
             close()
+
+
+@dataclass(frozen=True)
+class TodayRerun:
+    """A re-run "with the memory as it is now": the turn rebuilt at the moment it was sent, and the reply."""
+
+    detail: WhatIfDetail
+    result: RerunResult
+
+
+def rerun_today(source: ReplayThread, index: int, choice: "ModelChoice", tool_choice: Any = KEEP, call: int = 0,
+                settings: Mapping[str, Any] | None = None) -> TodayRerun:
+    """Rebuild turn ``index`` with the memory as it is now (``ReplayThread.today``, so an edit made since the
+    panel showed it is in) and send model call ``call`` of it through ``rerun_prompt``. Never writes."""
+    detail = source.today(index)
+    return TodayRerun(detail, rerun_prompt(detail.what_if, choice, tool_choice=tool_choice, call=call,
+                                           settings=settings))
 
 
 # -- the turn's trace -------------------------------------------------------------------------------

@@ -87,6 +87,9 @@ class RequestContext:
     # were not stored yet when it ran (other turns of the thread still running then, by their records),
     # so not its memory: left out of history, observational memory's unobserved messages and recall.
     not_memory: frozenset[str] = frozenset()
+    # Rebuilding a stored turn "with the memory as it is now" (``rebuild="today"``): working memory is
+    # today's value instead of the version in force at the turn (the rest is as ``as_of`` says).
+    memory_today: bool = False
 
     @property
     def before(self) -> "tuple[datetime, str] | None":

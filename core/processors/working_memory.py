@@ -20,6 +20,13 @@ def shown_value(ctx: ProcessorContext, opts: WorkingMemoryOptions, processor_id:
         return service.value_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,
                                 text=req.frozen.wm_text), None
     value = service.get(opts, thread_id=req.thread_id, resource_id=req.resource_id)
+    if req.as_of is not None and req.memory_today:
+        # A stored turn rebuilt with the memory as it is now: today's value, and who wrote it since the turn
+        # (``prompt_diff`` calls a change "edited by hand" when the Studio wrote a version since).
+        authors = service.authors_after(opts, thread_id=req.thread_id, resource_id=req.resource_id,
+                                        when=req.as_of.created_at)
+        ctx.note(processor_id, writtenSince=sorted(set(authors)))
+        return value, "today's value (not the version in force at the turn)"
     if req.as_of is not None:
         # Replaying a stored turn: show the memory as it was then, not as it is now.
         historic = service.value_as_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,

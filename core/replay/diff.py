@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 REASONS = ("outside-history-window", "below-recall-threshold", "outside-recall-top-k", "recalled-for-input",
            "observed", "token-budget", "working-memory-changed", "new-message", "options-changed", "message-edited",
-           "message-deleted", "recall-ranked-differently", "time-passed", "other")
+           "message-deleted", "recall-ranked-differently", "time-passed", "working-memory-edited", "other")
 
 ChangeKind = Literal["entered", "left", "changed"]
 HISTORY = ("message-history",)
@@ -112,6 +112,16 @@ def _new_query(present: "AssembledPrompt", missing: "AssembledPrompt") -> bool:
     return _input_time(present) != _input_time(missing)
 
 
+def _wm_reason(*prompts: "AssembledPrompt") -> str:
+    """Why a working-memory block differs: ``working-memory-edited`` when one side is a turn rebuilt with
+    today's memory and a version was written by hand in the Studio since that turn (its note
+    ``writtenSince``), else ``working-memory-changed``."""
+    for prompt in prompts:
+        if "studio" in ((prompt.notes.get("working-memory") or {}).get("writtenSince") or ()):
+            return "working-memory-edited"
+    return "working-memory-changed"
+
+
 def _why_missing(frag: "Fragment", present: "AssembledPrompt", missing: "AssembledPrompt",
                  entering: bool = False) -> str:
     """Why ``frag`` (in ``present``) is not in ``missing``; the same reasons serve both directions
@@ -122,7 +132,7 @@ def _why_missing(frag: "Fragment", present: "AssembledPrompt", missing: "Assembl
     if frag.kind == "input" or frag.source in ("input", "context"):
         return "new-message"
     if frag.source == "working-memory":
-        return "working-memory-changed" if _option(missing, "working_memory", "enabled") else "options-changed"
+        return _wm_reason(present, missing) if _option(missing, "working_memory", "enabled") else "options-changed"
     if frag.source == OM:
         return "observed" if _option(missing, "observational_memory", "enabled") else "options-changed"
     if frag.source == RECALL:
@@ -153,7 +163,7 @@ def _changed_reason(before: "Fragment", after: "Fragment", a: "AssembledPrompt",
         return edited
     source = after.source
     if source == "working-memory" or before.source == "working-memory":
-        return "working-memory-changed"
+        return _wm_reason(a, b)
     if source == OM:
         # The same observations dated from another day ("(today)" then, "(2 months ago)" now): nothing was
         # observed between the two prompts, the clock moved.

@@ -13,6 +13,9 @@ of the past:
   millisecond, as in the live turn (history, recall and observational memory's unobserved messages),
   working memory and observations as they stood then. What could not be known is listed (among it,
   other messages stamped in the input's millisecond), and a damaged record says why it could not be used.
+- *today* (``rebuild="today"``, "with the memory as it is now"): as "now", but working memory is today's
+  value, not the version in force then (what a fix made by hand since would have given the turn); its
+  note ``writtenSince`` names who wrote versions after the turn ("studio": by hand).
 
 A turn another framework built (an Agents SDK run: ``TurnRecord.framework``) is shown from its record
 as sent (``core.replay.verbatim``); a what-if over it, or "now", is our processors' view instead.
@@ -49,8 +52,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.processors.base import ProcessorContext
     from core.prompt import AssembledPrompt
 
-Rebuild = Literal["record", "now"]
-REBUILDS = ("record", "now")
+Rebuild = Literal["record", "now", "today"]
+REBUILDS = ("record", "now", "today")
 _REQUERIED = {
     "history": "the history window was queried again for the changed options",
     "recall": "recall was searched again for the changed options (over today's index, older messages only)",
@@ -119,7 +122,7 @@ def rebuild(
     when the turn has no record that kept them. ``source``: a cache of stored rows shared by several
     rebuilds (a what-if over a thread)."""
     if rebuild not in REBUILDS:
-        raise InvalidArgumentError(f"rebuild must be 'record' or 'now', got {rebuild!r}.")
+        raise InvalidArgumentError(f"rebuild must be 'record', 'now' or 'today', got {rebuild!r}.")
     source = source or frozen_mod.ReplaySource(assembler.store)
     record, state, damage = _record_state(source, as_of)
     stored = source
@@ -153,6 +156,7 @@ def rebuild(
     effective = _options(record if use_record else None, options, request.options)
     request.options = effective
     request.as_of = inputs[0]
+    request.memory_today = rebuild == "today"
     running: tuple[frozenset[str], int] = (frozenset(), 0)
     across: str | None = None
     if not use_record:

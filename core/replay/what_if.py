@@ -1,9 +1,10 @@
-"""What-if over a whole thread: every turn's prompt under other options, against the real one."""
+"""What-if over a whole thread: every turn's prompt under other options, or with the memory as it is now
+(``against="today"``: the turn rebuilt from today's data, working memory included), against the real one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping
 
 from core.replay.diff import FragmentChange, prompt_diff
 
@@ -27,10 +28,14 @@ class WhatIfRow:
 def what_if(
     memory: "Memory", thread_id: str, *, options: Mapping[str, Any], resource_id: str | None = None,
     progress: Callable[[int, int], None] | None = None, cancel: Callable[[], bool] | None = None,
+    against: Literal["options", "today"] = "options",
 ) -> Iterator[WhatIfRow]:
     """For each turn of the thread, oldest first: its prompt (from its record, else reconstructed) and
-    the prompt it would have had with ``options`` merged over the options then in force. Nothing is
-    written. ``progress(i, n)`` is called after each turn; ``cancel()`` is checked before each."""
+    the prompt it would have had with ``options`` merged over the options then in force; with
+    ``against="today"``, the prompt it has with the memory as it is now (``rebuild="today"``: today's
+    stored rows, working memory and configuration, ``options`` merged over it), so the changes say which
+    turns a fix made since touches, and why. Nothing is written. ``progress(i, n)`` is called after each
+    turn; ``cancel()`` is checked before each."""
     from core.replay.frozen import ReplaySource
     from core.replay.rebuild import rebuild
 
@@ -44,8 +49,12 @@ def what_if(
         if cancel is not None and cancel():
             return
         real = rebuild(memory.assembler, thread_id=thread_id, as_of=turn.input_message_id, source=source)
-        alt = rebuild(memory.assembler, thread_id=thread_id, as_of=turn.input_message_id, options=options,
-                      source=source)
+        if against == "today":
+            alt = rebuild(memory.assembler, thread_id=thread_id, as_of=turn.input_message_id,
+                          options=options or None, source=source, rebuild="today")
+        else:
+            alt = rebuild(memory.assembler, thread_id=thread_id, as_of=turn.input_message_id, options=options,
+                          source=source)
         changes = prompt_diff(real, alt)
         yield WhatIfRow(
             turn.input_message_id,

@@ -41,6 +41,7 @@ REASON_LABELS: dict[str, str] = {
     "observed": "observed by observational memory",
     "token-budget": "trimmed by the token budget",
     "working-memory-changed": "working memory changed",
+    "working-memory-edited": "working memory edited by hand since",
     "new-message": "new message",
     "options-changed": "options changed",
     "message-edited": "a stored message was edited since",
@@ -527,6 +528,55 @@ def what_if_summary(rows: Sequence[WhatIfTableRow], total: int, cancelled: bool)
     affected = sum(1 for r in rows if r.entered or r.left or r.changed or r.delta)
     head = f"Cancelled after {len(rows)} of {total} turns. " if cancelled else f"{len(rows)} turns. "
     return (head + f"{affected} prompt(s) would differ; tokens {real:,} → {alt:,} ({alt - real:+,}).")
+
+
+# -- with the memory as it is now ("today") ---------------------------------------------------------
+TODAY_WHAT = ("working memory as it is today, messages as stored now (edits included), recall searched again over "
+              "today's index, today's configuration")
+
+
+def change_lines(changes: Sequence[FragmentChange], limit: int = 6) -> list[str]:
+    """One line per fragment that differs: its mark, source, stored message and the reason, in words."""
+    out = []
+    for c in changes[:limit]:
+        stored = f" {short_id(c.stored_ids[0])}" if c.stored_ids else ""
+        out.append(f"{CHANGE_MARKS.get(c.kind, c.kind)} {c.source}{stored}: {reason_label(c.reason)}")
+    if len(changes) > limit:
+        out.append(f"… and {len(changes) - limit} more (the What-If tab lists them all)")
+    return out
+
+
+def today_note(real: AssembledPrompt, today: AssembledPrompt, changes: Sequence[FragmentChange]) -> str:
+    """What Re-Run says of a prompt rebuilt with the memory as it is now: that it is a reconstruction
+    from today's data, not what the model received, and which fragments differ from what it received, why."""
+    head = f"A reconstruction from today's data ({TODAY_WHAT}), not the request the model received."
+    if not changes and same_calls(real, today):
+        return head + " It holds the same messages as what the model received: nothing since changes this turn."
+    lines = change_lines(changes)
+    count = f"{len(changes)} fragment(s) differ" if changes else "The model calls differ"
+    return head + f" {count} from what the model received ({real.total_tokens:,} → {today.total_tokens:,} tokens):\n" + \
+        "\n".join(lines)
+
+
+def today_rows(rows: Sequence[WhatIfTableRow]) -> list[WhatIfTableRow]:
+    """The what-if rows against today's memory worth listing: the turns whose prompt differs now."""
+    return [r for r in rows if r.entered or r.left or r.changed or r.delta]
+
+
+def today_summary(rows: Sequence[WhatIfTableRow], total: int, cancelled: bool) -> str:
+    """The What-If summary against today's memory (``rows``: every turn rebuilt, differing or not)."""
+    if not rows:
+        return "Cancelled before the first turn." if cancelled else "No turns."
+    differing = today_rows(rows)
+    head = f"Cancelled after {len(rows)} of {total} turns. " if cancelled else ""
+    if not differing:
+        return head + (f"With the memory as it is now, none of {len(rows)} turns' prompts differs from what its "
+                       "model received.")
+    numbers = ", ".join(str(r.number) for r in differing[:12]) + (" …" if len(differing) > 12 else "")
+    reasons = [label for label in REASON_LABELS.values() if any(label in r.reasons for r in differing)]
+    return head + (f"With the memory as it is now, {len(differing)} of {len(rows)} turns' prompts differ from "
+                   f"what their model received (turns {numbers}): {'; '.join(reasons)}. Only those are listed; "
+                   "open one to see what changed, or re-run it.")
 
 
 # -- re-run ----------------------------------------------------------------------------------------

@@ -352,6 +352,7 @@ class ReplayPane(QWidget):
         self.subtitle.setToolTip(header_tip(self.subtitle.text(), thread.resource_id, known) or self.subtitle.text())
         self._select_thread_in_list(thread.id)
         self.what_if.set_source(source)
+        self.rerun.set_source(source)
         self.rerun.set_step(None)  # a summary of another thread's turn must not stay
         n = len(source.turns)
         self._syncing = True
@@ -583,6 +584,7 @@ class ReplayPane(QWidget):
         Re-Run would act on it under the new selection), so it goes, and the error says which thread."""
         self.state.open_failed()
         self.what_if.set_source(None)
+        self.rerun.set_source(None)
         self.title.setText("Replay")
         self.subtitle.setText(f"thread {thread_id}")
         self.subtitle.setToolTip("")

@@ -1,7 +1,13 @@
-"""Re-run a turn's model call: send the request the record says it sent (as received, or its what-if
-prompt) to a model from Preferences, with the settings and tool choice as recorded unless changed here,
-and show the new reply beside the stored one: a text diff, what in the request differs from the
-original, and the usage each server reported beside our o200k estimates.
+"""Re-run a turn's model call: send the request the record says it sent (as received, its what-if
+prompt, or the turn rebuilt with the memory as it is now) to a model from Preferences, with the settings
+and tool choice as recorded unless changed here, and show the new reply beside the stored one: a text
+diff, what in the request differs from the original, and the usage each server reported beside our
+o200k estimates.
+
+"With the memory as it is now" answers "would the model have answered right after my fix?": the turn is
+rebuilt from today's data (``ReplayThread.today``, ``rebuild="today"``) when it is picked and again when
+it is sent, and the panel says plainly that it is a reconstruction and which fragments differ from what
+the model received, with Replay's reasons (edited by hand, time passed, recall found other messages…).
 
 Tool definitions go as recorded, so a tool whose function does not exist here is still offered; a
 call the reply asks for is shown, never run. The request runs on a worker; nothing is written anywhere
@@ -35,10 +41,11 @@ from studio.logic.replay_layout import (
     rerun_comparison,
     setting_fields,
     settings_from_fields,
+    today_note,
     tool_choice_items,
 )
 from studio.preferences import Preferences
-from studio.replay_jobs import StepData, WhatIfDetail, rerun_prompt
+from studio.replay_jobs import ReplayThread, StepData, TodayRerun, WhatIfDetail, rerun_prompt, rerun_today
 from studio.session import StudioSession
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
@@ -61,6 +68,7 @@ DIFFERENCE_COLUMNS: list[Column[tuple[str, str, str]]] = [
     Column("Re-run", lambda r: r[2], tooltip=lambda r: r[2]),
 ]
 CHANGED_STYLE = "QLineEdit { font-weight: bold; }"
+RECEIVED, TODAY, WHAT_IF = "received", "today", "what-if"  # the prompt choices
 
 
 class RerunPanel(QWidget):
@@ -75,6 +83,9 @@ class RerunPanel(QWidget):
         self.step: StepData | None = None
         self.call = 0
         self.what_if: WhatIfDetail | None = None
+        self.source: ReplayThread | None = None  # the thread open in Replay (rebuilds "as it is now")
+        self.today: WhatIfDetail | None = None  # the step rebuilt with the memory as it is now
+        self._run_after_today = False
         self.result: RerunResult | None = None
         self.comparison: RerunComparison | None = None
         self._key = f"rerun-{id(self)}"
@@ -98,9 +109,13 @@ class RerunPanel(QWidget):
         self.prompt_combo = QComboBox()
         row.addWidget(label_for("Prompt", self.prompt_combo))
         self.prompt_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.prompt_combo.setMinimumContentsLength(12)
-        self.prompt_combo.addItem("As the model received it", "received")
-        self.prompt_combo.addItem("Its what-if prompt", "what-if")
+        self.prompt_combo.setMinimumContentsLength(22)  # "With the memory as it is now" (nearly) whole
+        self.prompt_combo.addItem("As the model received it", RECEIVED)
+        self.prompt_combo.addItem("With the memory as it is now", TODAY)
+        self.prompt_combo.addItem("Its what-if prompt", WHAT_IF)
+        self.prompt_combo.setItemData(1, "The turn rebuilt from today's data: working memory as it is today, "
+                                         "messages as stored now (a fix made since is in). A reconstruction, "
+                                         "not what the model received.", Qt.ItemDataRole.ToolTipRole)
         row.addWidget(self.prompt_combo)
         self.call_label = QLabel("")
         row.addWidget(self.call_label)
@@ -137,6 +152,15 @@ class RerunPanel(QWidget):
         self.status.setWordWrap(True)
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # "With the memory as it is now": that the prompt is a reconstruction, and what differs and why.
+        self.today_label = QLabel("")
+        self.today_label.setObjectName("rerunTodayNote")
+        self.today_label.setWordWrap(True)
+        self.today_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.today_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.today_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.today_label.hide()
+        root.addWidget(self.today_label)
         root.addWidget(self.status)
         self._idle_status()
 
@@ -185,7 +209,7 @@ class RerunPanel(QWidget):
         root.addWidget(split, 1)
         self.run_btn.clicked.connect(self.run)
         self.reset_btn.clicked.connect(self.reset_settings)
-        self.prompt_combo.currentIndexChanged.connect(lambda _i: self.reset_settings())
+        self.prompt_combo.currentIndexChanged.connect(lambda _i: self._prompt_picked())
         self.model_combo.activated.connect(lambda _i: setattr(self, "_picked", self.model_combo.currentData()))
 
     def _idle_status(self) -> None:
@@ -206,6 +230,13 @@ class RerunPanel(QWidget):
         self.model_combo.setCurrentIndex(max(0, index))
 
     # -- inputs ----------------------------------------------------------------------------------
+    def set_source(self, source: ReplayThread | None) -> None:
+        """The thread open in Replay, which rebuilds a turn with the memory as it is now."""
+        if source is not self.source:
+            self.source = source
+            self.today = None
+            self._update_prompt_choice()
+
     def set_step(self, step: StepData | None, call: int = 0) -> None:
         same_turn = step is not None and self.step is not None and \
             step.turn.input_message_id == self.step.turn.input_message_id
@@ -215,9 +246,13 @@ class RerunPanel(QWidget):
             self._idle_status()  # a summary of another turn (or thread) must not stay
             if self.what_if is not None and (step is None or self.what_if.index != step.index):
                 self.what_if = None
+            self.today = None
+            self._run_after_today = False
         self.stored_view.load(reply_text(step.reply) if step is not None else "")
         self._update_prompt_choice()
         self.set_call(call)
+        if not same_turn and self.choice() == TODAY:
+            self._load_today()
 
     def set_call(self, call: int) -> None:
         """Re-run model call ``call`` of the turn (the pane's selected call)."""
@@ -244,29 +279,98 @@ class RerunPanel(QWidget):
         self.difference_model.set_rows([])
 
     def set_what_if(self, detail: WhatIfDetail | None) -> None:
+        """A turn opened in the What-If tab: its what-if prompt, or (against today's memory) the turn
+        rebuilt with the memory as it is now."""
+        if detail is not None and detail.against == "today":
+            self.today = detail
+            self._update_prompt_choice()
+            self._pick(TODAY)
+            return
         self.what_if = detail
         self._update_prompt_choice()
         if detail is not None:
-            self.prompt_combo.setCurrentIndex(1)
+            self._pick(WHAT_IF)
+
+    def choice(self) -> str:
+        return str(self.prompt_combo.currentData())
+
+    def _pick(self, choice: str) -> None:
+        index = self.prompt_combo.findData(choice)
+        if index == self.prompt_combo.currentIndex():
+            self._prompt_picked()
+        else:
+            self.prompt_combo.setCurrentIndex(index)
 
     def _update_prompt_choice(self) -> None:
+        model = self.prompt_combo.model()
         usable = self.what_if is not None and self.step is not None and self.what_if.index == self.step.index
-        item = self.prompt_combo.model().item(1)  # type: ignore[attr-defined]
-        item.setEnabled(usable)
-        if not usable:
+        model.item(self.prompt_combo.findData(WHAT_IF)).setEnabled(usable)  # type: ignore[attr-defined]
+        model.item(self.prompt_combo.findData(TODAY)).setEnabled(self.source is not None)  # type: ignore[attr-defined]
+        if (not usable and self.choice() == WHAT_IF) or (self.source is None and self.choice() == TODAY):
             self.prompt_combo.setCurrentIndex(0)
         self.run_btn.setEnabled(self.step is not None)
+
+    def _prompt_picked(self) -> None:
+        """Another prompt chosen: the settings from its call; "as it is now" rebuilds the turn first."""
+        self.reset_settings()
+        if self.choice() != TODAY:
+            self.today_label.hide()
+            return
+        self.today_label.show()
+        if self.today is not None and self.step is not None and self.today.index == self.step.index:
+            self._show_today(self.today)
+        else:
+            self._load_today()
+
+    def _load_today(self) -> None:
+        source, step = self.source, self.step
+        if source is None or step is None:
+            return
+        self.today_label.show()
+        self.today_label.setText(f"Rebuilding turn {step.index + 1} with the memory as it is now…")
+        index = step.index
+        self.session.run(lambda: source.today(index), key=self._key + "-today",
+                         on_result=alive_only(self, self._on_today), on_error=alive_only(self, self._on_today_error))
+
+    def _on_today_error(self, exc: BaseException) -> None:
+        self._run_after_today = False
+        set_tone(self.today_label, "error")
+        self.today_label.setText(f"This turn could not be rebuilt with the memory as it is now: {exc or type(exc).__name__}. "
+                                 "Nothing was sent; re-run it as the model received it, or File > Reload and try again.")
+
+    def _on_today(self, detail: WhatIfDetail) -> None:
+        if self.step is None or detail.index != self.step.index:
+            return  # the user stepped on meanwhile
+        before = self.recorded_request()
+        self.today = detail
+        if self.choice() == TODAY:
+            self._show_today(detail)
+            after = self.recorded_request()
+            if setting_fields(before) == setting_fields(after) and tool_choice_items(before) == tool_choice_items(after):
+                self._filled_for = after  # the same settings and choices: what the user typed stays
+            else:
+                self.reset_settings()
+        if self._run_after_today:
+            self._run_after_today = False
+            self.run()
+
+    def _show_today(self, detail: WhatIfDetail) -> None:
+        self.today_label.setText(today_note(detail.real, detail.what_if, detail.changes))
+        set_tone(self.today_label, "warning" if detail.changes else None)
 
     def prompt(self) -> AssembledPrompt | None:
         if self.step is None:
             return None
-        if self.prompt_combo.currentData() == "what-if" and self.what_if is not None:
+        if self.choice() == WHAT_IF and self.what_if is not None:
             return self.what_if.what_if
+        if self.choice() == TODAY:
+            return self.today.what_if if self.today is not None and self.today.index == self.step.index else None
         return self.step.received
 
     def recorded_request(self) -> dict[str, Any] | None:
-        """What the selected call sent (as rebuilt from its record), whose settings the fields start from."""
-        prompt = self.prompt()
+        """What the selected call sent (as rebuilt from its record), whose settings the fields start from
+        (with the memory as it is now, before that rebuild arrives: those the call sent, the same)."""
+        prompt = self.prompt() or (self.step.received if self.step is not None else None)
         info = prompt.replay if prompt is not None else None
         if info is None or not info.calls:
             return None
@@ -302,6 +406,11 @@ class RerunPanel(QWidget):
     def run(self) -> None:
         prompt, step, call = self.prompt(), self.step, self.call
         choice = self.preferences.model(self.model_combo.currentData())
+        today = self.choice() == TODAY
+        if today and prompt is None and step is not None and choice is not None and self.source is not None:
+            self._run_after_today = True  # sent once the rebuild with today's memory arrives
+            self._load_today()
+            return
         if prompt is None or step is None or choice is None:
             return
         self._refill()
@@ -312,15 +421,32 @@ class RerunPanel(QWidget):
             self.status.setText(f"Not sent: {exc}.")
             return
         tool_choice = self.tool_choice_combo.currentData()
-        which = "what-if prompt" if prompt is not step.received else "request as received"
+        which = ("prompt rebuilt with the memory as it is now" if today else
+                 "what-if prompt" if prompt is not step.received else "request as received")
         set_tone(self.status, None)
         self.status.setText(f"Sending turn {step.index + 1}'s {which} (model call {call + 1}) to {choice.name}…")
         self.run_btn.setEnabled(False)
+        source = self.source
+        if today and source is not None:
+            # Rebuilt again as it is sent: an edit made since the panel showed the prompt is in what goes out.
+            index = step.index
+            self.session.run(lambda: rerun_today(source, index, choice, tool_choice=tool_choice, call=call,
+                                                 settings=settings),
+                             key=self._key, on_result=alive_only(self, lambda r: self._on_today_result(step, call, r)),
+                             on_error=alive_only(self, self._on_error))
+            return
         self.session.run(lambda: rerun_prompt(prompt, choice, tool_choice=tool_choice, call=call, settings=settings),
                          key=self._key, on_result=alive_only(self, lambda r: self._on_result(step, call, r)),
                          on_error=alive_only(self, self._on_error))
 
-    def _on_result(self, step: StepData, call: int, result: RerunResult) -> None:
+    def _on_today_result(self, step: StepData, call: int, outcome: TodayRerun) -> None:
+        if self.step is not None and outcome.detail.index == self.step.index:
+            self.today = outcome.detail
+            if self.choice() == TODAY:
+                self._show_today(outcome.detail)
+        self._on_result(step, call, outcome.result, today=True)
+
+    def _on_result(self, step: StepData, call: int, result: RerunResult, today: bool = False) -> None:
         self.run_btn.setEnabled(True)
         if self.step is None or step.turn.input_message_id != self.step.turn.input_message_id or call != self.call:
             return  # the user stepped on: this reply belongs to another turn or call
@@ -336,9 +462,12 @@ class RerunPanel(QWidget):
         self.figure_model.set_rows(self.comparison.figures)
         self.difference_model.set_rows(self.comparison.differences)
         differs = ", ".join(d[0] for d in self.comparison.differences)
-        self.status.setText(f"Re-run with {result.model}: {self.diff.summary()} against the stored reply. "
-                            + (f"The request differs from the original in: {differs}. " if differs else
-                               "The same request as the original. ") + "Nothing was saved.")
+        rebuilt = ("Sent with the memory as it is now (a reconstruction from today's data; what differs from what "
+                   "the model received is listed above). ") if today else ""
+        self.status.setText(f"Re-run with {result.model}: {self.diff.summary()} against the stored reply. " + rebuilt
+                            + (f"Outside its messages, the request differs from the original in: {differs}. "
+                               if differs else "The same request as the original outside its messages. "
+                               if today else "The same request as the original. ") + "Nothing was saved.")
         self.finished.emit(result)
 
     def _on_error(self, exc: BaseException) -> None:

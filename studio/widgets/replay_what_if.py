@@ -1,4 +1,6 @@
-"""What-if for a whole thread: change options, see every turn's prompt against the real one.
+"""What-if for a whole thread: change options, see every turn's prompt against the real one; or compare
+each turn with the memory as it is now ("Compare with: the memory as it is now"), which lists the turns
+whose prompt differs now and why, so a user who fixed a value by hand sees every turn the fix touches.
 
 The run goes through ``memory.what_if`` on a worker with a progress bar and Cancel (checked between
 turns). Opening a row rebuilds that turn's what-if prompt on a worker and shows what entered, left or
@@ -36,11 +38,13 @@ from studio.logic.replay_layout import (
     change_summary,
     prompt_text_diff,
     reason_label,
+    today_rows,
+    today_summary,
     what_if_rows,
     what_if_summary,
 )
 from studio.logic.short_ids import short_id
-from studio.replay_jobs import ReplayThread, WhatIfDetail, WhatIfOutcome
+from studio.replay_jobs import Against, ReplayThread, WhatIfDetail, WhatIfOutcome
 from studio.session import StudioSession
 from studio.widgets.diff_view import DiffView
 from studio.widgets.flow_layout import FlowLayout, labelled
@@ -50,6 +54,13 @@ from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_
 from studio.widgets.a11y import named
 
 AS_RECORDED = "as recorded"
+IDLE_TEXT = {
+    "options": "Change options, then Run What-If: every turn is rebuilt with them.",
+    "today": "Run What-If: every turn is rebuilt with the memory as it is now (today's working memory, messages "
+             "as stored now, recall over today's index) and compared with what its model received; the turns "
+             "that differ are listed, with why.",
+}
+RERUN_TEXT = {"options": "Re-Run This What-If Prompt…", "today": "Re-Run With the Memory as It Is Now…"}
 
 WHAT_IF_COLUMNS: list[Column[WhatIfTableRow]] = [
     Column("#", lambda r: r.number, RIGHT),
@@ -106,6 +117,7 @@ class WhatIfPanel(QWidget):
         self.session = session
         self.source: ReplayThread | None = None
         self.outcome: WhatIfOutcome | None = None
+        self._against: Against = "options"  # what the rows shown were compared with
         self.detail: WhatIfDetail | None = None
         self._cancel = threading.Event()
         self._running = False
@@ -144,9 +156,18 @@ class WhatIfPanel(QWidget):
         # The options wrap onto more rows in a narrow pane: every one stays in sight, none widens the window.
         flow = FlowLayout(box, spacing=14)
         flow.setContentsMargins(8, 6, 8, 6)
+        # First: what each turn is compared with (these options, or the memory as it is now, which turns
+        # the options off: a turn is then rebuilt from today's data as configured).
+        self.against_combo = _combo(("these options", "options"), ("the memory as it is now", "today"))
+        self.against_combo.setObjectName("whatIfAgainst")
+        self.against_combo.setToolTip("Rebuild every turn with the options beside this, or with the memory as it "
+                                      "is now: which turns' prompts does a fix made since change, and why")
+        flow.addWidget(labelled("Compare with", self.against_combo))
+        self.option_cells: list[QWidget] = []
         for label, widget in cells:
             widget.setMinimumWidth(120)
-            flow.addWidget(labelled(label, widget))
+            self.option_cells.append(labelled(label, widget))
+            flow.addWidget(self.option_cells[-1])
         root.addWidget(box)
 
         row = QHBoxLayout()
@@ -161,7 +182,7 @@ class WhatIfPanel(QWidget):
         self.progress.setTextVisible(False)  # the theme draws a thin bar; the count is in the label beside it
         self.progress_label = QLabel("")
         self.progress_label.setObjectName("whatIfProgressLabel")
-        self.summary = QLabel("Change options, then Run What-If: every turn is rebuilt with them.")
+        self.summary = QLabel(IDLE_TEXT["options"])
         self.summary.setWordWrap(True)
         self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.checks_btn = QPushButton("Run Checks With These Options")
@@ -220,10 +241,23 @@ class WhatIfPanel(QWidget):
         self.table.doubleClicked.connect(lambda index: self.open_row(index.row()))
         self.table.activated.connect(lambda index: self.open_row(index.row()))
         self.rerun_btn.clicked.connect(self._rerun_requested)
+        self.against_combo.currentIndexChanged.connect(lambda _i: self._against_picked())
 
     def _rerun_requested(self) -> None:
         if self.detail is not None:
             self.rerun_requested.emit(self.detail)
+
+    def against(self) -> Against:
+        """What the next run compares each turn with: "options" or "today" (the memory as it is now)."""
+        return "today" if self.against_combo.currentData() == "today" else "options"
+
+    def _against_picked(self) -> None:
+        today = self.against() == "today"
+        for cell in self.option_cells:  # today's memory is compared as configured: no options
+            cell.setEnabled(not today)
+        self.checks_btn.setEnabled(not today)
+        if not self._running:
+            self.summary.setText(IDLE_TEXT[self.against()])
 
     # -- options ---------------------------------------------------------------------------------
     def options(self) -> WhatIfOptions:
@@ -254,7 +288,7 @@ class WhatIfPanel(QWidget):
             self.progress.setRange(0, max(len(source.turns) if source else 1, 1))
             self.progress.setValue(0)
             self.progress_label.setText("")
-            self.summary.setText("Change options, then Run What-If: every turn is rebuilt with them.")
+            self.summary.setText(IDLE_TEXT[self.against()])
 
     @property
     def running(self) -> bool:
@@ -264,7 +298,8 @@ class WhatIfPanel(QWidget):
         source = self.source
         if source is None:
             return
-        overrides = self.options().overrides()
+        against = self.against()
+        overrides = self.options().overrides() if against == "options" else {}
         self._cancel = cancel = threading.Event()
         self._running = True
         self.run_btn.setEnabled(False)
@@ -273,9 +308,12 @@ class WhatIfPanel(QWidget):
         self.progress.setRange(0, max(total, 1))
         self.progress.setValue(0)
         self.progress_label.setText(f"0 of {total:,} turns")
-        self.summary.setText(f"Rebuilding {total:,} turns with {self.options().describe()}…")
+        self.summary.setText(f"Rebuilding {total:,} turns with "
+                             + (f"{self.options().describe()}…" if against == "options" else
+                                "the memory as it is now…"))
         job: Callable[[Callable[[int, int], None]], WhatIfOutcome] = \
-            lambda report: source.what_if(overrides, progress=report, cancel=cancel.is_set)  # noqa: E731
+            lambda report: source.what_if(overrides, progress=report, cancel=cancel.is_set,  # noqa: E731
+                                          against=against)
         self.session.run(job, key=self._key, on_progress=alive_only(self, self._on_progress),
                          on_result=alive_only(self, lambda out: self._on_done(source, out)),
                          on_error=alive_only(self, self._on_error))
@@ -295,11 +333,18 @@ class WhatIfPanel(QWidget):
         if source is not self.source:
             return
         self.outcome = outcome
+        self._against = outcome.against
+        self.detail = None
+        self.change_model.set_rows([])
+        self.diff.set_diff([], empty_text="")
+        self.rerun_btn.setEnabled(False)
+        self.rerun_btn.setText(RERUN_TEXT[outcome.against])
         rows = what_if_rows(outcome.rows, source.turns)
-        self.model.set_rows(rows)
+        today = outcome.against == "today"
+        self.model.set_rows(today_rows(rows) if today else rows)  # today: only the turns whose prompt differs
         self.progress.setValue(len(rows))
         self.progress_label.setText(f"{len(rows):,} of {outcome.total:,} turns")
-        self.summary.setText(what_if_summary(rows, outcome.total, outcome.cancelled))
+        self.summary.setText((today_summary if today else what_if_summary)(rows, outcome.total, outcome.cancelled))
         self.finished.emit(outcome)
 
     def _on_error(self, exc: BaseException) -> None:
@@ -318,17 +363,22 @@ class WhatIfPanel(QWidget):
         if record is None or source is None:
             return
         index = record.number - 1
-        overrides = self.options().overrides()
-        self.detail_caption.setText(f"Turn {record.number}: rebuilding its what-if prompt…")
-        self.session.run(lambda: source.what_if_turn(index, overrides), key=self._key + "-turn",
+        against = self._against  # as the rows were compared
+        overrides = self.options().overrides() if against == "options" else {}
+        self.detail_caption.setText(f"Turn {record.number}: rebuilding its what-if prompt…" if against == "options"
+                                    else f"Turn {record.number}: rebuilding it with the memory as it is now…")
+        self.session.run(lambda: source.what_if_turn(index, overrides, against), key=self._key + "-turn",
                          on_result=alive_only(self, self._on_detail), on_error=alive_only(self, self._on_error))
 
     def _on_detail(self, detail: WhatIfDetail) -> None:
         self.detail = detail
         self.change_model.set_rows(detail.changes)
+        today = detail.against == "today"
         self.diff.set_diff(prompt_text_diff(detail.real, detail.what_if),
-                           empty_text="(the what-if prompt is identical to the real one)")
-        self.detail_caption.setText(f"Turn {detail.index + 1}: real {detail.real.total_tokens:,} tokens → what-if "
+                           empty_text="(rebuilt with the memory as it is now, it is identical to what the model "
+                                      "received)" if today else "(the what-if prompt is identical to the real one)")
+        self.detail_caption.setText(f"Turn {detail.index + 1}: real {detail.real.total_tokens:,} tokens → "
+                                    f"{'with the memory as it is now' if today else 'what-if'} "
                                     f"{detail.what_if.total_tokens:,} · {change_summary(detail.changes)}")
         self.rerun_btn.setEnabled(True)
         self.opened.emit(detail)

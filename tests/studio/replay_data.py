@@ -10,6 +10,7 @@ from typing import Any
 from core import Agent, Memory, MemoryOptions, open_store
 from core.llm.scripted import ScriptedModel, ScriptedReply, tool_call
 from core.timeutil import FixedClock
+from core.working_memory import WorkingMemoryService
 
 RESOURCE = "ana"
 THREAD = "t-trip"
@@ -37,7 +38,12 @@ def reply(messages: list[dict[str, Any]], tools: Any) -> Any:
     return f"About '{text[:24]}': here is my answer number {len(messages)}."
 
 
-def build_replay_db(path: Path, *, last_messages: int = 4) -> dict[str, Any]:
+WM_FIX = "# Ana\n- diet: vegan (no eggs, no dairy)\n- trip: Porto, May 3-6"  # the value a user fixes by hand
+
+
+def build_replay_db(path: Path, *, last_messages: int = 4, wm_fix_after: int | None = None) -> dict[str, Any]:
+    """``wm_fix_after``: after that many turns, the working memory is fixed by hand (``WM_FIX``, written as
+    the Studio writes it: author "studio"); the later turns run with the fix."""
     store = open_store(path)
     clock = FixedClock(datetime(2026, 5, 1, 9, 0, tzinfo=timezone.utc), step_ms=60_000)
     memory = Memory(store, MemoryOptions(last_messages=last_messages,
@@ -45,7 +51,12 @@ def build_replay_db(path: Path, *, last_messages: int = 4) -> dict[str, Any]:
                     clock=clock, name="travel")
     agent = Agent("travel-agent", instructions="You plan trips. Be brief.", model=ScriptedModel(reply, name="trip"),
                   memory=memory)
-    results = [agent.generate(text, memory={"resource": RESOURCE, "thread": THREAD}) for text in TURNS]
+    results = []
+    for number, text in enumerate(TURNS):
+        if number == wm_fix_after:
+            WorkingMemoryService(store, clock=clock).write(memory.effective_options().working_memory, thread_id=THREAD,
+                                                           resource_id=RESOURCE, value=WM_FIX, author="studio")
+        results.append(agent.generate(text, memory={"resource": RESOURCE, "thread": THREAD}))
     agent.generate("Remember to pack an umbrella.", memory={"resource": RESOURCE, "thread": OTHER})
     turns = memory.turns(THREAD)
     store.close()
