@@ -173,6 +173,7 @@ class TurnView(QSplitter):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(Qt.Orientation.Horizontal, parent)
         left = QSplitter(Qt.Orientation.Vertical)
+        left.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         upper = QWidget()
         ul = QVBoxLayout(upper)
         ul.setContentsMargins(0, 0, 0, 0)
@@ -194,9 +195,8 @@ class TurnView(QSplitter):
         ll = QVBoxLayout(lower)
         ll.setContentsMargins(0, 0, 0, 0)
         self.fragment_header = _ignored_width(caption("Fragment"))
-        self.fragment_sources = _ignored_width(QLabel(""))
+        self.fragment_sources = FittedLabel("")  # (wraps; its lines are its least height: never cut)
         self.fragment_sources.setTextFormat(Qt.TextFormat.RichText)
-        self.fragment_sources.setWordWrap(True)
         self.fragment_sources.linkActivated.connect(self.open_message.emit)
         self.fragment_text = named(CodeEditor("prose", read_only=True), "Selected fragment's text")
         for part in (self.fragment_header, self.fragment_sources, self.fragment_text):
@@ -222,7 +222,9 @@ class TurnView(QSplitter):
         self.request_page.setWidget(self.request_view)
         self.tabs.addTab(self.request_page, "Request")
         compare_tab = QSplitter(Qt.Orientation.Vertical)
+        compare_tab.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         sides = QSplitter(Qt.Orientation.Horizontal)
+        sides.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         self.received_view = named(CodeEditor("prose", read_only=True), "Received (the record)")
         self.now_view = named(CodeEditor("prose", read_only=True), "Rebuilt now")
         self.received_caption = caption("Received (the record)")
