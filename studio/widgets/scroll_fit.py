@@ -10,7 +10,7 @@ it fills the view exactly as it did without a scroll area, and scrolls only belo
 from __future__ import annotations
 
 import shiboken6
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, QTimer
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt, QTimer
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QDialog, QFrame, QScrollArea, QSizePolicy, QTabWidget, QVBoxLayout, QWidget
 
@@ -68,6 +68,9 @@ class FitScroll(QScrollArea):
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setWidgetResizable(True)
+        # Never a stop of its own for Tab, nor the first focus of a dialog (the Forget dialog's table lost
+        # its first focus to it); Tab still brings the next control into sight (``QScrollArea``).
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self._screen_bound = screen_bound
 
     def hold(self, content: QWidget) -> LeastSizeHolder:
