@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import pytest
 from PySide6.QtCore import QPoint
-from PySide6.QtWidgets import (QAbstractButton, QApplication, QAbstractItemView, QAbstractSpinBox, QComboBox, QHeaderView, QLayout,
+from PySide6.QtWidgets import (QAbstractButton, QAbstractItemView, QAbstractSpinBox, QComboBox, QHeaderView, QLayout,
                                QLineEdit, QPlainTextEdit, QScrollArea, QTableView, QTextEdit, QTreeView, QWidget)
 
 from studio.selection import Selection
@@ -54,11 +54,13 @@ def _lowest_control(top: QWidget) -> QWidget | None:
     return max(shown, key=lambda w: w.mapTo(top, QPoint(0, w.height())).y(), default=None)
 
 
-def _reachable(scroll: Any, control: QWidget) -> bool:
+def _reachable(scroll: Any, control: QWidget, qtbot: Any) -> bool:
     """The scroll areas around ``control`` (``scroll`` the outermost) can bring it into sight, not hidden by
     a parent that clips it: whole, or a list or a text taller than ``TALL`` that much of it (it scrolls in
-    itself), or taller than a view around it, what the view holds. (Not
-    ``ensureWidgetVisible``: for a text field it brings the field's cursor into sight, not the field.)"""
+    itself), or taller than a view around it, what the view holds. Scrolled as a user does, till the
+    control's foot is in sight, again while the areas' ranges follow their contents' layouts (a busy
+    machine lays them out later). (Not ``ensureWidgetVisible``: for a text field it brings the field's
+    cursor into sight, not the field.)"""
     areas, parent = [], control.parentWidget()
     while parent is not None:
         if isinstance(parent, QScrollArea):
@@ -66,18 +68,23 @@ def _reachable(scroll: Any, control: QWidget) -> bool:
         if parent is scroll:
             break
         parent = parent.parentWidget()
-    room = control.height()
-    for _ in range(2):  # (a scroll area's range follows its content's layout: once more once laid out)
+
+    def in_sight() -> bool:
         room = control.height()
-        for area in areas:  # (innermost first) scrolled as a user does, till the control's foot is in sight
+        for area in areas:  # (innermost first)
             top = control.mapTo(area.widget(), QPoint(0, 0)).y()
             view, bar = area.viewport().height(), area.verticalScrollBar()
             room = min(room, view)
             bar.setValue(max(min(top + control.height() - view if control.height() <= view else top,
                                  bar.maximum()), 0))
-        QApplication.processEvents()
-    seen = control.visibleRegion().boundingRect()  # (what its parents do not clip)
-    return seen.height() >= min(control.height(), room, TALL) and seen.width() >= min(control.width(), 24)
+        seen = control.visibleRegion().boundingRect()  # (what its parents do not clip)
+        return seen.height() >= min(control.height(), room, TALL) and seen.width() >= min(control.width(), 24)
+
+    try:
+        qtbot.waitUntil(in_sight, timeout=5_000)
+    except AssertionError:
+        return False
+    return True
 
 
 def _walk_panes(window: Any, qtbot: Any) -> Iterator[tuple[str, Any, Any]]:
@@ -120,7 +127,7 @@ def test_every_pane_in_a_short_window_scrolls_to_its_lowest_control_and_shows_it
             problems.append(f"{name}: the page does not scroll to its end")
         problems += [f"{name}: {text}" for text in _squeezed_views(pane)]
         lowest = _lowest_control(pane)
-        if lowest is not None and not _reachable(scroll, lowest):
+        if lowest is not None and not _reachable(scroll, lowest, qtbot):
             problems.append(f"{name}: its lowest control ({lowest.objectName() or type(lowest).__name__}, "
                             f"{lowest.height()} px) is out of reach: {lowest.visibleRegion().boundingRect()} in sight")
         if scroll.horizontalScrollBar().maximum() > 0:
@@ -158,7 +165,7 @@ def test_replays_context_table_keeps_rows_in_a_900_by_755_window(demo_dir: Path,
     table = pane.view.step_table
     assert table.viewport().height() >= LEAST_ROWS * _row_height(table) - 1, table.viewport().height()
     page = window.pages[[p.spec.name for p in window.pages].index("replay")]
-    assert _reachable(page.area, pane.view.request_view)
+    assert _reachable(page.area, pane.view.request_view, qtbot)
     assert window.height() == 755
     window.session.pool.wait(20_000)
 
@@ -228,7 +235,7 @@ def test_every_dialog_on_a_small_screen_scrolls_to_its_buttons(qtbot: Any, tmp_p
         if body.height() < least_size(body).height() or body.width() < least_size(body).width() - 1:
             problems.append(f"{name}: squeezed to {body.size()}, below its least {least_size(body)}")
         lowest = _lowest_control(body)
-        if lowest is not None and not _reachable(scroll, lowest):
+        if lowest is not None and not _reachable(scroll, lowest, qtbot):
             problems.append(f"{name}: its lowest control ({lowest.objectName() or type(lowest).__name__}) is out of reach")
         dialog.close()
     assert problems == [], "\n".join(problems)
