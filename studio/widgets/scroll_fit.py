@@ -34,7 +34,18 @@ class LeastSizeHolder(QWidget):
         content.installEventFilter(self)
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
-        return least_size(self.content)
+        least = least_size(self.content)
+        layout = self.content.layout()
+        width = self._scroll.width()  # (frameless: the view's width without a scroll bar, which fitting avoids)
+        if (layout is not None and layout.hasHeightForWidth() and not self.content.minimumHeight()
+                and width > least.width()):
+            # A layout's least height is taken at its least width, where its wrapped labels need the most lines
+            # (Replay's page asked 83 px more than at the width it has, and scrolled at 1,100 x 800): at a wider
+            # view, the least height for that width.
+            at_width = layout.minimumHeightForWidth(width)
+            if 0 < at_width < least.height():
+                least.setHeight(at_width)
+        return least
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
         return self.content.sizeHint().expandedTo(self.minimumSizeHint())
