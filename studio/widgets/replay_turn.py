@@ -62,6 +62,7 @@ from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel
 from studio.widgets.replay_what_if import table_for
+from studio.widgets.scroll_fit import least_height_at_width
 from studio.widgets.request_view import RequestPanel
 from studio.widgets.a11y import named
 
@@ -163,6 +164,7 @@ REQUEST_TABS = (("Request", "Request", "Request: the whole request of this model
                 ("Recall", "Recall", "Recall: the messages semantic recall brought into this prompt"),
                 ("Tokens", "Tokens", "Tokens: the prompt's tokens by source"))
 STACK_BELOW = 860  # px: a view narrower than this puts its tabs under the context table, not beside it
+TABS_LEAST = 150  # px: the request side's least height, its tab bar and a request's first lines (stacked)
 
 
 class TurnView(QSplitter):
@@ -207,6 +209,8 @@ class TurnView(QSplitter):
                                             + 2 * self.fragment_text.frameWidth() + 8)
         left.addWidget(lower)
         left.setSizes([380, 200])
+        least_height_at_width(upper)  # (their wrapped lines at the width they have, not at their least)
+        least_height_at_width(lower)
         self.addWidget(left)
 
         self.tabs = QTabWidget()
@@ -252,6 +256,9 @@ class TurnView(QSplitter):
         self.token_model: RecordTableModel[TokenRow] = RecordTableModel(TOKEN_COLUMNS, self)
         self.tabs.addTab(named(table_for(self.token_model), "Tokens"), "Tokens")
         self.tab_fit = FittedTabs(self.tabs, REQUEST_TABS)  # (Tokens and Recall hid behind scroll arrows)
+        # Stacked in a short page, the tabs kept their bar and two lines (135 px: they ask the least height of
+        # the page shown, a scroll area); a request's call, its Copy button and its model line stay in sight.
+        self.tabs.setMinimumHeight(TABS_LEAST)
         self.addWidget(self.tabs)
         self.setSizes([660, 520])  # the context table's eight columns get the larger part
         self.setChildrenCollapsible(False)

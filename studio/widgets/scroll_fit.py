@@ -41,8 +41,12 @@ class LeastSizeHolder(QWidget):
                 and width > least.width()):
             # A layout's least height is taken at its least width, where its wrapped labels need the most lines
             # (Replay's page asked 83 px more than at the width it has, and scrolled at 1,100 x 800): at a wider
-            # view, the least height for that width.
+            # view, the least height for that width; where that is more than the view, at the width left
+            # beside the scroll bar it then shows (narrower, a label may need a line more).
             at_width = layout.minimumHeightForWidth(width)
+            bar = self._scroll.verticalScrollBar().sizeHint().width()
+            if at_width > self._scroll.height() and width - bar > least.width():
+                at_width = max(at_width, layout.minimumHeightForWidth(width - bar))
             if 0 < at_width < least.height():
                 least.setHeight(at_width)
         return least
@@ -121,6 +125,38 @@ class _ScreenBound(QObject):
         return False
 
 
+class _LeastAtWidth(QObject):
+    """``least_height_at_width``'s watcher: sets its widget's least height again when the widget's width
+    or its content changes."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if isinstance(watched, QWidget) and event.type() in (QEvent.Type.Resize, QEvent.Type.LayoutRequest):
+            _fit_least_height(watched)
+        return False
+
+
+def _fit_least_height(widget: QWidget) -> None:
+    layout = widget.layout()
+    if layout is None or widget.width() <= 0:
+        return
+    hint = widget.minimumSizeHint().height()  # (its layout's least height at its least width)
+    at_width = layout.minimumHeightForWidth(widget.width()) if layout.hasHeightForWidth() else 0
+    least = at_width if 0 < at_width < hint else 0  # (0: the hint, as if never set)
+    if widget.minimumHeight() != least:
+        widget.setMinimumHeight(least)
+
+
+def least_height_at_width(widget: QWidget) -> None:
+    """``widget`` (a part of a vertical splitter) asks, as its least height, what its layout needs at the
+    width it has, never more than its minimum size hint. A splitter asks its parts' minimum size hints,
+    which are taken at their least widths, where their wrapped labels need the most lines, and by a wrapped
+    label's preferred height (a label whose size policy cannot shrink): Replay's context table and its
+    fragment asked 48 px more than they need at 1,100 x 800, and the pane's page scrolled there."""
+    watcher = _LeastAtWidth(widget)
+    widget.installEventFilter(watcher)
+    _fit_least_height(widget)
+
+
 def least_of_page_shown(tabs: QTabWidget) -> None:
     """``tabs`` asks the least height of the page shown only, not of the tallest page (a tab widget's pages
     are stacked, and a stack asks its tallest page's least height): Replay's What-If page made its pane
@@ -168,4 +204,4 @@ def dialog_body(dialog: QDialog) -> QWidget:
     return body
 
 
-__all__ = ["FitScroll", "LeastSizeHolder", "dialog_body", "least_of_page_shown", "least_size"]
+__all__ = ["FitScroll", "LeastSizeHolder", "dialog_body", "least_height_at_width", "least_of_page_shown", "least_size"]
