@@ -31,6 +31,7 @@ from studio.widgets.banner import Banner
 from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import elastic
 from studio.widgets.plain_tip import plain_tip
+from studio.widgets.scroll_fit import FitScroll
 from studio.workers import WorkerPool, traceback_text
 
 # Imported where they are used, after the first paint (``finish_building``, the open, the panes): the
@@ -187,7 +188,11 @@ def spec_named(name: str) -> PaneSpec[Pane]:
 
 
 class PanePage(QWidget):
-    """One tab's page. It holds its pane once built (no margins: on screen, the page is the pane)."""
+    """One tab's page. It holds its pane once built (no margins, no frame: on screen, the page is the
+    pane), in a scroll area: where the window is shorter than the pane's least height (900 x 700, or
+    1,440 x 900 at a scale of 2: 720 x 450), the pane keeps its least height and scrolls, so every control
+    can be reached; a pane never makes the window taller (it was 789 px at least once the Prompt Inspector
+    had been shown, taller than the screen at a scale of 2). Where the pane fits, no scroll bar is shown."""
 
     def __init__(self, spec: PaneSpec[Pane], parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -197,11 +202,14 @@ class PanePage(QWidget):
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(0, 0, 0, 0)
         self._layout.setSpacing(0)
+        self.area = FitScroll(self)  # (asks the pane's least height only: ``studio.widgets.scroll_fit``)
+        self.area.setObjectName(f"{spec.name}Scroll")
+        self._layout.addWidget(self.area)
 
     def hold(self, pane: Pane, widget: QWidget) -> None:
         """Hold ``pane`` (``widget``: the same object, seen as the widget it is)."""
         self.pane = pane
-        self._layout.addWidget(widget)
+        self.area.hold(widget)
         widget.show()  # now, not on the next turn of the event loop (what addWidget alone would do)
 
 
@@ -678,13 +686,13 @@ class MainWindow(QMainWindow):
         assert isinstance(pane, QWidget)  # every pane is a widget
         pane.setObjectName(pane.objectName() or f"{page.spec.name}Pane")
         page.hold(pane, pane)  # shown (so polished) now; laid out on the next turn of the event loop
-        room = self.tabs.width() - TAB_FRAME
+        # (less a vertical scroll bar's width: the page's, where the window is short of height)
+        room = self.tabs.width() - TAB_FRAME - page.area.verticalScrollBar().sizeHint().width()
         if self.tabs.isVisible() and room > 0:
-            # Built after the window was laid out, a pane (and what it loads next) must not widen the tab
-            # area: the splitter would take the room from the thread list. Its minimum is fixed now, at
-            # most the room there is; in a window too narrow for it, it is compressed instead.
-            hint = pane.minimumSizeHint()
-            pane.setMinimumSize(min(hint.width(), room), hint.height())
+            # Built after the window was laid out, a pane (and what it loads next) is not read sideways:
+            # its least width is fixed now, at most the room there is; in a window too narrow for it, it
+            # is compressed instead. Its least height is its parts' (the page scrolls below it).
+            pane.setMinimumWidth(min(pane.minimumSizeHint().width(), room))
         if not self.selection.empty:
             pane.set_selection(self.selection)  # chosen before the pane existed
 

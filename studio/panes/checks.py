@@ -111,6 +111,7 @@ class ChecksPane(QWidget):
         self.summary.setObjectName("checksSummary")
         root.addWidget(self.summary)
         split = QSplitter(Qt.Orientation.Vertical)
+        split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         self.model: RecordTableModel[CheckRow] = RecordTableModel(CHECK_COLUMNS, self)
         self.table = record_table_view(self.model)
         self.table.setObjectName("checksTable")

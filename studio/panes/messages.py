@@ -237,6 +237,7 @@ class MessagesPane(QWidget):
         ll.addLayout(actions)
         ll.addWidget(self.detail, 1)
         split = QSplitter(Qt.Orientation.Vertical, self)
+        split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         split.addWidget(self.view)
         split.addWidget(lower)
         split.setStretchFactor(0, 3)

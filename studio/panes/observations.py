@@ -47,7 +47,7 @@ from studio.widgets.observation_editor import ObservationLinesEditor
 from studio.widgets.om_buffer import BufferPanel
 from studio.widgets.priority_marks import ObservationLogView
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView, keep_rows_in_sight
 from studio.widgets.a11y import named
 
 PAGE_EMPTY, PAGE_CONTENT = range(2)
@@ -132,6 +132,7 @@ class ObservationsPane(QWidget):
         cl.addLayout(bars)
 
         split = QSplitter(Qt.Orientation.Horizontal)
+        split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 0, 0)
@@ -151,6 +152,7 @@ class ObservationsPane(QWidget):
         # Dates stay whole; Updated gives way first (Created's tooltip says it).
         self.gen_fit = FitToPane(self.gen_table, GENERATION_SAMPLES, {}, last="Origin", rest_sample="reflection",
                                  pad=12, optional=("Updated",))
+        keep_rows_in_sight(self.gen_table)
         ll.addWidget(self.gen_table)
         # Background buffering: what waits to be activated, and what happened lately.
         ll.addWidget(caption("Buffer"))
@@ -164,6 +166,7 @@ class ObservationsPane(QWidget):
         self.log_caption = caption("Observation log")
         rl.addWidget(self.log_caption)
         log_split = QSplitter(Qt.Orientation.Vertical)
+        log_split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         self.log_view = ObservationLogView(self)
         log_split.addWidget(self.log_view)
         self.line_editor = ObservationLinesEditor(self)  # the current generation's lines: Edit… / Delete…

@@ -76,7 +76,7 @@ from studio.widgets.inspector_options import InspectorOptionsBar
 from studio.logic.row_match import same_fragment
 from studio.widgets.plain_tip import rich_tip
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, keep_rows_in_sight, record_table_view
 from studio.widgets.request_view import RequestPanel
 from studio.widgets.a11y import label_for, named
 
@@ -227,6 +227,7 @@ class PromptInspectorPane(QWidget):
         split.addWidget(upper)
 
         lower = QSplitter(Qt.Orientation.Horizontal)
+        lower.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         detail = QWidget()
         dl = QVBoxLayout(detail)
         dl.setContentsMargins(0, 0, 0, 0)
@@ -250,6 +251,9 @@ class PromptInspectorPane(QWidget):
         self.recalled_fit = FitToPane(self.recalled_table, RECALLED_SAMPLES, {"Thread": 1.0}, last="Found as",
                                       floors={"Thread": "liwei-l"}, caps={"Thread": "a-thread-id-of-some"},
                                       rest_sample="neighbour", pad=16, optional=("Role", "Keyword"))
+        # Two rows at least (not three): it shares the fragment's side with the fragment's text, and at a
+        # 1,100 x 900 window a third row made the pane taller than its page.
+        keep_rows_in_sight(self.recalled_table, 2)
         self.recalled_table.hide()
         actions = QHBoxLayout()
         self.edit_btn = QToolButton(self)
@@ -268,6 +272,7 @@ class PromptInspectorPane(QWidget):
         dl.addLayout(actions)
         dl.addWidget(self.detail_sources)
         detail_split = QSplitter(Qt.Orientation.Vertical)  # recalled messages above the fragment's text
+        detail_split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         detail_split.addWidget(self.recalled_table)
         detail_split.addWidget(self.detail_text)
         detail_split.setSizes([140, 160])

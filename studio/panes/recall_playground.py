@@ -50,7 +50,7 @@ from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout, status_label
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView, keep_rows_in_sight
 from studio.widgets.plain_tip import plain_tip
 from studio.widgets.a11y import label_for, named
 
@@ -232,10 +232,12 @@ class RecallPlaygroundPane(QWidget):
         root.addWidget(self.summary)
 
         vsplit = QSplitter(Qt.Orientation.Vertical)
+        vsplit.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         # Side by side when the pane has room for the three lists' rank, scores, status and some message
         # text; else one list at a time, in tabs (side by side at a 1,100 px window, each list was
         # ~200 px wide and showed neither its status nor its message).
         lists = QSplitter(Qt.Orientation.Horizontal)
+        lists.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         self.lists_split = lists
         self.lists_tabs = QTabWidget()
         self.lists_tabs.setObjectName("recallListTabs")
@@ -267,6 +269,7 @@ class RecallPlaygroundPane(QWidget):
             table.verticalHeader().hide()
             table.setShowGrid(False)
             table.setWordWrap(False)
+            keep_rows_in_sight(table)
             header = table.horizontalHeader()
             header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
             # The message is what people read: shown right after the rank (at the end it was cut to a
@@ -288,6 +291,7 @@ class RecallPlaygroundPane(QWidget):
         self.lists_stack.installEventFilter(self)
 
         bottom = QSplitter(Qt.Orientation.Horizontal)
+        bottom.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         picker = QWidget()
         pl = QVBoxLayout(picker)
         pl.setContentsMargins(0, 0, 0, 0)

@@ -59,6 +59,7 @@ from studio.replay_jobs import ReplayThread, StepData, TraceMatch, WhatIfDetail,
 from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
+from studio.widgets.fitted_label import FittedLabel
 from studio.widgets.fork_dialog import ForkDialog
 from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import alive_only, pane_header, pane_layout, status_label
@@ -145,11 +146,10 @@ class ReplayPane(QWidget):
         root.addLayout(calls)
         self.banner = Banner()
         root.addWidget(self.banner)
-        self.facts = QLabel("")
+        # (its least height is its wrapped lines': a short window's page scrolls, never cuts the turn below)
+        self.facts = FittedLabel("")
         self.facts.setObjectName("replayFacts")
-        self.facts.setWordWrap(True)
         self.facts.setTextFormat(Qt.TextFormat.RichText)
-        self.facts.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         root.addWidget(self.facts)
 
         # The turn, What-If and Re-Run each get the pane's whole width.

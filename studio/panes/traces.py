@@ -73,7 +73,7 @@ from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.fitted_tabs import FittedTabs
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.price_editor import PriceEditor
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView, keep_rows_in_sight
 from studio.widgets.timeline import (
     ROW_ROLE,
     SpanTreeModel,
@@ -204,6 +204,7 @@ class TracesPane(QWidget):
         root.addWidget(self.banner)
 
         split = QSplitter(Qt.Orientation.Vertical)
+        split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         upper = QWidget()
         ul = QVBoxLayout(upper)
         ul.setContentsMargins(0, 0, 0, 0)
@@ -223,6 +224,7 @@ class TracesPane(QWidget):
         self.trace_table.setWordWrap(False)
         self.trace_fit = FitToPane(self.trace_table, TRACE_SAMPLES, TRACE_SHARES, last="Trace", caps=TRACE_CAPS,
                                    floors=TRACE_FLOORS, rest_sample=TRACE_LEAST, pad=12, last_share=TRACE_SHARE)
+        keep_rows_in_sight(self.trace_table)
         ul.addWidget(self.trace_table)
         more = QHBoxLayout()
         self.count_label = elastic(ElidedLabel(""))
@@ -234,6 +236,7 @@ class TracesPane(QWidget):
         split.addWidget(upper)
 
         lower = QSplitter(Qt.Orientation.Horizontal)
+        lower.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         tree_box = QWidget()
         tl = QVBoxLayout(tree_box)
         tl.setContentsMargins(0, 0, 0, 0)
@@ -246,6 +249,7 @@ class TracesPane(QWidget):
         named(self.tree, "Spans")
         self.tree.setItemDelegate(TimelineDelegate(self.tree))
         self.tree.setUniformRowHeights(True)
+        keep_rows_in_sight(self.tree)
         self.tree.setAlternatingRowColors(True)
         self.tree.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.tree.setIndentation(14)

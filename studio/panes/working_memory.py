@@ -214,6 +214,7 @@ class WorkingMemoryPane(QWidget):
         self._preview_timer.timeout.connect(self._render_preview)
         self.template_view = CodeEditor("markdown", read_only=True)
         md_side = QSplitter(Qt.Orientation.Horizontal)
+        md_side.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         md_side.addWidget(self._titled("Rendered", self.preview))
         md_side.addWidget(self._titled("Template the agent fills in", self.template_view))
         # JSON side panels: current + patch = result.
@@ -222,6 +223,7 @@ class WorkingMemoryPane(QWidget):
         self.merge_caption = elastic(QLabel(""), wrap=True)  # "Changes: …" can list many paths
         self.merge_caption.setStyleSheet("color: palette(placeholder-text);")
         js_side = QSplitter(Qt.Orientation.Vertical)
+        js_side.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         js_side.addWidget(self._titled("Stored now", self.current_view))
         js_side.addWidget(self._titled("Result after save (merge preview)", self.result_view, self.merge_caption))
         self.side = QStackedWidget()
@@ -229,6 +231,7 @@ class WorkingMemoryPane(QWidget):
         self.side.addWidget(js_side)
 
         split = QSplitter(Qt.Orientation.Horizontal)
+        split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         # the editor's size sits on its title line
         editor_box = self._titled("Editor", self.editor, self.problem_label, self.warning_label,
                                   beside_title=self.size_label)
@@ -237,6 +240,7 @@ class WorkingMemoryPane(QWidget):
         split.setSizes([520, 640])
         self.conflict_view = ConflictView()
         stack = QSplitter(Qt.Orientation.Vertical)
+        stack.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         stack.addWidget(split)
         stack.addWidget(self.conflict_view)
         layout.addWidget(stack, 1)
@@ -292,6 +296,7 @@ class WorkingMemoryPane(QWidget):
         self.agent_table = record_table_view(self.agent_model)
         self.agent_config_view = CodeEditor("json", read_only=True)
         split = QSplitter(Qt.Orientation.Vertical)
+        split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         split.addWidget(self._titled("Registered agents and the memory configuration each runs with",
                                      self.agent_table))
         split.addWidget(self._titled("Resolved configuration (as the agent registered it)", self.agent_config_view))

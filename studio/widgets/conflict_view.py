@@ -36,6 +36,7 @@ class ConflictView(QWidget):
         self.keep_btn.clicked.connect(self.keep_editing.emit)
 
         sides = QSplitter(Qt.Orientation.Horizontal)
+        sides.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         for title, editor in (("Yours (not saved)", self.mine), ("Stored now", self.theirs),
                               ("Stored now → yours", self.diff)):
             box = QWidget()

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 from core.transfer import ExportOptions
 from studio.theme import set_tone
 from studio.widgets.a11y import named
+from studio.widgets.scroll_fit import dialog_body
 
 SUFFIXES = {"json": ".json", "markdown": ".md"}
 FILTERS = {"json": "Memory Studio export (*.json);;All files (*)", "markdown": "Markdown (*.md);;All files (*)"}
@@ -123,7 +124,7 @@ class ExportDialog(QDialog):
         self.export_button = self.buttons.addButton("Export", QDialogButtonBox.ButtonRole.AcceptRole)
         self.export_button.setDefault(True)
 
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(dialog_body(self))
         layout.addWidget(self.heading)
         layout.addWidget(self.details)
         layout.addWidget(format_box)

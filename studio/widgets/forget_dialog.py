@@ -17,6 +17,7 @@ from core.edits.forget import ForgetReport
 from studio.widgets.pane_header import elastic
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 from studio.widgets.a11y import named
+from studio.widgets.scroll_fit import dialog_body
 
 PLACE_COLUMNS: list[Column[tuple[str, int]]] = [
     Column("Place", lambda r: r[0]),
@@ -38,7 +39,7 @@ class ForgetDialog(QDialog):
         self.setWindowTitle("Forget Resource")
         self.resize(560, 460)
         self.preview = preview
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(dialog_body(self))
         self.headline = elastic(QLabel(""), wrap=True)
         self.headline.setTextFormat(Qt.TextFormat.RichText)
         layout.addWidget(self.headline)

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.theme import set_tone
+from studio.widgets.scroll_fit import dialog_body
 
 
 class ForkDialog(QDialog):
@@ -22,7 +23,7 @@ class ForkDialog(QDialog):
         super().__init__(parent)
         self.setObjectName("forkDialog")
         self.setWindowTitle("Fork From This Turn")
-        root = QVBoxLayout(self)
+        root = QVBoxLayout(dialog_body(self))
         intro = QLabel(f"A new thread of the same resource with copies of every message before {turn_label}. "
                        "The original thread is not changed.")
         intro.setWordWrap(True)

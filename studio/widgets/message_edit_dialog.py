@@ -39,6 +39,7 @@ from studio.widgets.pane_header import caption, elastic
 from studio.widgets.record_table import Column, RecordTableModel, record_table_view
 from studio.theme import set_tone
 from studio.widgets.a11y import named
+from studio.widgets.scroll_fit import dialog_body
 
 EDIT_NOTE = ("Turns that ran before this edit keep what their model saw (Replay shows them as they were, marked "
              "“edited since”); the next turn and every prompt rebuilt now use the new text. Recall re-indexes "
@@ -58,7 +59,7 @@ class MessageEditDialog(QDialog):
         self.target = target
         msg = target.message
         self.resize(720, 480)
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(dialog_body(self))
         esc = html.escape  # ids are data: shown as written
         head = elastic(QLabel(f"<b>{esc(msg.role)}</b> · {format_datetime(msg.created_at)} · thread "
                               f"<code>{esc(target.thread_id)}</code> · resource "
@@ -199,12 +200,13 @@ class MessageHistoryDialog(QDialog):
         self.setWindowTitle("Message History")
         self.resize(760, 480)
         self.target = target
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(dialog_body(self))
         head = QLabel(f"Message <code>{html.escape(target.message.id)}</code> · thread "
                       f"<code>{html.escape(target.thread_id)}</code>")
         head.setTextFormat(Qt.TextFormat.RichText)  # (ids are data, escaped above)
         layout.addWidget(elastic(head, wrap=True))
         split = QSplitter(Qt.Orientation.Vertical)
+        split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         self.model: RecordTableModel[tuple[int, MessageVersion]] = RecordTableModel(VERSION_COLUMNS, self)
         self.table = record_table_view(self.model)
         self.table.setObjectName("messageVersions")

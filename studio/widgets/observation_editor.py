@@ -42,6 +42,7 @@ from studio.widgets.plain_tip import plain_tip
 from studio.widgets.priority_marks import marker_for
 from studio.theme import set_tone
 from studio.widgets.a11y import named
+from studio.widgets.scroll_fit import dialog_body
 
 
 LINE_ROLE = Qt.ItemDataRole.UserRole + 1  # the line exactly as stored
@@ -124,7 +125,7 @@ class ObservationLineDialog(QDialog):
         self.setObjectName("observationEditDialog")
         self.setWindowTitle("Edit Observation")
         self.resize(640, 150)
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(dialog_body(self))
         layout.addWidget(elastic(QLabel("The next turn reads the changed observation; turns that ran before keep "
                                         "the log of their time. Edit > Undo Memory Edit reverts it."), wrap=True))
         self.edit = QLineEdit(view_marks(line.strip()))  # priority emoji as marks any font can draw

@@ -30,6 +30,7 @@ from studio.logic.checks_layout import PIN_KINDS, PinTarget, default_pin, pin_ch
 from studio.widgets.pane_header import elastic
 from studio.theme import set_tone
 from studio.widgets.a11y import named
+from studio.widgets.scroll_fit import dialog_body
 
 
 class PinDialog(QDialog):
@@ -42,7 +43,7 @@ class PinDialog(QDialog):
         self.setWindowTitle("Pin a Memory Check")
         self.resize(620, 420)
         self.target = target
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(dialog_body(self))
         turn = f"turn {target.turn_number}" if target.turn_number else "its turn"
         thread, source = html.escape(target.thread_id), html.escape(target.source)  # data: shown as written
         intro = elastic(QLabel(f"Pin what the model reads at {turn} of thread <code>{thread}</code> "

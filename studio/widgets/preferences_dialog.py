@@ -51,6 +51,7 @@ from studio.widgets.pane_header import alive_only
 from studio.workers import WorkerPool
 from studio.theme import set_tone
 from studio.widgets.a11y import named
+from studio.widgets.scroll_fit import dialog_body
 
 _DIM = "color: palette(placeholder-text);"
 
@@ -74,7 +75,7 @@ class PreferencesDialog(QDialog):
 
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
-        root = QVBoxLayout(self)
+        root = QVBoxLayout(dialog_body(self))
         intro = QLabel("Models for re-running a turn (Replay) and for chatting (playground). Keys are read from "
                        "an environment variable or the OS keyring; they are never stored in the settings or the "
                        "database, and never shown.")

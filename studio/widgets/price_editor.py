@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from studio.logic.pricing import DEFAULT_PRICES, Price, check_rows
 from studio.theme import set_tone
+from studio.widgets.scroll_fit import dialog_body
 
 HEADERS = ("Model", "Input $ / 1M tokens", "Output $ / 1M tokens")
 HELP = ("A model matches its full id (openai/gpt-4o-mini) or its name alone (gpt-4o-mini). Local models — the "
@@ -56,7 +57,7 @@ class PriceEditor(QDialog):
         for b in (self.add_btn, self.remove_btn, self.defaults_btn):
             row.addWidget(b)
         row.addStretch(1)
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(dialog_body(self))
         layout.addWidget(self.help)
         layout.addWidget(self.grid, 1)
         layout.addLayout(row)

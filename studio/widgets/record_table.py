@@ -152,6 +152,31 @@ def _readable_rgb(colour: int, base: int, alternate: int) -> int:
     return readable(QColor(colour), QColor(base), QColor(alternate)).rgb()
 
 
+LEAST_ROWS = 3  # rows a table keeps in sight however short its pane (a page scrolls below it instead)
+
+
+def keep_rows_in_sight(view: QAbstractItemView, rows: int = LEAST_ROWS) -> None:
+    """``view``'s least height: its header and ``rows`` rows, and a sideways scroll bar's height while it
+    shows one. In a short window (900 x 700) a splitter or a crowded layout squeezed Replay's context table
+    to its header; the pane's page scrolls instead."""
+    header = view.horizontalHeader() if isinstance(view, QTableView) else getattr(view, "header", lambda: None)()
+    head = header.sizeHint().height() if header is not None and not header.isHidden() else 0
+    row = view.verticalHeader().defaultSectionSize() if isinstance(view, QTableView) else 0
+    row = max(row, view.fontMetrics().height() + 8)
+    bar = view.horizontalScrollBar()
+    watched = view.property("leastRows") is not None
+    view.setProperty("leastRows", rows)  # (asked again, the last number asked holds)
+
+    def fit(*_range: int) -> None:
+        sideways = bar.maximum() > 0 and view.horizontalScrollBarPolicy() != Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+        view.setMinimumHeight(head + int(view.property("leastRows")) * row + 2 * view.frameWidth()
+                              + (bar.sizeHint().height() if sideways else 0))
+
+    fit()
+    if not watched:
+        bar.rangeChanged.connect(fit)
+
+
 def record_table_view(
     model: RecordTableModel[Any], *, widths: dict[str, int] | None = None,
     selection: QAbstractItemView.SelectionMode = QAbstractItemView.SelectionMode.SingleSelection,
@@ -182,4 +207,5 @@ def record_table_view(
         if width:
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
             header.resizeSection(col, width)
+    keep_rows_in_sight(table)
     return table

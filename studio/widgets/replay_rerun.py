@@ -165,7 +165,9 @@ class RerunPanel(QWidget):
         self._idle_status()
 
         split = QSplitter(Qt.Orientation.Vertical)
+        split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         sides = QSplitter(Qt.Orientation.Horizontal)
+        sides.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         self.stored_view = CodeEditor("prose", read_only=True)
         self.new_view = CodeEditor("prose", read_only=True)
         self.new_view.setObjectName("rerunReply")
@@ -179,6 +181,7 @@ class RerunPanel(QWidget):
             sides.addWidget(holder)
         split.addWidget(sides)
         bottom = QSplitter(Qt.Orientation.Horizontal)
+        bottom.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         self.diff = DiffView()
         self.diff.setObjectName("rerunDiff")
         named(self.diff, "Stored reply against the re-run reply")
@@ -199,6 +202,7 @@ class RerunPanel(QWidget):
                                         floors={"Differs from the original request": "temperature"},
                                         rest_sample="Re-run ·", pad=16)
         tables = QSplitter(Qt.Orientation.Vertical)
+        tables.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         tables.addWidget(self.figures)
         tables.addWidget(self.differences)
         bottom.addWidget(self.diff)

@@ -62,6 +62,7 @@ from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel
 from studio.widgets.replay_what_if import table_for
+from studio.widgets.scroll_fit import least_height_at_width
 from studio.widgets.request_view import RequestPanel
 from studio.widgets.a11y import named
 
@@ -163,6 +164,7 @@ REQUEST_TABS = (("Request", "Request", "Request: the whole request of this model
                 ("Recall", "Recall", "Recall: the messages semantic recall brought into this prompt"),
                 ("Tokens", "Tokens", "Tokens: the prompt's tokens by source"))
 STACK_BELOW = 860  # px: a view narrower than this puts its tabs under the context table, not beside it
+TABS_LEAST = 150  # px: the request side's least height, its tab bar and a request's first lines (stacked)
 
 
 class TurnView(QSplitter):
@@ -173,6 +175,7 @@ class TurnView(QSplitter):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(Qt.Orientation.Horizontal, parent)
         left = QSplitter(Qt.Orientation.Vertical)
+        left.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         upper = QWidget()
         ul = QVBoxLayout(upper)
         ul.setContentsMargins(0, 0, 0, 0)
@@ -194,9 +197,8 @@ class TurnView(QSplitter):
         ll = QVBoxLayout(lower)
         ll.setContentsMargins(0, 0, 0, 0)
         self.fragment_header = _ignored_width(caption("Fragment"))
-        self.fragment_sources = _ignored_width(QLabel(""))
+        self.fragment_sources = FittedLabel("")  # (wraps; its lines are its least height: never cut)
         self.fragment_sources.setTextFormat(Qt.TextFormat.RichText)
-        self.fragment_sources.setWordWrap(True)
         self.fragment_sources.linkActivated.connect(self.open_message.emit)
         self.fragment_text = named(CodeEditor("prose", read_only=True), "Selected fragment's text")
         for part in (self.fragment_header, self.fragment_sources, self.fragment_text):
@@ -207,6 +209,8 @@ class TurnView(QSplitter):
                                             + 2 * self.fragment_text.frameWidth() + 8)
         left.addWidget(lower)
         left.setSizes([380, 200])
+        least_height_at_width(upper)  # (their wrapped lines at the width they have, not at their least)
+        least_height_at_width(lower)
         self.addWidget(left)
 
         self.tabs = QTabWidget()
@@ -222,7 +226,9 @@ class TurnView(QSplitter):
         self.request_page.setWidget(self.request_view)
         self.tabs.addTab(self.request_page, "Request")
         compare_tab = QSplitter(Qt.Orientation.Vertical)
+        compare_tab.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         sides = QSplitter(Qt.Orientation.Horizontal)
+        sides.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         self.received_view = named(CodeEditor("prose", read_only=True), "Received (the record)")
         self.now_view = named(CodeEditor("prose", read_only=True), "Rebuilt now")
         self.received_caption = caption("Received (the record)")
@@ -250,6 +256,9 @@ class TurnView(QSplitter):
         self.token_model: RecordTableModel[TokenRow] = RecordTableModel(TOKEN_COLUMNS, self)
         self.tabs.addTab(named(table_for(self.token_model), "Tokens"), "Tokens")
         self.tab_fit = FittedTabs(self.tabs, REQUEST_TABS)  # (Tokens and Recall hid behind scroll arrows)
+        # Stacked in a short page, the tabs kept their bar and two lines (135 px: they ask the least height of
+        # the page shown, a scroll area); a request's call, its Copy button and its model line stay in sight.
+        self.tabs.setMinimumHeight(TABS_LEAST)
         self.addWidget(self.tabs)
         self.setSizes([660, 520])  # the context table's eight columns get the larger part
         self.setChildrenCollapsible(False)

@@ -198,6 +198,7 @@ class WhatIfPanel(QWidget):
         root.addWidget(self.summary)
 
         split = QSplitter(Qt.Orientation.Vertical)
+        split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         self.model: RecordTableModel[WhatIfTableRow] = RecordTableModel(WHAT_IF_COLUMNS, self)
         self.table = named(table_for(self.model), "Turns rebuilt with the what-if options")
         _wrap_last_column(self.table)  # "Why" reads whole, on as many lines as it needs
@@ -218,6 +219,7 @@ class WhatIfPanel(QWidget):
         head.addWidget(self.rerun_btn)
         ll.addLayout(head)
         inner = QSplitter(Qt.Orientation.Horizontal)
+        inner.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         self.change_model: RecordTableModel[FragmentChange] = RecordTableModel(CHANGE_COLUMNS, self)
         self.change_table = named(table_for(self.change_model), "What changed in the opened turn's prompt")
         _wrap_last_column(self.change_table)

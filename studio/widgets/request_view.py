@@ -34,7 +34,7 @@ from studio.logic.request_layout import (
 )
 from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import caption
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, keep_rows_in_sight, record_table_view
 from studio.widgets.plain_tip import plain_tip
 from studio.widgets.a11y import named
 
@@ -108,9 +108,13 @@ class RequestPanel(QWidget):
                                     last=ESTIMATE, rest_sample="000,000")
         self.usage_table.setObjectName("requestUsage")
         named(self.usage_table, "Token usage")
-        self.usage_table.setFixedHeight(self.usage_table.verticalHeader().defaultSectionSize() * 4 + 6)
+        # (its three rows whole under its header: four rows' height cut the last by a few pixels)
+        self.usage_table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # (fitted: FitToPane)
+        keep_rows_in_sight(self.usage_table)
+        self.usage_table.setFixedHeight(self.usage_table.minimumHeight())
         root.addWidget(self.usage_table)
         split = QSplitter(Qt.Orientation.Vertical)
+        split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         self.settings_model: RecordTableModel[tuple[str, str]] = RecordTableModel(SETTING_COLUMNS, self)
         self.settings_table = record_table_view(self.settings_model, widths={"Setting": 140})
         self.settings_table.setObjectName("requestSettings")
@@ -125,6 +129,7 @@ class RequestPanel(QWidget):
         # the counts' column is as wide as its header (or its widest count), never cut to "Tokens (o200"
         self.tools.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         self.tools.setUniformRowHeights(True)  # one line per row (long descriptions are in tooltips)
+        keep_rows_in_sight(self.tools)
         split.addWidget(self.settings_table)
         split.addWidget(self.tools)
         split.setSizes([140, 260])

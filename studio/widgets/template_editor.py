@@ -30,7 +30,7 @@ from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.diff_view import DiffView
 from studio.widgets.flow_layout import FlowLayout
 from studio.widgets.pane_header import elastic
-from studio.widgets.record_table import Column, RecordTableModel, RowTableView
+from studio.widgets.record_table import Column, RecordTableModel, RowTableView, keep_rows_in_sight
 from studio.theme import set_tone
 from studio.widgets.a11y import label_for, named
 
@@ -97,6 +97,7 @@ class TemplateEditor(QWidget):
         self.versions.setShowGrid(False)
         self.versions.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.versions.horizontalHeader().setStretchLastSection(True)
+        keep_rows_in_sight(self.versions)
         self.diff = named(DiffView(), "What the version changed")
         # (wraps: "No Studio versions yet: the agent's own template or schema is in effect." and a
         # comparison's line were cut at the label's edge with no mark in a narrow pane)
@@ -119,6 +120,7 @@ class TemplateEditor(QWidget):
         rl.addWidget(self.diff, 3)
 
         split = QSplitter(Qt.Orientation.Horizontal)
+        split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         split.addWidget(left)
         split.addWidget(right)
         split.setSizes([600, 420])

@@ -1,0 +1,294 @@
+"""The Studio in a small window: 900 x 700, and 720 x 450 (a 1,440 x 900 screen at a scale of 2). Every
+pane and dialog keeps its parts at their least size and scrolls below it, its tables show rows, not only
+their headers, and its lowest control can be reached; where the panes fit (1,100 and 1,440 x 900) nothing
+scrolls. Geometry is checked, not pixels (the PNGs of each pane were looked at, before and after)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from pytestqt.exceptions import TimeoutError as WaitTimedOut
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import (QAbstractButton, QAbstractItemView, QAbstractSpinBox, QComboBox, QHeaderView, QLayout,
+                               QLineEdit, QPlainTextEdit, QScrollArea, QTableView, QTextEdit, QTreeView, QWidget)
+
+from studio.selection import Selection
+
+from .conftest import seeded_demo_folder
+from .test_replay_inspector_columns import _replay_at, _window
+
+CONTROLS = (QAbstractButton, QAbstractItemView, QAbstractSpinBox, QComboBox, QLineEdit, QPlainTextEdit, QTextEdit)
+LEAST_ROWS = 3
+TALL = 48  # px of a taller control that must come into sight (a list's three rows)
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return seeded_demo_folder(tmp_path_factory, "demo-small")
+
+
+def _row_height(view: QAbstractItemView) -> int:
+    row = view.verticalHeader().defaultSectionSize() if isinstance(view, QTableView) else 0
+    return max(row, view.fontMetrics().height() + 8)
+
+
+def _squeezed_views(top: QWidget) -> list[str]:
+    """The shown tables and trees under ``top`` with fewer than ``LEAST_ROWS`` rows in sight (a list of
+    messages, rows of several lines each, is not a table)."""
+    found = []
+    for view in top.findChildren(QAbstractItemView):
+        if not view.isVisible() or isinstance(view, QHeaderView) or not isinstance(view, (QTableView, QTreeView)):
+            continue
+        if view.objectName() == "messageList":
+            continue
+        rows = view.viewport().height() / _row_height(view)
+        if rows < LEAST_ROWS - 0.05:
+            found.append(f"{view.objectName() or view.accessibleName()}: {rows:.1f} rows ({view.viewport().height()} px)")
+    return found
+
+
+def _lowest_control(top: QWidget) -> QWidget | None:
+    shown = [w for w in top.findChildren(QWidget) if isinstance(w, CONTROLS) and w.isVisible()
+             and not isinstance(w, QHeaderView) and w.objectName() != "qt_spinbox_lineedit"]
+    return max(shown, key=lambda w: w.mapTo(top, QPoint(0, w.height())).y(), default=None)
+
+
+def _reachable(scroll: Any, control: QWidget, qtbot: Any) -> bool:
+    """The scroll areas around ``control`` (``scroll`` the outermost) can bring it into sight, not hidden by
+    a parent that clips it: whole, or a list or a text taller than ``TALL`` that much of it (it scrolls in
+    itself), or taller than a view around it, what the view holds. Scrolled as a user does, till the
+    control's foot is in sight, again while the areas' ranges follow their contents' layouts (a busy
+    machine lays them out later). (Not ``ensureWidgetVisible``: for a text field it brings the field's
+    cursor into sight, not the field.)"""
+    areas, parent = [], control.parentWidget()
+    while parent is not None:
+        if isinstance(parent, QScrollArea):
+            areas.append(parent)
+        if parent is scroll:
+            break
+        parent = parent.parentWidget()
+
+    def in_sight() -> bool:
+        room = control.height()
+        for area in areas:  # (innermost first)
+            top = control.mapTo(area.widget(), QPoint(0, 0)).y()
+            view, bar = area.viewport().height(), area.verticalScrollBar()
+            room = min(room, view)
+            bar.setValue(max(min(top + control.height() - view if control.height() <= view else top,
+                                 bar.maximum()), 0))
+        seen = control.visibleRegion().boundingRect()  # (what its parents do not clip)
+        return seen.height() >= min(control.height(), room, TALL) and seen.width() >= min(control.width(), 24)
+
+    try:
+        qtbot.waitUntil(in_sight, timeout=5_000)
+    except (AssertionError, WaitTimedOut):  # (a wait that times out: said with the sizes)
+        return False
+    return True
+
+
+def _least_height(pane: QWidget) -> int:
+    """What ``pane``'s layout needs at the width it has (its minimum size hint is taken at its least width,
+    where its wrapped labels need the most lines)."""
+    hint, layout = pane.minimumSizeHint().height(), pane.layout()
+    at_width = layout.minimumHeightForWidth(pane.width()) if layout is not None and layout.hasHeightForWidth() else 0
+    return at_width if 0 < at_width < hint else hint
+
+
+def _walk_panes(window: Any, qtbot: Any) -> Iterator[tuple[str, Any, Any]]:
+    """Each pane shown in turn, its reads over: (key, page, pane), while it is the tab shown."""
+    from studio.main_window import PANES
+
+    for spec in PANES:
+        window.show_tab(spec.name)
+        pane = window.panes[spec.name]
+        qtbot.waitUntil(lambda p=pane: not getattr(p, "busy", False), timeout=30_000)
+        window.session.pool.wait(20_000)
+        qtbot.wait(100)
+        try:  # (laid out: the page follows the pane's least size, which follows what the pane loaded)
+            qtbot.waitUntil(lambda p=pane: p.height() >= _least_height(p), timeout=3_000)
+        except (AssertionError, WaitTimedOut):  # (a wait that times out: said with the sizes)
+            pass  # (said by the test, with the sizes)
+        yield spec.name, window.pages[PANES.index(spec)], pane
+
+
+@pytest.mark.parametrize("size", [(900, 700), (720, 450)])
+def test_every_pane_in_a_short_window_scrolls_to_its_lowest_control_and_shows_its_tables_rows(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, size: tuple[int, int]) -> None:
+    """At 900 x 755 Replay's context table showed its header only and the Prompt Inspector's lower half
+    was cut off with no way to reach it; once the inspector had been shown the window could not be made
+    shorter than 789 px (found 2026-12-06 by a user; at a scale of 2 the window was taller than the
+    screen). Each pane now keeps its least height and its page scrolls; each table and tree keeps three
+    rows in sight; the window is the size asked."""
+    width, height = size
+    window = _window(demo_dir, tmp_path, make_window, qtbot, width)
+    window.resize(width, height)
+    window.resources.set_selection(Selection("li-wei", "liwei-shanghai"))
+    problems: list[str] = []
+    for name, page, pane in _walk_panes(window, qtbot):
+        scroll = page.area
+        holder = scroll.widget()
+        if pane.height() < _least_height(pane):
+            problems.append(f"{name}: squeezed to {pane.height()} px, below its least {_least_height(pane)}")
+        if holder.height() > scroll.viewport().height() and \
+                scroll.verticalScrollBar().maximum() < holder.height() - scroll.viewport().height():
+            problems.append(f"{name}: the page does not scroll to its end")
+        problems += [f"{name}: {text}" for text in _squeezed_views(pane)]
+        lowest = _lowest_control(pane)
+        if lowest is not None and not _reachable(scroll, lowest, qtbot):
+            problems.append(f"{name}: its lowest control ({lowest.objectName() or type(lowest).__name__}, "
+                            f"{lowest.height()} px) is out of reach: {lowest.visibleRegion().boundingRect()} in sight")
+        if scroll.horizontalScrollBar().maximum() > 0:
+            problems.append(f"{name}: read sideways ({scroll.horizontalScrollBar().maximum()} px)")
+        scroll.verticalScrollBar().setValue(0)
+    assert (window.width(), window.height()) == size  # (a pane never makes the window bigger)
+    assert problems == [], "\n".join(problems)
+    window.session.pool.wait(20_000)
+
+
+@pytest.mark.parametrize("width", [1100, 1440])
+def test_where_the_panes_fit_nothing_scrolls(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any,
+                                            width: int) -> None:
+    """At 1,100 and 1,440 x 900 every pane fits its page, as before the pages could scroll: no scroll bar,
+    the pane the page's whole size (the PNGs of both widths were compared, before and after)."""
+    window = _window(demo_dir, tmp_path, make_window, qtbot, width)
+    window.resources.set_selection(Selection("li-wei", "liwei-shanghai"))
+    for name, page, pane in _walk_panes(window, qtbot):
+        scroll = page.area
+        assert scroll.verticalScrollBar().maximum() == 0, (name, pane.minimumSizeHint(), scroll.viewport().size())
+        assert scroll.horizontalScrollBar().maximum() == 0, name
+        assert pane.size() == scroll.viewport().size(), name
+    window.session.pool.wait(20_000)
+
+
+def test_replays_context_table_keeps_rows_in_a_900_by_755_window(demo_dir: Path, tmp_path: Path,
+                                                                 make_window: Any, qtbot: Any) -> None:
+    """The case reported: Replay at 900 x 755 on the stand-up thread's second turn. The context table
+    shows three rows at least, and the request below it is reached by scrolling the page."""
+    window = _window(demo_dir, tmp_path, make_window, qtbot, 900)
+    window.resize(900, 755)
+    pane = _replay_at(window, qtbot, "sam", "sam-standup", 2)
+    pane.tabs.setCurrentIndex(0)
+    qtbot.wait(100)
+    table = pane.view.step_table
+    assert table.viewport().height() >= LEAST_ROWS * _row_height(table) - 1, table.viewport().height()
+    page = window.pages[[p.spec.name for p in window.pages].index("replay")]
+    assert _reachable(page.area, pane.view.request_view, qtbot)
+    assert window.height() == 755
+    window.session.pool.wait(20_000)
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+def test_replay_at_1100_by_800_with_a_banner_fits_without_scrolling_and_keeps_its_role_column(
+        tmp_path: Path, make_window: Any, qtbot: Any, qapp: Any, theme: str) -> None:
+    """In the themed app (10 pt) with the font banner shown, Replay's page asked 761 px of a 682 px view: its
+    splitter's parts asked their least heights at their least widths (and a wrapped label's preferred
+    height), 48 px more than at the width they have; the page scrolled and its scroll bar took the context
+    table's Role column (found 2026-12-06 in the whole suite: test_replay_window's narrow-window test). Now
+    the page fits, the table keeps its columns and three rows, the request tabs at least 150 px."""
+    from studio import fonts
+    from studio.theme import apply_theme
+    from studio.widgets.record_table import LEAST_ROWS as TABLE_ROWS
+
+    from .conftest import theme_restored
+    from .replay_data import RESOURCE, THREAD, build_replay_db
+
+    build_replay_db(tmp_path / "replay.db")
+    with theme_restored(qapp):
+        apply_theme(qapp, theme)
+        window = make_window()
+        window.resize(1100, 800)
+        window.open_database(str(tmp_path / "replay.db"))
+        qtbot.waitUntil(lambda: window.resources is not None and len(window.resources.thread_rows()) == 2,
+                        timeout=20_000)
+        window.font_banner.show_message(fonts.notice(["Chinese"]), "warning", [("Dismiss", window.font_banner.hide)])
+        window.resources.set_selection(Selection(RESOURCE, THREAD))
+        window.show_tab("replay")
+        pane = window.panes["replay"]
+        qtbot.waitUntil(lambda: pane.step is not None and not pane.busy, timeout=30_000)
+        page = window.pages[[p.spec.name for p in window.pages].index("replay")]
+        table = pane.view.step_table
+        qtbot.waitUntil(lambda: pane.height() >= pane.minimumHeight() and page.area.widget().height()
+                        <= max(page.area.viewport().height(), page.area.widget().minimumSizeHint().height()))
+        qtbot.wait(100)
+        assert window.font_banner.isVisible() and window.height() == 800
+        assert page.area.verticalScrollBar().maximum() == 0, (page.area.widget().minimumSizeHint(),
+                                                              page.area.viewport().size())
+        hidden = [str(table.model().headerData(c, Qt.Orientation.Horizontal))
+                  for c in range(table.model().columnCount()) if table.isColumnHidden(c)]
+        assert hidden == [] and table.horizontalScrollBar().maximum() == 0
+        assert table.viewport().height() >= TABLE_ROWS * _row_height(table) - 1
+        assert pane.view.tabs.height() >= 150
+        window.session.pool.wait(20_000)
+
+
+def _dialogs(tmp_path: Path, window: Any) -> list[Any]:
+    from PySide6.QtCore import QSettings
+
+    from core import Message
+    from studio.edit_jobs import MessageTarget
+    from studio.logic.checks_layout import PinTarget
+    from studio.preferences import Preferences
+    from studio.widgets.export_dialog import ExportDialog
+    from studio.widgets.forget_dialog import ForgetDialog
+    from studio.widgets.fork_dialog import ForkDialog
+    from studio.widgets.message_edit_dialog import MessageEditDialog, MessageHistoryDialog
+    from studio.widgets.observation_editor import ObservationLineDialog
+    from studio.widgets.pin_dialog import PinDialog
+    from studio.widgets.preferences_dialog import PreferencesDialog
+    from studio.widgets.price_editor import PriceEditor
+
+    prefs = Preferences(QSettings(str(tmp_path / "prefs.ini"), QSettings.Format.IniFormat))
+    pin = PinTarget("food", "ada", "Any dessert ideas?", 3, "Messages recalled…", "semantic-recall", ("m1",))
+    message = Message.user("I am allergic to peanuts.", id="m1", thread_id="t1", resource_id="ada")
+    target = MessageTarget(message, "t1", "ada")
+    return [PinDialog(pin, str(tmp_path / "checks.json")), ForkDialog("A fork", "turn 2", True),
+            ExportDialog("thread", "t-1", str(tmp_path), lambda *_a: None), PriceEditor({}),
+            PreferencesDialog(prefs), ObservationLineDialog("🔴 Ada is allergic to peanuts"),
+            MessageEditDialog(target), MessageHistoryDialog(target),
+            ForgetDialog(_forget_preview(tmp_path), str(tmp_path / "m.db"))]
+
+
+def _forget_preview(tmp_path: Path) -> Any:
+    """What Forget would remove of a resource with a few messages (a dry run: nothing is removed)."""
+    from core import Memory, Message, open_store
+    from core.edits.forget import forget_resource
+
+    with open_store(tmp_path / "m.db") as store:
+        Memory(store).save_messages([Message.user(f"note {i}", thread_id="t1", resource_id="ada") for i in range(3)])
+        return forget_resource(store, "ada", dry_run=True)
+
+
+@pytest.mark.parametrize("size", [(900, 660), (720, 410)])
+def test_every_dialog_on_a_small_screen_scrolls_to_its_buttons(qtbot: Any, tmp_path: Path, make_window: Any,
+                                                              size: tuple[int, int]) -> None:
+    """A dialog asked a size in code (Edit Message 720 x 480, its history 760 x 480, Forget 560 x 460,
+    Preferences 780 x 460) and its least size was its content's: on a 720 x 450 screen its buttons were
+    below the screen's edge. Each dialog's content now scrolls inside it: made as small as the screen
+    allows (its title bar taken off), nothing is squeezed and its lowest control can be reached."""
+    from studio.widgets.scroll_fit import least_size
+
+    window = make_window()
+    problems = []
+    for dialog in _dialogs(tmp_path, window):
+        qtbot.addWidget(dialog)
+        dialog.show()
+        # (the screen here is 800 x 800: a small one's bound on the least size is taken off by hand)
+        dialog.layout().setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
+        dialog.setMinimumSize(0, 0)
+        dialog.resize(min(dialog.width(), size[0]), min(dialog.height(), size[1]))
+        qtbot.wait(50)
+        name = dialog.objectName() or type(dialog).__name__
+        scroll = dialog.findChild(QWidget, "dialogScroll")
+        if scroll is None:
+            problems.append(f"{name}: no scroll area")
+            continue
+        body = scroll.widget().content
+        if body.height() < least_size(body).height() or body.width() < least_size(body).width() - 1:
+            problems.append(f"{name}: squeezed to {body.size()}, below its least {least_size(body)}")
+        lowest = _lowest_control(body)
+        if lowest is not None and not _reachable(scroll, lowest, qtbot):
+            problems.append(f"{name}: its lowest control ({lowest.objectName() or type(lowest).__name__}) is out of reach")
+        dialog.close()
+    assert problems == [], "\n".join(problems)
