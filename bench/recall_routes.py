@@ -61,6 +61,13 @@ The hybrid ranking is then rebuilt from those lists with the engine's own ``hybr
   its image caption, each as "speaker: piece", score = the passage's cosine mixed with the best piece's
   or a soft maximum over them, or the better of the two; only the best N passages re-scored); pieces
   and smoothing together; the query in pieces; passage variants (the image caption).
+- units: USE's vector-only list at about today's embedding cost (``vec_units``, session 26): the message
+  alone, its clause pieces, the stored passage's vector approximated as unit(own + a x previous own)
+  (no second embedding), pieces only past N words or joined to at most K, the next message's share, and
+  the form both backends scan today (several rows a message, its best row): rows unit(approximation +
+  piece); ``units_top``: only the approximations' best M messages re-scored by their piece rows;
+  ``units_cost``: the USE embedding time and tokens of what each route embeds (LoCoMo and
+  ``recall_speed``'s synthetic messages, alternated); ``units_scan``: an exact scan at 3.3 rows a message;
 - cost: the CPU time of the expansion step on a synthetic 10k-row index (numpy, as the in-process
   keyword copy would run it; ``expansion_cost``).
 
@@ -1366,7 +1373,7 @@ def unit_texts(by_conv: dict[str, list[dict[str, Any]]], ids_of: dict[str, list[
     return out
 
 
-def vec_units(D: dict[str, Any]) -> None:
+def vec_units(D: dict[str, Any], top_only: bool = False) -> None:
     """USE's vector-only list from what costs about today's embedding (issue 20 item 2, session 26).
     Per message: ``own`` (its stored text alone), its clause pieces (``piece_texts``), and the stored
     passage's vector approximated from vectors already computed (``normalise(own + a x previous
@@ -1461,6 +1468,32 @@ def vec_units(D: dict[str, Any]) -> None:
         score(D, lambda q: ranked_hybrid(D, q, vec=hl[q["query_id"]], cos=dict(hl[q["query_id"]])),
               f"units: {label}: hybrid{'' if hybrid_of == 'same' else ' (whole vector list)'}")
 
+    def unit_rows_top(whole: dict[str, np.ndarray], P: dict[str, tuple[np.ndarray, np.ndarray]], w: float,
+                      top: int) -> Callable[[dict[str, Any]], np.ndarray]:
+        """Two steps: the whole vectors' scan (one row a message), then only its best ``top`` messages'
+        unit rows (``unit_rows_of``) read and scored; those first, the rest after them in the scan's order."""
+        R = {c: _unit((1 - w) * whole[c][P[c][0]] + w * P[c][1]) for c in convs}
+
+        def cs_of(q: dict[str, Any]) -> np.ndarray:
+            c, v = q["conv_id"], Q[q["query_id"]]
+            cs = whole[c] @ v
+            keep = np.argsort(-cs, kind="stable")[:top]
+            sel = np.isin(P[c][0], keep)
+            best = cs.copy()
+            best[P[c][0]] = -9.0  # (a message with pieces has only its unit rows, as in ``unit_rows_of``)
+            np.maximum.at(best, P[c][0][sel], R[c][sel] @ v)
+            out = cs - 4.0
+            out[keep] = best[keep]
+            return out
+        return cs_of
+
+    if top_only:
+        A = approx(own, 1.0)
+        for n in (12, 16):
+            for top in (50, 100, 200, 400):
+                route(f"unit rows (> {n} words), only the whole vectors' best {top} re-scored",
+                      unit_rows_top(A, pieces_of(n), 0.5, top), hybrid_of="same" if top in (100, 200) else None)
+        return
     # The rule for a (no questions): the a whose approximation is nearest the stored passage vectors.
     for a in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5):
         A = approx(own, a)
@@ -1756,6 +1789,8 @@ def main() -> None:
         vec_routes(D)
     if "units" in only:
         vec_units(D)
+    if "units_top" in only:
+        vec_units(D, top_only=True)
     if "units_cost" in only:
         vec_units_cost(D)
     if "fusion" in only:
