@@ -61,6 +61,13 @@ The hybrid ranking is then rebuilt from those lists with the engine's own ``hybr
   its image caption, each as "speaker: piece", score = the passage's cosine mixed with the best piece's
   or a soft maximum over them, or the better of the two; only the best N passages re-scored); pieces
   and smoothing together; the query in pieces; passage variants (the image caption).
+- units: USE's vector-only list at about today's embedding cost (``vec_units``, session 26): the message
+  alone, its clause pieces, the stored passage's vector approximated as unit(own + a x previous own)
+  (no second embedding), pieces only past N words or joined to at most K, the next message's share, and
+  the form both backends scan today (several rows a message, its best row): rows unit(approximation +
+  piece); ``units_top``: only the approximations' best M messages re-scored by their piece rows;
+  ``units_cost``: the USE embedding time and tokens of what each route embeds (LoCoMo and
+  ``recall_speed``'s synthetic messages, alternated); ``units_scan``: an exact scan at 3.3 rows a message;
 - cost: the CPU time of the expansion step on a synthetic 10k-row index (numpy, as the in-process
   keyword copy would run it; ``expansion_cost``).
 
@@ -1304,6 +1311,406 @@ def vec_cost(rows: int = 10_000, runs: int = 7, number: int = 2000) -> None:
               flush=True)
 
 
+# --- session 26: routes at about today's embedding cost (``vec_units`` / ``vec_units_cost``) ---
+_SENTENCES = r"(?<=[.!?])\s+"
+CLAUSE_WORDS = 12  # a sentence longer than this is also split at ", ", "; ", " - " (session 25's rule)
+
+
+def clause_pieces(text: str) -> list[str]:
+    """A message's sentences, a sentence of more than ``CLAUSE_WORDS`` words cut at its clause marks
+    (parts of 3 words or more): session 25's ``split(text, clauses=True)``."""
+    import re
+    out: list[str] = []
+    for s in (x for x in re.split(_SENTENCES, text.strip()) if x):
+        if len(s.split()) > CLAUSE_WORDS:
+            out += [y for y in re.split(r"[,;]\s+|\s+-\s+", s) if len(y.split()) >= 3]
+        else:
+            out.append(s)
+    return out
+
+
+def piece_texts(m: dict[str, Any], min_words: int = 0, cap: int | None = None, speaker: bool = True) -> list[str]:
+    """What a message would be embedded as besides (or instead of) its whole text: "speaker: piece"
+    for each clause piece and its image caption, when there are two or more and the message has more
+    than ``min_words`` words; more than ``cap`` pieces are joined into ``cap`` runs of neighbouring
+    pieces (the text stays whole, fewer texts are embedded); ``speaker`` False: the piece alone."""
+    if len(m["text"].split()) <= min_words:
+        return []
+    parts = clause_pieces(m["text"])
+    if m.get("image_caption"):
+        parts.append(f'[image: {m["image_caption"]}]')
+    if len(parts) < 2:
+        return []
+    if cap is not None and len(parts) > cap:
+        cuts = np.linspace(0, len(parts), cap + 1).round().astype(int)
+        parts = [" ".join(parts[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+    return [f'{m["speaker"]}: {p}' if speaker else p for p in parts]
+
+
+def unit_texts(by_conv: dict[str, list[dict[str, Any]]], ids_of: dict[str, list[str]], what: str,
+               min_words: int = 0, cap: int | None = None, speaker: bool = True) -> list[str]:
+    """Every text a route embeds for the split's messages (in ``ids_of``'s order): ``ctx`` (today: the
+    previous message's stored text + its own, ``passage_text``), ``own`` (its stored text alone),
+    ``own+pieces``, ``pieces|own`` (the pieces where there are two or more, else the stored text)."""
+    from core.recall.text import passage_text
+    out: list[str] = []
+    for c in sorted(ids_of):
+        msgs = {m["id"]: m for m in by_conv[c]}
+        prev: dict[str, str] = {}
+        for s in {m["session"] for m in by_conv[c]}:
+            rows = sorted((m for m in by_conv[c] if m["session"] == s), key=lambda m: m["seq"])
+            prev.update({b["id"]: a["id"] for a, b in zip(rows, rows[1:])})
+        for mid in ids_of[c]:
+            m = msgs[mid]
+            own = rl.stored_text(m)
+            pieces = piece_texts(m, min_words, cap, speaker) if "pieces" in what else []
+            if what == "ctx":
+                out.append(passage_text(rl.stored_text(msgs[prev[mid]]) if mid in prev else "", own))
+            elif what == "pieces|own":
+                out += pieces or [passage_text("", own)]
+            else:
+                out += [passage_text("", own)] + pieces
+    return out
+
+
+def vec_units(D: dict[str, Any], top_only: bool = False) -> None:
+    """USE's vector-only list from what costs about today's embedding (issue 20 item 2, session 26).
+    Per message: ``own`` (its stored text alone), its clause pieces (``piece_texts``), and the stored
+    passage's vector approximated from vectors already computed (``normalise(own + a x previous
+    message's own)``, no second embedding of "previous\\ntext"); a message's score is its whole vector's
+    cosine (the stored passage, ``own`` or the approximation) x(1-w) + its best piece's x w (messages
+    without pieces: the whole cosine), then optionally + lam x the next message's score over 1 + lam.
+    Vector recall@10 and the hybrid rebuilt with the route's list (``ranked_hybrid``)."""
+    qs = D["queries"]
+    convs = sorted(D["mats"])
+    emb = D["embedder"]
+    Q = {q["query_id"]: _unit(np.asarray(D["q"][q["query_id"]]["qvec"], dtype=np.float32)) for q in qs}
+    ids_of = {c: D["mats"][c][0] for c in convs}
+    stored = {c: D["mats"][c][1] for c in convs}
+    msgs = {c: {m["id"]: m for m in D["by_conv"][c]} for c in convs}
+    nxt, prv = {}, {}
+    for c in convs:
+        ids, _, idx = D["mats"][c]
+        n, p = np.full(len(ids), -1), np.full(len(ids), -1)
+        for i, m in enumerate(ids):
+            x = D["order"][c].get(m, (None,))[0]
+            if x and x in idx:
+                n[i], p[idx[x]] = idx[x], i
+        nxt[c], prv[c] = n, p
+    own = {c: _unit(np.asarray(emb.embed(unit_texts(D["by_conv"], {c: ids_of[c]}, "own"), kind="passage"),
+                               dtype=np.float32)) for c in convs}
+
+    def pieces_of(min_words: int = 0, cap: int | None = None, speaker: bool = True) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        key = ("units pieces", min_words, cap, speaker)
+        if key not in D:
+            got = {}
+            for c in convs:
+                at: list[int] = []
+                texts: list[str] = []
+                for i, mid in enumerate(ids_of[c]):
+                    t = piece_texts(msgs[c][mid], min_words, cap, speaker)
+                    at += [i] * len(t)
+                    texts += t
+                V = _unit(np.asarray(emb.embed(texts, kind="passage"), dtype=np.float32)) if texts else np.zeros((0, 512), np.float32)
+                got[c] = (np.array(at, dtype=int), V)
+            D[key] = got
+        return D[key]
+
+    def from_pieces(P: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Each message's own vector, for a message with pieces their normalised sum (not embedded whole)."""
+        out = {}
+        for c in convs:
+            at, V = P[c]
+            u = own[c].copy()
+            if len(at):
+                s = np.zeros_like(u)
+                np.add.at(s, at, V)
+                has = np.bincount(at, minlength=len(u)) > 0
+                u[has] = _unit(s[has])
+            out[c] = u
+        return out
+
+    def approx(u: dict[str, np.ndarray], a: float) -> dict[str, np.ndarray]:
+        return {c: _unit(u[c] + a * np.where((prv[c] >= 0)[:, None], u[c][np.maximum(prv[c], 0)], 0.0)) for c in convs}
+
+    def scorer(whole: dict[str, np.ndarray], P: dict[str, tuple[np.ndarray, np.ndarray]] | None, w: float,
+               lam: float = 0.0) -> Callable[[dict[str, Any]], np.ndarray]:
+        def cs_of(q: dict[str, Any]) -> np.ndarray:
+            c, v = q["conv_id"], Q[q["query_id"]]
+            cs = whole[c] @ v
+            if P is not None and len(P[c][0]):
+                at, V = P[c]
+                best = np.full(len(cs), -2.0, dtype=np.float32)
+                np.maximum.at(best, at, V @ v)
+                cs = np.where(best > -2, (1 - w) * cs + w * best, cs) if w < 1 else np.maximum(cs, best)
+            if lam:
+                cs = (cs + lam * np.where(nxt[c] >= 0, cs[np.maximum(nxt[c], 0)], 0.0)) / (1 + lam)
+            return cs
+        return cs_of
+
+    def route(label: str, cs_of: Callable[[dict[str, Any]], np.ndarray], hybrid_of: Any = "same") -> None:
+        lists = {}
+        for q in qs:
+            ids = ids_of[q["conv_id"]]
+            cs = cs_of(q)
+            lists[q["query_id"]] = [(ids[i], float(cs[i])) for i in np.argsort(-cs, kind="stable")]
+        score(D, lambda q: [m for m, _ in lists[q["query_id"]]], f"units: {label}: vector")
+        if hybrid_of is None:
+            return
+        if hybrid_of != "same":  # (the hybrid fed by another list: the route's whole vector alone)
+            hl = {}
+            for q in qs:
+                ids = ids_of[q["conv_id"]]
+                cs = hybrid_of(q)
+                hl[q["query_id"]] = [(ids[i], float(cs[i])) for i in np.argsort(-cs, kind="stable")]
+        else:
+            hl = lists
+        score(D, lambda q: ranked_hybrid(D, q, vec=hl[q["query_id"]], cos=dict(hl[q["query_id"]])),
+              f"units: {label}: hybrid{'' if hybrid_of == 'same' else ' (whole vector list)'}")
+
+    def unit_rows_top(whole: dict[str, np.ndarray], P: dict[str, tuple[np.ndarray, np.ndarray]], w: float,
+                      top: int) -> Callable[[dict[str, Any]], np.ndarray]:
+        """Two steps: the whole vectors' scan (one row a message), then only its best ``top`` messages'
+        unit rows (``unit_rows_of``) read and scored; those first, the rest after them in the scan's order."""
+        R = {c: _unit((1 - w) * whole[c][P[c][0]] + w * P[c][1]) for c in convs}
+
+        def cs_of(q: dict[str, Any]) -> np.ndarray:
+            c, v = q["conv_id"], Q[q["query_id"]]
+            cs = whole[c] @ v
+            keep = np.argsort(-cs, kind="stable")[:top]
+            sel = np.isin(P[c][0], keep)
+            best = cs.copy()
+            best[P[c][0]] = -9.0  # (a message with pieces has only its unit rows, as in ``unit_rows_of``)
+            np.maximum.at(best, P[c][0][sel], R[c][sel] @ v)
+            out = cs - 4.0
+            out[keep] = best[keep]
+            return out
+        return cs_of
+
+    if top_only:
+        A = approx(own, 1.0)
+        for n in (12, 16):
+            for top in (50, 100, 200, 400):
+                route(f"unit rows (> {n} words), only the whole vectors' best {top} re-scored",
+                      unit_rows_top(A, pieces_of(n), 0.5, top), hybrid_of="same" if top in (100, 200) else None)
+        return
+    # The rule for a (no questions): the a whose approximation is nearest the stored passage vectors.
+    for a in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5):
+        A = approx(own, a)
+        has = np.concatenate([prv[c] >= 0 for c in convs])
+        near = np.concatenate([np.sum(A[c] * stored[c], 1) for c in convs])[has]
+        print(f"units: approx a {a}: cosine to the stored passage vector, mean {near.mean():.4f} median "
+              f"{np.median(near):.4f} (messages with a previous one, {has.sum()})")
+    P0 = pieces_of()
+    print(f"units: clause pieces: {sum(len(P0[c][0]) for c in convs)} for "
+          f"{sum(len(np.unique(P0[c][0])) for c in convs)} of {sum(len(ids_of[c]) for c in convs)} messages")
+    route("stored passage (control)", scorer(stored, None, 0))
+    route("stored passage + pieces x0.5 (s25)", scorer(stored, P0, 0.5), hybrid_of=scorer(stored, None, 0))
+    route("own alone", scorer(own, None, 0))
+    for a in (0.5, 0.75, 1.0):
+        route(f"approx passage a {a}", scorer(approx(own, a), None, 0))
+    for w in (0.3, 0.4, 0.5, 0.6, 0.7):
+        route(f"own + pieces x{w}", scorer(own, P0, w), hybrid_of=None if w != 0.5 else scorer(own, None, 0))
+    A1 = {a: approx(own, a) for a in (0.5, 0.75, 1.0)}
+    route("approx a 1.0 + pieces x0.5 (hybrid fed by it)", scorer(A1[1.0], P0, 0.5))
+    route("own + pieces x0.5 (hybrid fed by it)", scorer(own, P0, 0.5))
+    for a in (0.5, 0.75, 1.0):
+        for w in (0.3, 0.4, 0.5, 0.6, 0.7):
+            route(f"approx a {a} + pieces x{w}", scorer(A1[a], P0, w),
+                  hybrid_of=None if w != 0.5 else scorer(A1[a], None, 0))
+    # Pieces embedded, the whole message not (its own vector = the pieces' normalised sum).
+    U = from_pieces(P0)
+    for a in (0.5, 1.0):
+        for w in (0.3, 0.5, 0.7):
+            route(f"pieces|own, approx a {a} + pieces x{w}", scorer(approx(U, a), P0, w),
+                  hybrid_of=None if w != 0.5 else scorer(approx(U, a), None, 0))
+    # Pieces only for messages of more than N words; pieces capped at K.
+    for n in (8, 12, 16, 20, 25, 30, 40):
+        Pn = pieces_of(n)
+        print(f"units: more than {n} words: {sum(len(Pn[c][0]) for c in convs)} pieces for "
+              f"{sum(len(np.unique(Pn[c][0])) for c in convs)} messages")
+        route(f"approx a 1.0 + pieces (> {n} words) x0.5", scorer(A1[1.0], Pn, 0.5),
+              hybrid_of=None if n not in (12, 20) else scorer(A1[1.0], None, 0))
+        route(f"own + pieces (> {n} words) x0.5", scorer(own, Pn, 0.5), hybrid_of=None)
+    for k in (2, 3, 4):
+        Pk = pieces_of(0, k)
+        print(f"units: at most {k} pieces: {sum(len(Pk[c][0]) for c in convs)} pieces")
+        route(f"approx a 1.0 + pieces (at most {k}, joined) x0.5", scorer(A1[1.0], Pk, 0.5), hybrid_of=None)
+        route(f"own + pieces (at most {k}, joined) x0.5", scorer(own, Pk, 0.5), hybrid_of=None)
+    # The next message's share.
+    for lam in (0.1, 0.2, 0.3, 0.4):
+        route(f"own, next share {lam}", scorer(own, None, 0, lam), hybrid_of=None)
+        route(f"approx a 1.0, next share {lam}", scorer(A1[1.0], None, 0, lam), hybrid_of=None)
+        route(f"own + pieces x0.5, next share {lam}", scorer(own, P0, 0.5, lam), hybrid_of=None)
+        route(f"approx a 1.0 + pieces x0.5, next share {lam}", scorer(A1[1.0], P0, 0.5, lam),
+              hybrid_of=None if lam != 0.2 else scorer(A1[1.0], None, 0))
+
+    # Landing forms. The better of the whole vector and the best piece (the scans' best row as they are):
+    route("approx a 1.0, the better of it and the best piece", scorer(A1[1.0], P0, 1.0))
+    route("own, the better of it and the best piece", scorer(own, P0, 1.0), hybrid_of=None)
+    # The mix as rows: row j of a message = (1-w) x whole + w x piece j (not re-normalised), so its best
+    # row's inner product with the query is exactly (1-w) x whole cosine + w x best piece cosine.
+    worst = 0.0
+    for c in convs:
+        at, V = P0[c]
+        R = 0.5 * A1[1.0][c][at] + 0.5 * V
+        for q in [q for q in qs if q["conv_id"] == c][:20]:
+            v = Q[q["query_id"]]
+            best = np.full(len(ids_of[c]), -9.0, dtype=np.float32)
+            np.maximum.at(best, at, R @ v)
+            want = scorer(A1[1.0], P0, 0.5)(q)
+            got = np.where(best > -9, best, A1[1.0][c] @ v)
+            worst = max(worst, float(np.abs(got - want).max()))
+    print(f"units: mixed rows (whole x0.5 + piece x0.5), best row against the mixed score: max |difference| {worst:.2e}")
+    # Both backends scan unit rows (the matrix scales rows on load; pgvector's <=> is a cosine), so the
+    # mixed rows stored as they are would be re-normalised: a message's rows unit(whole + w/(1-w) x piece j)
+    # and its best row, what the scans do today with several rows a message (Mastra's chunks).
+    def unit_rows_of(whole: dict[str, np.ndarray], P: dict[str, tuple[np.ndarray, np.ndarray]],
+                     w: float) -> Callable[[dict[str, Any]], np.ndarray]:
+        R = {c: _unit((1 - w) * whole[c][P[c][0]] + w * P[c][1]) for c in convs}
+
+        def cs_of(q: dict[str, Any]) -> np.ndarray:
+            c, v = q["conv_id"], Q[q["query_id"]]
+            best = np.full(len(ids_of[c]), -9.0, dtype=np.float32)
+            np.maximum.at(best, P[c][0], R[c] @ v)
+            return np.where(best > -9, best, whole[c] @ v)
+        return cs_of
+
+    for w in (0.4, 0.5, 0.6):
+        route(f"unit rows: unit(approx a 1.0 x{1 - w:.1f} + piece x{w}), best row", unit_rows_of(A1[1.0], P0, w),
+              hybrid_of="same" if w == 0.5 else None)
+    for n in (8, 12, 16, 20, 25, 30, 40):
+        route(f"unit rows: unit(approx a 1.0 + piece (> {n} words)), best row", unit_rows_of(A1[1.0], pieces_of(n), 0.5))
+        if n in (12, 16):
+            for w in (0.4, 0.6):
+                route(f"unit rows: unit(approx a 1.0 x{1 - w:.1f} + piece (> {n} words) x{w}), best row",
+                      unit_rows_of(A1[1.0], pieces_of(n), w), hybrid_of=None)
+            for a in (0.75, 1.25):
+                route(f"unit rows: unit(approx a {a} + piece (> {n} words)), best row",
+                      unit_rows_of(approx(own, a), pieces_of(n), 0.5), hybrid_of=None)
+            route(f"unit rows: unit(own + piece (> {n} words)), best row", unit_rows_of(own, pieces_of(n), 0.5), hybrid_of=None)
+            for lam in (0.1, 0.2):
+                route(f"unit rows (> {n} words), next share {lam}",
+                      (lambda f, c_lam: lambda q: (lambda cs, c: (cs + c_lam * np.where(nxt[c] >= 0, cs[np.maximum(nxt[c], 0)], 0.0))
+                                                   / (1 + c_lam))(f(q), q["conv_id"]))(unit_rows_of(A1[1.0], pieces_of(n), 0.5), lam),
+                      hybrid_of=None)
+    for n, k in ((12, 2), (12, 3), (12, 4)):
+        route(f"unit rows: unit(approx a 1.0 + piece (> {n} words, at most {k})), best row",
+              unit_rows_of(A1[1.0], pieces_of(n, k), 0.5), hybrid_of=None)
+    route("unit rows: pieces|own, unit(approx a 1.0 + piece), best row", unit_rows_of(approx(U, 1.0), P0, 0.5))
+    # The pieces-only form (whole approximated from its pieces) with the next message's share.
+    for lam in (0.1, 0.2, 0.3):
+        route(f"pieces|own, approx a 1.0 + pieces x0.5, next share {lam}", scorer(approx(U, 1.0), P0, 0.5, lam),
+              hybrid_of=None)
+    route("pieces|own, approx a 1.0 + pieces x0.5 (hybrid fed by it)", scorer(approx(U, 1.0), P0, 0.5))
+    for n in (16, 20, 25):
+        route(f"approx a 1.0 + pieces (> {n} words) x0.5 (hybrid fed by it)", scorer(A1[1.0], pieces_of(n), 0.5))
+        for w in (0.4, 0.6):
+            route(f"approx a 1.0 + pieces (> {n} words) x{w}", scorer(A1[1.0], pieces_of(n), w), hybrid_of=None)
+    # Pieces without the speaker label (fewer tokens).
+    Pq = pieces_of(0, None, False)
+    route("approx a 1.0 + pieces (no speaker) x0.5", scorer(A1[1.0], Pq, 0.5))
+    route("pieces|own (no speaker), approx a 1.0 + pieces x0.5", scorer(approx(from_pieces(Pq), 1.0), Pq, 0.5))
+    for n in (16, 20, 25):
+        route(f"approx a 1.0 + pieces (> {n} words, no speaker) x0.5", scorer(A1[1.0], pieces_of(n, None, False), 0.5),
+              hybrid_of=None if n != 20 else "same")
+
+
+UNIT_COST_SETS = (("ctx", 0, None, True), ("own", 0, None, True), ("own+pieces", 0, None, True),
+                  ("pieces|own", 0, None, True), ("own+pieces", 12, None, True), ("own+pieces", 16, None, True),
+                  ("own+pieces", 20, None, True), ("own+pieces", 25, None, True), ("own+pieces", 30, None, True),
+                  ("own+pieces", 0, 2, True), ("own+pieces", 0, None, False), ("own+pieces", 20, None, False),
+                  ("pieces|own", 0, None, False))
+
+
+def vec_units_cost(D: dict[str, Any] | None, rounds: int = 5, synthetic: int = 2000) -> None:
+    """USE embedding cost of what each ``vec_units`` route embeds at save: LoCoMo's public messages and
+    ``recall_speed``'s synthetic ones (12 Zipf words, one thread); one ``embed`` call per route (the raw
+    local model, no cache), texts and tokens (the graph's own tokenizer), CPU seconds (process time,
+    all threads) and wall; the routes alternated, ``rounds`` times, each round's order reversed."""
+    import time
+    from core.embedding import default_embedder
+    from recall_speed import synthetic_messages
+
+    model = default_embedder("use").inner
+    model.embed(["warm up", "the batching graphs"])
+    sets: dict[str, list[str]] = {}
+    if D is not None:
+        ids_of = {c: D["mats"][c][0] for c in D["mats"]}
+        for what, n, k, sp in UNIT_COST_SETS:
+            label = f"locomo {what}" + (f" >{n} words" if n else "") + (f" cap {k}" if k else "") + ("" if sp else " no speaker")
+            sets[label] = unit_texts(D["by_conv"], ids_of, what, n, k, sp)
+    rng = np.random.default_rng(1)
+    syn = [{"id": m.id, "speaker": "user" if i % 2 == 0 else "assistant", "text": m.text, "session": 0, "seq": i}
+           for i, m in enumerate(synthetic_messages(synthetic, "t", "r", rng))]
+    for what in ("ctx", "own", "own+pieces"):
+        sets[f"synthetic {what}"] = unit_texts({"s": syn}, {"s": [m["id"] for m in syn]}, what)
+    tokens = {k: sum(model.token_counts(v)) for k, v in sets.items()}
+    took: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    names = list(sets)
+    with single_blas_thread():
+        for r in range(rounds):
+            for k in (names if r % 2 == 0 else names[::-1]):
+                wall, cpu = time.perf_counter(), time.process_time()
+                model.embed(sets[k])
+                took[k].append((time.process_time() - cpu, time.perf_counter() - wall))
+                print(f"  round {r + 1} {k}: cpu {took[k][-1][0]:.2f} s wall {took[k][-1][1]:.2f} s", flush=True)
+    import os
+    print(f"load average after: {os.getloadavg()}")
+    for group in ("locomo", "synthetic"):
+        base = f"{group} ctx"
+        if base not in sets:
+            continue
+        b_cpu = float(np.median([t[0] for t in took[base]]))
+        for k in names:
+            if not k.startswith(group):
+                continue
+            cpu = float(np.median([t[0] for t in took[k]]))
+            print(f"units cost {k:<34} texts {len(sets[k]):>6} tokens {tokens[k]:>7} (x{tokens[k] / tokens[base]:.2f}) "
+                  f"cpu median {cpu:.2f} s (x{cpu / b_cpu:.2f}; rounds {' '.join(f'{t[0]:.2f}' for t in took[k])}) "
+                  f"wall {' '.join(f'{t[1]:.2f}' for t in took[k])}", flush=True)
+
+
+def units_scan_cost(messages: int = 10_000, rows_per_message: float = 3.3, depth: int = 70, runs: int = 7,
+                    number: int = 500) -> None:
+    """What several unit rows a message (``vec_units``' "unit rows" form) would cost an exact vector scan at
+    ``messages`` messages (USE's 512 dimensions, synthetic unit rows, one BLAS thread): today's one row a
+    message (the product and the best ``depth``) against ``rows_per_message`` rows a message (the product
+    over every row, the best ``4 x depth`` rows, each message's best kept until ``depth`` messages).
+    Median per run, microseconds."""
+    import time
+    rng = np.random.default_rng(7)
+    q = _unit(rng.standard_normal(512).astype(np.float32))
+    one = _unit(rng.standard_normal((messages, 512)).astype(np.float32))
+    n_rows = int(messages * rows_per_message)
+    many = _unit(rng.standard_normal((n_rows, 512)).astype(np.float32))
+    owner = np.sort(rng.integers(0, messages, n_rows))
+
+    def scan_one() -> None:
+        cs = one @ q
+        top = np.argpartition(-cs, depth)[:depth]
+        top[np.argsort(-cs[top])]
+
+    def scan_many() -> None:
+        cs = many @ q
+        k = 4 * depth
+        top = np.argpartition(-cs, k)[:k]
+        top = top[np.argsort(-cs[top])]
+        _, first = np.unique(owner[top], return_index=True)
+        np.sort(first)[:depth]
+
+    for label, step in (("one row a message", scan_one), (f"{rows_per_message} rows a message", scan_many)):
+        took = []
+        for _ in range(runs):
+            with single_blas_thread():
+                t0 = time.process_time()
+                for _ in range(number):
+                    step()
+                took.append((time.process_time() - t0) / number * 1e6)
+        print(f"units scan at {messages} messages: {label}: {sorted(took)[runs // 2]:.0f} us "
+              f"(runs {' '.join(f'{t:.0f}' for t in took)})", flush=True)
+
+
 def depth_routes(D: dict[str, Any]) -> None:
     """The cost side of the fusion (issue 20 items 2 and 4, session 24): separate depths for the vector
     and the keyword list, the keyword share, and only the best N of the combination reshaped and
@@ -1327,7 +1734,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "memory-studio-embcache")
     ap.add_argument("--only", default="fusion,window,prf,propagate,bm25,prompt",
                     help="comma-separated sections: fusion, window, prf, propagate, bm25, prompt, variants, boosts, prev, thread, asked, "
-                         "expand, within, peaked, form, depth, vec, vec_cost, cost, form_cost (cost / vec_cost / form_cost alone: no LoCoMo pass) "
+                         "expand, within, peaked, form, depth, vec, vec_cost, units, units_cost, units_scan (alone: no LoCoMo pass), cost, form_cost (cost / vec_cost / form_cost alone: no LoCoMo pass) "
                          "(none: the engine, base and vector lines only)")
     ap.add_argument("--bm25", default="1.2:0.75:0.5,0.9:0.4:0.5,0.9:0.75:0.5,1.2:0.5:0.5,1.2:0.9:0.5,1.5:0.75:0.5,2.0:0.75:0.5,"
                     "1.2:0.75:0.25,1.2:0.75:1.0", help="k1:b:context weight settings of the bm25 section")
@@ -1351,6 +1758,10 @@ def main() -> None:
     if "form_cost" in only:
         form_cost(args.model)
         if only == {"form_cost"}:
+            return
+    if "units_scan" in only:
+        units_scan_cost()
+        if only == {"units_scan"}:
             return
     if "vec_cost" in only:
         vec_cost()
@@ -1376,6 +1787,12 @@ def main() -> None:
         depth_routes(D)
     if "vec" in only:
         vec_routes(D)
+    if "units" in only:
+        vec_units(D)
+    if "units_top" in only:
+        vec_units(D, top_only=True)
+    if "units_cost" in only:
+        vec_units_cost(D)
     if "fusion" in only:
         for depth in (30, 50, 80, 100, 150):
             score(D, lambda q: ranked_hybrid(D, q, depth=depth), f"fusion: depth {depth}")
