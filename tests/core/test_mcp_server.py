@@ -1434,3 +1434,59 @@ def test_remember_with_an_idempotency_key_stores_a_retried_call_once(store: Any)
         states = [tuple(r) for r in conn.exec_driver_sql(f"SELECT idem_key, state FROM {IDEMPOTENCY_TABLE} "
                                                          "ORDER BY idem_key, scope")]
     assert states == [("k-new", "done"), ("k-oat", "done"), ("k-oat", "done")]
+
+
+def _titles_fail(store: Any, backend: str) -> None:
+    """From now on, giving a thread a title fails in the database (a trigger): where a server that stopped between
+    two writes would have stopped."""
+    with store.db.write() as conn:
+        if backend == "postgres":
+            conn.exec_driver_sql("CREATE FUNCTION no_titles() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                                 "RAISE EXCEPTION 'the disk is full'; END $$")
+            conn.exec_driver_sql("CREATE TRIGGER no_titles BEFORE UPDATE ON mastra_threads FOR EACH ROW "
+                                 "WHEN (NEW.title <> '') EXECUTE FUNCTION no_titles()")
+        else:
+            conn.exec_driver_sql("CREATE TRIGGER no_titles BEFORE UPDATE ON mastra_threads WHEN NEW.title <> '' "
+                                 "BEGIN SELECT RAISE(ABORT, 'the disk is full'); END")
+
+
+@pytest.mark.backends
+def test_remember_titles_a_new_thread_in_the_transaction_that_saves_its_message(store: Any, backend: str) -> None:
+    """remember saved the message (creating the thread), then titled the thread in a transaction of its own: a server
+    stopped between the two left the message in an untitled thread, and with an idempotency_key its kept answer
+    too, so the retry replayed and the title never came. The title is now written in the save's transaction: when
+    that write fails, nothing of the call is stored and the key is free for the retry, which then stores it all."""
+    from core.embedding.hashing import HashingEmbedder
+    from core.mcp_server.server import build_server
+    from core.mcp_server.tools import Binding, MemoryTools
+    from core.storage.schema import IDEMPOTENCY_TABLE
+
+    memory = Memory(store, MemoryOptions(), embedder=HashingEmbedder())
+    tools = MemoryTools(memory, Binding("ada"))
+    call = {"text": "Please remind me to buy oat milk", "thread": "ada-shopping", "title": "Shopping",
+            "idempotency_key": "k-oat"}
+
+    def stored() -> tuple[Any, list[str], list[Any]]:
+        thread = memory.get_thread("ada-shopping")
+        with store.db.read() as conn:
+            texts = [r[0] for r in conn.exec_driver_sql(
+                "SELECT content FROM mastra_messages WHERE thread_id = ?", ("ada-shopping",))]
+            keys = [tuple(r) for r in conn.exec_driver_sql(f"SELECT idem_key, state FROM {IDEMPOTENCY_TABLE}")]
+        return thread, texts, keys
+
+    async def remember() -> Any:
+        async with Client(build_server(tools)) as client:
+            return await client.call_tool("remember", call)
+
+    _titles_fail(store, backend)
+    failed = anyio.run(remember)
+    thread, texts, keys = stored()
+    assert failed.is_error
+    assert (thread, texts, keys) == (None, [], [])  # nothing of the call: no untitled thread, no kept answer
+    with store.db.write() as conn:
+        conn.exec_driver_sql("DROP TRIGGER no_titles" + (" ON mastra_threads" if backend == "postgres" else ""))
+    retried = _data(anyio.run(remember))
+    assert "replayed" not in retried
+    thread, texts, keys = stored()
+    assert (thread.title, thread.metadata) == ("Shopping", {"createdBy": "mcp"})
+    assert len(texts) == 1 and keys == [("k-oat", "done")]
