@@ -36,6 +36,7 @@ from pydantic import Field
 
 from core.errors import MemoryStudioError
 from core.gateway.access import ANYONE, Caller, caller_of
+from core.gateway.errors import storage_message
 from core.ids import lone_surrogate
 from core.mcp_server.tools import (
     DEFAULT_READ,
@@ -47,6 +48,7 @@ from core.mcp_server.tools import (
     transcript_uri,
 )
 from core.scopes import ThreadOwnershipError
+from core.storage import StorageError
 from core.version import __version__
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,8 @@ async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
         return await anyio.to_thread.run_sync(fn)
     except ThreadOwnershipError as exc:  # (the owner not named: the client may be another user)
         raise failure(exc.without_owner()) from exc
+    except StorageError as exc:  # (its text names the server's database file or server: for the log only)
+        raise failure(storage_message(exc)) from exc
     except (MemoryStudioError, LookupError, PermissionError, ValueError) as exc:
         raise failure(str(exc)) from exc
 
