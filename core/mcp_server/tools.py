@@ -472,7 +472,11 @@ class MemoryTools:
                     claim, lambda stored: {"kind": "json", "status": 200,
                                            "body": _remembered(owner, thread, stored[0])}, thread_id=thread))
             try:
-                (saved,) = self.memory.save_messages([message], _writes=writes)
+                if claim is None:
+                    (saved,) = self.memory.save_messages([message], _writes=writes)
+                else:
+                    with self.keeper.renewing(claim):  # a save slower than the lease keeps its key
+                        (saved,) = self.memory.save_messages([message], _writes=writes)
             except BaseException:
                 if claim is not None:
                     self.keeper.release(claim)

@@ -1490,3 +1490,57 @@ def test_remember_titles_a_new_thread_in_the_transaction_that_saves_its_message(
     thread, texts, keys = stored()
     assert (thread.title, thread.metadata) == ("Shopping", {"createdBy": "mcp"})
     assert len(texts) == 1 and keys == [("k-oat", "done")]
+
+
+def test_remember_keeps_its_key_while_its_save_waits_longer_than_the_lease(pg_url: str) -> None:
+    """remember claimed its idempotency_key under a lease it never renewed: a save that waited longer than the lease
+    (here behind another writer's lock on the thread; an embedding model slow to answer does the same) lost the key
+    to the client's retry, which ran the call again, and the first call, though its save was the one the client
+    waited for, failed as taken over. The lease is now renewed while the save runs: the retry is told the call
+    is still running, the first call stores the message and answers, and the retry then replays that answer.
+    On Postgres, whose writers run side by side (a libSQL writer holds the one write lock a renewal needs)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from core.embedding.hashing import HashingEmbedder
+    from core.gateway.idempotency import IdempotencySettings
+    from core.mcp_server.tools import Binding, MemoryTools
+    from core.storage import locks
+
+    lease = 1.0
+    with open_store(pg_url) as store:
+        memory = Memory(store, MemoryOptions(), embedder=HashingEmbedder())
+        tools = MemoryTools(memory, Binding("ada"), idempotency=IdempotencySettings(lease=lease))
+        call = {"text": "Please remind me to buy oat milk", "thread": "ada-slow", "idempotency_key": "k-slow"}
+
+        def waiting_for_the_thread() -> int:
+            with store.db.read() as conn:
+                return int(conn.exec_driver_sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                                                "AND NOT granted").scalar() or 0)
+
+        def remember() -> Any:
+            try:
+                return tools.remember(**call)
+            except Exception as exc:  # noqa: BLE001 - the answer a client would get
+                return exc
+
+        with ThreadPoolExecutor(2) as pool:
+            with store.db.write() as holder:  # another writer holds the thread while the first call saves
+                store.db.lock(holder, locks.thread_key("ada-slow"))
+                first = pool.submit(remember)
+                while waiting_for_the_thread() < 1 and not first.done():  # it has its key and waits in its save
+                    time.sleep(0.05)
+                time.sleep(4 * lease)  # longer than the lease the key was claimed with
+                retry = pool.submit(remember)  # the client's retry, its answer lost meanwhile
+                while not retry.done() and waiting_for_the_thread() < 2:  # answered, or waiting in a save too
+                    time.sleep(0.05)
+                repeats = waiting_for_the_thread()
+            first_answer, retry_answer = first.result(60), retry.result(60)
+        again = tools.remember(**call)
+
+        texts = [m.text for m in memory.recall(thread_id="ada-slow", resource_id="ada").messages]
+    assert repeats == 1  # the retry never reached the save
+    assert isinstance(retry_answer, Exception) and "still running" in str(retry_answer), retry_answer
+    assert isinstance(first_answer, dict) and "replayed" not in first_answer, first_answer
+    assert again == {**first_answer, "replayed": True}
+    assert texts == [call["text"]]
