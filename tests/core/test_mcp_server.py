@@ -1544,3 +1544,64 @@ def test_remember_keeps_its_key_while_its_save_waits_longer_than_the_lease(pg_ur
     assert isinstance(first_answer, dict) and "replayed" not in first_answer, first_answer
     assert again == {**first_answer, "replayed": True}
     assert texts == [call["text"]]
+
+
+def _opened(http: Any, url: str, headers: dict[str, str]) -> Any:
+    """A GET's answer, read whole unless it is the session's stream of server messages (which stays open)."""
+    with http.stream("GET", url, headers=headers) as answer:
+        if answer.status_code != 200:
+            answer.read()
+        return answer
+
+
+def test_http_a_session_is_used_only_by_the_token_that_opened_it(db: Path, tmp_path: Path) -> None:
+    """`mcp --http --any-resource --tokens-file`: the SDK served an MCP session to whoever named its Mcp-Session-Id, so
+    Ada's token, given the id of a session Bob's token opened, could end it (DELETE: Bob's next call failed "Session
+    not found"), open its stream of server messages (GET) and post requests into it. A session is now its opener's:
+    another token naming it is answered as if it did not exist (404, the spec's cue to start a new session), and the
+    session goes on for Bob."""
+    import httpx2
+
+    from core.gateway.tokens import add_entry, entry_for, new_token
+
+    ada, bob = new_token(), new_token()
+    tokens_file = tmp_path / "tokens.json"
+    add_entry(tokens_file, entry_for("ada-app", ["ada"], ada))
+    add_entry(tokens_file, entry_for("bob-app", ["bob"], bob))
+    env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_MCP_TOKEN"}
+    server = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
+    version = "2025-06-18"
+
+    def headers(token: str, session: str | None = None) -> dict[str, str]:
+        sent = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream", "Mcp-Protocol-Version": version}
+        return {**sent, "Mcp-Session-Id": session} if session else sent
+
+    def call(request_id: int, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments}}
+
+    url = server.url
+    try:
+        with httpx2.Client(timeout=60) as http:
+            opened = http.post(url, headers=headers(bob), json={
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "bob", "version": "1"}}})
+            session = opened.headers["mcp-session-id"]
+            http.post(url, headers=headers(bob, session), json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+            by_ada = {
+                "POST": http.post(url, headers=headers(ada, session), json=call(2, "list_threads", {})),
+                "GET": _opened(http, url, {**headers(ada, session), "Accept": "text/event-stream"}),
+                "DELETE": http.delete(url, headers=headers(ada, session)),
+            }
+            bobs = http.post(url, headers=headers(bob, session), json=call(3, "read_thread", {"thread": "bob-secret"}))
+            ended = http.delete(url, headers=headers(bob, session))
+            gone = http.post(url, headers=headers(bob, session), json=call(4, "list_threads", {}))
+    finally:
+        server.stop()
+    for method, answer in by_ada.items():
+        assert answer.status_code == 404, (method, answer.text)
+        assert "used only by the token that opened it" in answer.json()["error"]["message"]
+        assert "zebra" not in answer.text
+    assert bobs.status_code == 200 and "zebra-4321-quartz" in bobs.text  # Bob's session goes on
+    assert ended.status_code == 200 and gone.status_code == 404
