@@ -20,6 +20,7 @@ from core.message_size import MessageTooLargeError
 from core.messages import MessageFormatError
 from core.scopes import ScopeConflictError, ThreadOwnershipError
 from core.storage import (
+    AlreadyExistsError,
     InvalidArgumentError,
     InvalidValueError,
     NotFoundError,
@@ -110,6 +111,14 @@ def known(exc: BaseException) -> ErrorReply | None:
     if isinstance(exc, (ScopeConflictError, InvalidArgumentError, WorkingMemoryError, MessageFormatError)):
         return _reply(400, str(exc), "invalid_request_error", "invalid_request")
     return None
+
+
+def operators_storage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a storage error written for the server's operator (the database busy, read-only, full,
+    damaged, unreachable), which a client gets as ``storage_message``; the storage errors about the request itself
+    (a thread not found, an argument refused, a row already there) say what the client sent, and keep their text."""
+    return isinstance(exc, StorageError) and not isinstance(exc, (NotFoundError, InvalidArgumentError,
+                                                                  AlreadyExistsError))
 
 
 def storage_message(exc: StorageError) -> str:

@@ -36,7 +36,7 @@ from pydantic import Field
 
 from core.errors import MemoryStudioError
 from core.gateway.access import ANYONE, Caller, caller_of
-from core.gateway.errors import storage_message
+from core.gateway.errors import operators_storage_error, storage_message
 from core.ids import lone_surrogate
 from core.mcp_server.tools import (
     DEFAULT_READ,
@@ -85,8 +85,9 @@ async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
         return await anyio.to_thread.run_sync(fn)
     except ThreadOwnershipError as exc:  # (the owner not named: the client may be another user)
         raise failure(exc.without_owner()) from exc
-    except StorageError as exc:  # (its text names the server's database file or server: for the log only)
-        raise failure(storage_message(exc)) from exc
+    except StorageError as exc:
+        # An operator's storage error names the server's database file or server: its text is for the log only.
+        raise failure(storage_message(exc) if operators_storage_error(exc) else str(exc)) from exc
     except (MemoryStudioError, LookupError, PermissionError, ValueError) as exc:
         raise failure(str(exc)) from exc
 
