@@ -20,10 +20,12 @@ from core.message_size import MessageTooLargeError
 from core.messages import MessageFormatError
 from core.scopes import ScopeConflictError, ThreadOwnershipError
 from core.storage import (
+    AlreadyExistsError,
     InvalidArgumentError,
     InvalidValueError,
     NotFoundError,
     ReadOnlyError,
+    StorageError,
     StorageUnavailableError,
 )
 from core.working_memory import ConcurrentUpdateError, WorkingMemoryTooLargeError
@@ -82,7 +84,7 @@ def known(exc: BaseException) -> ErrorReply | None:
     if isinstance(exc, ThreadOwnershipError):  # (the owner not named: the caller may be another user)
         return _reply(403, exc.without_owner(), "permission_error", "thread_ownership")
     if isinstance(exc, ReadOnlyError):
-        return _reply(403, str(exc), "permission_error", "read_only")
+        return _reply(403, storage_message(exc), "permission_error", "read_only")
     if isinstance(exc, ModelError):
         # The upstream model failed: a bad gateway, not a bad request. The message names the
         # endpoint and status and never holds a key (ModelError's own guarantee).
@@ -94,7 +96,7 @@ def known(exc: BaseException) -> ErrorReply | None:
         return reply
     if isinstance(exc, StorageUnavailableError):
         # The database server is restarting or unreachable: retryable, and nothing was committed.
-        return _reply(503, str(exc), "api_error", "storage_unavailable")
+        return _reply(503, storage_message(exc), "api_error", "storage_unavailable")
     if isinstance(exc, ConcurrentUpdateError):
         return _reply(409, str(exc), "invalid_request_error", "conflict")
     if isinstance(exc, NotFoundError):
@@ -104,10 +106,37 @@ def known(exc: BaseException) -> ErrorReply | None:
         return _reply(413, str(exc), "invalid_request_error", "too_large")
     if isinstance(exc, ContextWindowError):
         return _reply(400, str(exc), "invalid_request_error", "context_length_exceeded")
-    if isinstance(exc, (ScopeConflictError, InvalidArgumentError, InvalidValueError, WorkingMemoryError,
-                        MessageFormatError)):
+    if isinstance(exc, InvalidValueError):
+        return _reply(400, storage_message(exc), "invalid_request_error", "invalid_request")
+    if isinstance(exc, (ScopeConflictError, InvalidArgumentError, WorkingMemoryError, MessageFormatError)):
         return _reply(400, str(exc), "invalid_request_error", "invalid_request")
     return None
+
+
+def operators_storage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a storage error written for the server's operator (the database busy, read-only, full,
+    damaged, unreachable), which a client gets as ``storage_message``; the storage errors about the request itself
+    (a thread not found, an argument refused, a row already there) say what the client sent, and keep their text."""
+    return isinstance(exc, StorageError) and not isinstance(exc, (NotFoundError, InvalidArgumentError,
+                                                                  AlreadyExistsError))
+
+
+def storage_message(exc: StorageError) -> str:
+    """What a client is told of a storage failure: what happened and what it can do, never the storage error's own
+    text, which is written for the server's operator (it names the database file and folder, or the Postgres server,
+    database and role) and goes to the server's log instead."""
+    log.warning("a request met a storage error: %s", exc)
+    if isinstance(exc, StorageUnavailableError):
+        return ("The server's database is busy or could not be reached, so nothing of this request was saved. Send "
+                "it again in a moment.")
+    if isinstance(exc, ReadOnlyError):
+        return ("The server's database takes no writes at the moment (it is open read-only, or it cannot be "
+                "written), so nothing was written; reading still works. The server's log says why, for its operator.")
+    if isinstance(exc, InvalidValueError):
+        return ("A value of this request could not be stored: the database accepts text only when it can be encoded "
+                "as UTF-8 (a lone surrogate such as \\ud800 cannot). Nothing was written.")
+    return ("The server's database failed on this call, so nothing of it was saved. The server's log says why, for "
+            "its operator.")
 
 
 def _reply(status: int, message: str, type: str, code: str | None, param: str | None = None) -> ErrorReply:

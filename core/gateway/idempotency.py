@@ -44,7 +44,8 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -155,6 +156,8 @@ class Claim:
     holder: str
     thread_id: str | None = None
     took_over: bool = False
+    #: What the client calls the key (the header, or the MCP tool's argument), for the messages.
+    named: str = HEADER
 
 
 def _now_ms() -> int:
@@ -199,7 +202,7 @@ class Keeper:
                     'holder, locked_until, outcome, "createdAt", expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
                     (scope, key, digest, resource_id, thread_id, "running", holder, lease, None,
                      iso_now(), expires))
-                return Claim(db, scope, key, holder, thread_id)
+                return Claim(db, scope, key, holder, thread_id, named=named)
             stored_hash, state, locked_until, outcome, stored_thread = found
             if stored_hash == digest and state == "running" and int(locked_until) <= now:
                 # Its holder stopped renewing (its process died): this request takes the key over.
@@ -208,7 +211,7 @@ class Keeper:
                     "WHERE scope = ? AND idem_key = ?", (holder, lease, expires, scope, key))
                 log.warning("idempotency key taken over after its first request's lease ran out (its process "
                             "stopped?); the request runs again")
-                return Claim(db, scope, key, holder, stored_thread or thread_id, took_over=True)
+                return Claim(db, scope, key, holder, stored_thread or thread_id, took_over=True, named=named)
         if stored_hash != digest:
             raise GatewayError(
                 422, f"This {named} was already used for a different request (another body, thread, resource or "
@@ -274,6 +277,30 @@ class Keeper:
                           exc_info=True)
         return result
 
+    @contextmanager
+    def renewing(self, claim: Claim) -> Iterator[None]:
+        """Renew ``claim``'s lease every third of it while the block runs, from a thread of its own: the synchronous
+        callers' ``holding`` (the MCP ``remember``, whose save may wait on a lock or an embedding longer than the
+        lease). Without it a slow save lost its key to a repeat, which ran the call again: the first's save then
+        failed (``taken_over``) and its answer was an error though the call was stored once, by the repeat."""
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(self.settings.lease / 3):
+                try:
+                    if not self.renew(claim):
+                        return  # done (its outcome kept) or taken over: nothing more to hold
+                except Exception:  # noqa: BLE001 - the next renewal tries again
+                    log.warning("renewing an idempotency key's lease failed", exc_info=True)
+
+        renewer = threading.Thread(target=renew, name="idempotency-lease", daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join()
+
     def fail(self, claim: Claim, exc: BaseException) -> None:
         """A failure: kept when the same request would fail so again (``kept_status``), else the key is given back."""
         if kept_status(exc) is not None:
@@ -330,16 +357,16 @@ class SavedOutcome(SavedAwareWrite):
     def commit_value(self, conn: Any, value: Any) -> None:
         outcome = self.outcome(value) if callable(self.outcome) else self.outcome
         if not self.keeper._complete(conn, self.claim, outcome, self.thread_id):
-            raise taken_over(self.keeper.settings.retry_after)
+            raise taken_over(self.keeper.settings.retry_after, self.claim.named)
         self.committed = True
 
 
-def taken_over(wait: int) -> GatewayError:
+def taken_over(wait: int, named: str = HEADER) -> GatewayError:
     return GatewayError(
-        409, f"This request's {HEADER} was taken over by a repeat of it while it ran (this request held it longer than "
+        409, f"This request's {named} was taken over by a repeat of it while it ran (this request held it longer than "
         "its lease without renewing it), so this request saved nothing; the repeat's result is the one kept. Send the "
         f"request again with the same key in {wait} second(s) to get that result.",
-        code="idempotency_key_in_use", param=HEADER, retry=True, headers={"Retry-After": str(wait)})
+        code="idempotency_key_in_use", param=named, retry=True, headers={"Retry-After": str(wait)})
 
 
 __all__ = ["HEADER", "MAX_KEY_LENGTH", "REPLAYED_HEADER", "Claim", "IdempotencySettings", "Keeper", "Replay",

@@ -36,6 +36,7 @@ from pydantic import Field
 
 from core.errors import MemoryStudioError
 from core.gateway.access import ANYONE, Caller, caller_of
+from core.gateway.errors import operators_storage_error, storage_message
 from core.ids import lone_surrogate
 from core.mcp_server.tools import (
     DEFAULT_READ,
@@ -47,6 +48,7 @@ from core.mcp_server.tools import (
     transcript_uri,
 )
 from core.scopes import ThreadOwnershipError
+from core.storage import StorageError
 from core.version import __version__
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,9 @@ async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
         return await anyio.to_thread.run_sync(fn)
     except ThreadOwnershipError as exc:  # (the owner not named: the client may be another user)
         raise failure(exc.without_owner()) from exc
+    except StorageError as exc:
+        # An operator's storage error names the server's database file or server: its text is for the log only.
+        raise failure(storage_message(exc) if operators_storage_error(exc) else str(exc)) from exc
     except (MemoryStudioError, LookupError, PermissionError, ValueError) as exc:
         raise failure(str(exc)) from exc
 
@@ -359,4 +364,57 @@ def http_app(server: MCPServer, policy: Any) -> Any:
     app = server.streamable_http_app(
         streamable_http_path="/mcp", host=policy.host or "127.0.0.1", max_request_body_size=policy.max_body_bytes,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    return RequestGuard(app, policy)
+    return RequestGuard(SessionOwners(app), policy)
+
+
+#: The streamable-HTTP transport's session header.
+SESSION_HEADER = b"mcp-session-id"
+
+
+class SessionOwners:
+    """ASGI middleware between the guard and the SDK's streamable-HTTP app: an MCP session is used only by the token
+    that opened it.
+
+    The SDK keeps a session per ``Mcp-Session-Id`` and serves whoever names it: another token that learnt the id
+    could end the session (``DELETE``), open its stream of server messages (``GET``), or post requests into it with
+    the ids of the owner's requests. Each call's caller is still its own request's token (``_caller``), so no
+    memory crossed; but a session is one client's. Here the session an ``initialize`` answer opens is noted with its
+    token's entry (the shared token's callers are one), and a request naming a session another token opened is
+    answered as a session that does not exist (404, the spec's cue to start a new one), before the SDK sees it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.owners: dict[str, str | None] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        who = caller_of(scope).name
+        session = _header(scope.get("headers", ()), SESSION_HEADER)
+        if session is not None and session in self.owners and self.owners[session] != who:
+            log.warning("refused a request naming an MCP session another token opened")
+            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": (
+                "Session not found for this token: an MCP session is used only by the token that opened it. Start a "
+                "new session (initialize) with your own token; nothing was run.")}}).encode()
+            await send({"type": "http.response.start", "status": 404, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+
+        async def noting(message: Any) -> None:
+            if message["type"] == "http.response.start" and session is None:
+                opened = _header(message.get("headers", ()), SESSION_HEADER)
+                if opened is not None:
+                    self.owners[opened] = who
+            elif (message["type"] == "http.response.start" and scope["method"] == "DELETE" and session is not None
+                  and 200 <= message["status"] < 300):
+                self.owners.pop(session, None)  # ended by its owner
+            await send(message)
+
+        await self.app(scope, receive, noting)
+
+
+def _header(headers: Any, name: bytes) -> str | None:
+    """The first ``name`` header of ASGI ``headers`` (as Starlette, and so the SDK, reads it)."""
+    return next((value.decode("latin-1") for key, value in headers if key.lower() == name), None)

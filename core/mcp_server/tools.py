@@ -463,23 +463,26 @@ class MemoryTools:
                 claim = got
             message = (Message.user if role == "user" else Message.assistant)(
                 text, thread_id=thread, resource_id=owner, metadata={"source": "mcp"})
-            # A new thread is created by the save, in its transaction: a refused message leaves no thread. A key's
-            # outcome is kept in that transaction too.
-            writes = [] if claim is None else [self.keeper.saved_with(
-                claim, lambda stored: {"kind": "json", "status": 200, "body": _remembered(owner, thread, stored[0])},
-                thread_id=thread)]
+            # A new thread is created by the save, in its transaction: a refused message leaves no thread. Its title
+            # and a key's outcome are written in that transaction too, so a server that stops at any point leaves
+            # the message with its titled thread and kept answer, or none of them.
+            writes: list[Any] = [] if existing is not None else [_TitleNewThread(self.memory, thread, title or "")]
+            if claim is not None:
+                writes.append(self.keeper.saved_with(
+                    claim, lambda stored: {"kind": "json", "status": 200,
+                                           "body": _remembered(owner, thread, stored[0])}, thread_id=thread))
             try:
-                (saved,) = self.memory.save_messages([message], _writes=writes)
+                if claim is None:
+                    (saved,) = self.memory.save_messages([message], _writes=writes)
+                else:
+                    with self.keeper.renewing(claim):  # a save slower than the lease keeps its key
+                        (saved,) = self.memory.save_messages([message], _writes=writes)
             except BaseException:
                 if claim is not None:
                     self.keeper.release(claim)
                 raise
             if claim is not None and self.keeper.sweep_due(claim.db):
                 self.keeper.sweep(claim.db)
-            if existing is None:
-                created = self.memory.get_thread(thread)
-                if created is not None and not created.title and not created.metadata:
-                    self.memory.update_thread(thread, title=title or "", metadata={"createdBy": "mcp"})
             return _remembered(owner, thread, saved)
 
         return self._traced("remember", "save-messages", {"thread": thread, "role": role, "text": text},
@@ -628,6 +631,23 @@ class MemoryTools:
 
 #: ``remember`` as idempotency keys are scoped to it (beside the gateway's routes, in the same table).
 REMEMBER_ROUTE = "mcp tools/call remember"
+
+
+@dataclass(frozen=True)
+class _TitleNewThread:
+    """``remember``'s staged write for a thread it found missing: in the save's transaction, the thread (then
+    created by the save, or by another writer meanwhile, still without title or metadata) gets its title and
+    ``createdBy: mcp``. A thread someone else already titled or described is left as it is."""
+
+    memory: Memory
+    thread: str
+    title: str
+
+    def commit(self, conn: Any) -> None:
+        store = self.memory.store.memory
+        created = store.get_thread(self.thread, conn=conn)
+        if created is not None and not created.title and not created.metadata:
+            store.update_thread(self.thread, title=self.title, metadata={"createdBy": "mcp"}, conn=conn)
 
 
 def _remembered(owner: str, thread: str, saved: Message) -> dict[str, Any]:

@@ -347,15 +347,16 @@ class MemoryStore:
 
     def update_thread(
         self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None,
-        replace_metadata: bool = False,
+        replace_metadata: bool = False, conn: sa.Connection | None = None,
     ) -> Thread:
-        """Mastra semantics: metadata merges shallowly, an omitted title is kept."""
+        """Mastra semantics: metadata merges shallowly, an omitted title is kept. ``conn``: in that (write)
+        transaction, as ``create_thread``'s."""
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidArgumentError("Thread metadata must be a JSON object (a dict).")
         check_id(thread_id, "thread id", InvalidArgumentError)
-        with self.db.write() as conn:
-            self.db.lock(conn, locks.thread_key(thread_id))
-            row = conn.execute(sa.select(*_THREAD_COLS).where(t.threads.c.id == thread_id)).first()
+        with self.db.write() if conn is None else _nullcontext(conn) as wconn:
+            self.db.lock(wconn, locks.thread_key(thread_id))
+            row = wconn.execute(sa.select(*_THREAD_COLS).where(t.threads.c.id == thread_id)).first()
             if row is None:
                 raise NotFoundError(f"Thread {clipped(thread_id)} not found")
             current = _thread(row)
@@ -367,8 +368,8 @@ class MemoryStore:
                 merged = dict(metadata) if replace_metadata else {**(current.metadata or {}), **metadata}
                 values["metadata"] = dump_json(merged)
                 check_text(values["metadata"], f"The metadata of thread {thread_id!r}")
-            conn.execute(t.threads.update().where(t.threads.c.id == thread_id).values(**values))
-        updated = self.get_thread(thread_id)
+            wconn.execute(t.threads.update().where(t.threads.c.id == thread_id).values(**values))
+            updated = self.get_thread(thread_id, conn=wconn)
         assert updated is not None
         return updated
 

@@ -32,11 +32,12 @@ class _NotTaken(MemoryStudioError):
 
 
 class _Pieces:
-    def __init__(self, fh: IO[bytes], parse_constant: Callable[[str], Any], chunk: int) -> None:
+    def __init__(self, fh: IO[bytes], parse_constant: Callable[[str], Any], chunk: int,
+                 parse_float: Callable[[str], Any] | None = None, parse_int: Callable[[str], Any] | None = None) -> None:
         self.fh = fh
         self.chunk = chunk
         self.decoder = codecs.getincrementaldecoder("utf-8-sig")()  # a byte-order mark is not content
-        self.json = json.JSONDecoder(parse_constant=parse_constant)
+        self.json = json.JSONDecoder(parse_constant=parse_constant, parse_float=parse_float, parse_int=parse_int)
         self.buf = ""
         self.pos = 0
         self.eof = False
@@ -120,12 +121,14 @@ class _Pieces:
         return data
 
 
-def load_pieces(fh: IO[bytes], parse_constant: Callable[[str], Any], chunk: int = CHUNK) -> dict[str, Any] | None:
-    """The JSON object ``fh`` holds, as ``json.loads(text, parse_constant=...)`` makes it, or None when the
-    file is anything else or ``parse_constant`` raised (the whole-text reader then says why). ``chunk``: bytes
-    read at a time."""
+def load_pieces(fh: IO[bytes], parse_constant: Callable[[str], Any], chunk: int = CHUNK, *,
+                parse_float: Callable[[str], Any] | None = None,
+                parse_int: Callable[[str], Any] | None = None) -> dict[str, Any] | None:
+    """The JSON object ``fh`` holds, as ``json.loads(text, parse_constant=..., parse_float=..., parse_int=...)``
+    makes it, or None when the file is anything else or a ``parse_*`` raised (the whole-text reader then says
+    why). ``chunk``: bytes read at a time."""
     try:
-        return _Pieces(fh, parse_constant, chunk).document()
+        return _Pieces(fh, parse_constant, chunk, parse_float, parse_int).document()
     except MemoryError:
         raise
     except Exception:  # _NotTaken, bytes that are not UTF-8, a refused constant, nesting too deep

@@ -1434,3 +1434,174 @@ def test_remember_with_an_idempotency_key_stores_a_retried_call_once(store: Any)
         states = [tuple(r) for r in conn.exec_driver_sql(f"SELECT idem_key, state FROM {IDEMPOTENCY_TABLE} "
                                                          "ORDER BY idem_key, scope")]
     assert states == [("k-new", "done"), ("k-oat", "done"), ("k-oat", "done")]
+
+
+def _titles_fail(store: Any, backend: str) -> None:
+    """From now on, giving a thread a title fails in the database (a trigger): where a server that stopped between
+    two writes would have stopped."""
+    with store.db.write() as conn:
+        if backend == "postgres":
+            conn.exec_driver_sql("CREATE FUNCTION no_titles() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                                 "RAISE EXCEPTION 'the disk is full'; END $$")
+            conn.exec_driver_sql("CREATE TRIGGER no_titles BEFORE UPDATE ON mastra_threads FOR EACH ROW "
+                                 "WHEN (NEW.title <> '') EXECUTE FUNCTION no_titles()")
+        else:
+            conn.exec_driver_sql("CREATE TRIGGER no_titles BEFORE UPDATE ON mastra_threads WHEN NEW.title <> '' "
+                                 "BEGIN SELECT RAISE(ABORT, 'the disk is full'); END")
+
+
+@pytest.mark.backends
+def test_remember_titles_a_new_thread_in_the_transaction_that_saves_its_message(store: Any, backend: str) -> None:
+    """remember saved the message (creating the thread), then titled the thread in a transaction of its own: a server
+    stopped between the two left the message in an untitled thread, and with an idempotency_key its kept answer
+    too, so the retry replayed and the title never came. The title is now written in the save's transaction: when
+    that write fails, nothing of the call is stored and the key is free for the retry, which then stores it all."""
+    from core.embedding.hashing import HashingEmbedder
+    from core.mcp_server.server import build_server
+    from core.mcp_server.tools import Binding, MemoryTools
+    from core.storage.schema import IDEMPOTENCY_TABLE
+
+    memory = Memory(store, MemoryOptions(), embedder=HashingEmbedder())
+    tools = MemoryTools(memory, Binding("ada"))
+    call = {"text": "Please remind me to buy oat milk", "thread": "ada-shopping", "title": "Shopping",
+            "idempotency_key": "k-oat"}
+
+    def stored() -> tuple[Any, list[str], list[Any]]:
+        thread = memory.get_thread("ada-shopping")
+        with store.db.read() as conn:
+            texts = [r[0] for r in conn.exec_driver_sql(
+                "SELECT content FROM mastra_messages WHERE thread_id = ?", ("ada-shopping",))]
+            keys = [tuple(r) for r in conn.exec_driver_sql(f"SELECT idem_key, state FROM {IDEMPOTENCY_TABLE}")]
+        return thread, texts, keys
+
+    async def remember() -> Any:
+        async with Client(build_server(tools)) as client:
+            return await client.call_tool("remember", call)
+
+    _titles_fail(store, backend)
+    failed = anyio.run(remember)
+    thread, texts, keys = stored()
+    assert failed.is_error
+    assert (thread, texts, keys) == (None, [], [])  # nothing of the call: no untitled thread, no kept answer
+    with store.db.write() as conn:
+        conn.exec_driver_sql("DROP TRIGGER no_titles" + (" ON mastra_threads" if backend == "postgres" else ""))
+    retried = _data(anyio.run(remember))
+    assert "replayed" not in retried
+    thread, texts, keys = stored()
+    assert (thread.title, thread.metadata) == ("Shopping", {"createdBy": "mcp"})
+    assert len(texts) == 1 and keys == [("k-oat", "done")]
+
+
+def test_remember_keeps_its_key_while_its_save_waits_longer_than_the_lease(pg_url: str) -> None:
+    """remember claimed its idempotency_key under a lease it never renewed: a save that waited longer than the lease
+    (here behind another writer's lock on the thread; an embedding model slow to answer does the same) lost the key
+    to the client's retry, which ran the call again, and the first call, though its save was the one the client
+    waited for, failed as taken over. The lease is now renewed while the save runs: the retry is told the call
+    is still running, the first call stores the message and answers, and the retry then replays that answer.
+    On Postgres, whose writers run side by side (a libSQL writer holds the one write lock a renewal needs)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from core.embedding.hashing import HashingEmbedder
+    from core.gateway.idempotency import IdempotencySettings
+    from core.mcp_server.tools import Binding, MemoryTools
+    from core.storage import locks
+
+    lease = 1.0
+    with open_store(pg_url) as store:
+        memory = Memory(store, MemoryOptions(), embedder=HashingEmbedder())
+        tools = MemoryTools(memory, Binding("ada"), idempotency=IdempotencySettings(lease=lease))
+        call = {"text": "Please remind me to buy oat milk", "thread": "ada-slow", "idempotency_key": "k-slow"}
+
+        def waiting_for_the_thread() -> int:
+            with store.db.read() as conn:
+                return int(conn.exec_driver_sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                                                "AND NOT granted").scalar() or 0)
+
+        def remember() -> Any:
+            try:
+                return tools.remember(**call)
+            except Exception as exc:  # noqa: BLE001 - the answer a client would get
+                return exc
+
+        with ThreadPoolExecutor(2) as pool:
+            with store.db.write() as holder:  # another writer holds the thread while the first call saves
+                store.db.lock(holder, locks.thread_key("ada-slow"))
+                first = pool.submit(remember)
+                while waiting_for_the_thread() < 1 and not first.done():  # it has its key and waits in its save
+                    time.sleep(0.05)
+                time.sleep(4 * lease)  # longer than the lease the key was claimed with
+                retry = pool.submit(remember)  # the client's retry, its answer lost meanwhile
+                while not retry.done() and waiting_for_the_thread() < 2:  # answered, or waiting in a save too
+                    time.sleep(0.05)
+                repeats = waiting_for_the_thread()
+            first_answer, retry_answer = first.result(60), retry.result(60)
+        again = tools.remember(**call)
+
+        texts = [m.text for m in memory.recall(thread_id="ada-slow", resource_id="ada").messages]
+    assert repeats == 1  # the retry never reached the save
+    assert isinstance(retry_answer, Exception) and "still running" in str(retry_answer), retry_answer
+    assert isinstance(first_answer, dict) and "replayed" not in first_answer, first_answer
+    assert again == {**first_answer, "replayed": True}
+    assert texts == [call["text"]]
+
+
+def _opened(http: Any, url: str, headers: dict[str, str]) -> Any:
+    """A GET's answer, read whole unless it is the session's stream of server messages (which stays open)."""
+    with http.stream("GET", url, headers=headers) as answer:
+        if answer.status_code != 200:
+            answer.read()
+        return answer
+
+
+def test_http_a_session_is_used_only_by_the_token_that_opened_it(db: Path, tmp_path: Path) -> None:
+    """`mcp --http --any-resource --tokens-file`: the SDK served an MCP session to whoever named its Mcp-Session-Id, so
+    Ada's token, given the id of a session Bob's token opened, could end it (DELETE: Bob's next call failed "Session
+    not found"), open its stream of server messages (GET) and post requests into it. A session is now its opener's:
+    another token naming it is answered as if it did not exist (404, the spec's cue to start a new session), and the
+    session goes on for Bob."""
+    import httpx2
+
+    from core.gateway.tokens import add_entry, entry_for, new_token
+
+    ada, bob = new_token(), new_token()
+    tokens_file = tmp_path / "tokens.json"
+    add_entry(tokens_file, entry_for("ada-app", ["ada"], ada))
+    add_entry(tokens_file, entry_for("bob-app", ["bob"], bob))
+    env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_MCP_TOKEN"}
+    server = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
+    version = "2025-06-18"
+
+    def headers(token: str, session: str | None = None) -> dict[str, str]:
+        sent = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream", "Mcp-Protocol-Version": version}
+        return {**sent, "Mcp-Session-Id": session} if session else sent
+
+    def call(request_id: int, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments}}
+
+    url = server.url
+    try:
+        with httpx2.Client(timeout=60) as http:
+            opened = http.post(url, headers=headers(bob), json={
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "bob", "version": "1"}}})
+            session = opened.headers["mcp-session-id"]
+            http.post(url, headers=headers(bob, session), json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+            by_ada = {
+                "POST": http.post(url, headers=headers(ada, session), json=call(2, "list_threads", {})),
+                "GET": _opened(http, url, {**headers(ada, session), "Accept": "text/event-stream"}),
+                "DELETE": http.delete(url, headers=headers(ada, session)),
+            }
+            bobs = http.post(url, headers=headers(bob, session), json=call(3, "read_thread", {"thread": "bob-secret"}))
+            ended = http.delete(url, headers=headers(bob, session))
+            gone = http.post(url, headers=headers(bob, session), json=call(4, "list_threads", {}))
+    finally:
+        server.stop()
+    for method, answer in by_ada.items():
+        assert answer.status_code == 404, (method, answer.text)
+        assert "used only by the token that opened it" in answer.json()["error"]["message"]
+        assert "zebra" not in answer.text
+    assert bobs.status_code == 200 and "zebra-4321-quartz" in bobs.text  # Bob's session goes on
+    assert ended.status_code == 200 and gone.status_code == 404

@@ -125,6 +125,12 @@ CASES: list[tuple[str, Maker, str]] = [
      "holds NaN, which is not JSON"),
     ("infinity", lambda _d, text: text.replace('"version": 1', '"version": -Infinity', 1).encode(),
      "holds -Infinity, which is not JSON"),
+    # A number beyond a double's range was read as inf and stored as null (the file said 1e400), where the
+    # literals NaN and Infinity were refused (session 26).
+    ("number-beyond-a-double", lambda _d, text: text.replace('"metadata": {', '"metadata": {"score": 1e400, ', 1).encode(),
+     "holds the number 1e400, beyond what a double holds"),
+    ("whole-number-beyond-a-double", lambda _d, text: text.replace(
+        '"metadata": {', '"metadata": {"score": -1' + "0" * 400 + ", ", 1).encode(), "digits), beyond what a double holds"),
     ("time-out-of-range", changed(set_in("messages", 0, "createdAt", "99999-01-01T00:00:00.000Z")),
      "is not an ISO-8601 time"),
     ("message-of-another-resource", changed(set_in("messages", 0, "resourceId", "mallory")), "belongs to 'ada'"),
