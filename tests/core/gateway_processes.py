@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import openai
 
@@ -57,6 +59,19 @@ def serve_processes(folder: Path, module: str, source: str, db: Path | str) -> I
 def client(url: str, **kwargs: object) -> openai.OpenAI:
     """The official client on a started process, retrying nothing by itself (the tests send the retries)."""
     return openai.OpenAI(base_url=f"{url}/v1", api_key="-", **{"max_retries": 0, "timeout": 120, **kwargs})
+
+
+def retry_until_taken(url: str, request: Mapping[str, Any], deadline: float, why: str) -> Any:
+    """Send ``request`` (a chat completion's arguments) to the process at ``url`` again while it answers 409
+    ``idempotency_key_in_use`` (another process holds the key), until ``deadline`` (``time.monotonic()``);
+    the raw response of the first other answer. ``why``: the failure's message when the deadline passes."""
+    while True:
+        try:
+            return client(url).chat.completions.with_raw_response.create(**request)
+        except openai.ConflictError as exc:
+            assert exc.code == "idempotency_key_in_use"
+            assert time.monotonic() < deadline, why
+            time.sleep(0.2)
 
 
 def key_rows(db: Path | str) -> list[tuple[object, ...]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from .gateway_processes import Run, client, key_rows, serve_processes, thread_messages
+from .gateway_processes import Run, client, key_rows, retry_until_taken, serve_processes, thread_messages
 
 pytestmark = [pytest.mark.backends, pytest.mark.slow]
 
@@ -96,14 +96,7 @@ def test_a_process_killed_after_storing_a_turn_leaves_its_answer_for_the_retry(s
 
     # The retry reaches the other process. The key's outcome was saved with the turn, so it is answered from it
     # at once; a key still leased would answer 409 until the lease ran out and then run the turn a second time.
-    while True:
-        try:
-            reply = client(other).chat.completions.with_raw_response.create(**request)
-            break
-        except openai.ConflictError as exc:
-            assert exc.code == "idempotency_key_in_use"
-            assert time.monotonic() < deadline, "the dead process's key was never answered or freed"
-            time.sleep(0.2)
+    reply = retry_until_taken(other, request, deadline, "the dead process's key was never answered or freed")
     assert reply.headers.get("idempotent-replayed") == "true"
     answer = reply.parse().choices[0].message.content
     assert answer.startswith("1 user message(s); pid ") and answer in stored[1][1]

@@ -12,7 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from .gateway_processes import Run, client, key_rows, serve_processes, thread_messages
+from .gateway_processes import Run, client, key_rows, retry_until_taken, serve_processes, thread_messages
 
 AGENTS_MODULE = textwrap.dedent('''
     import os
@@ -78,14 +78,7 @@ def test_a_key_whose_process_died_is_taken_over_after_its_lease(start, tmp_path)
     dying_proc.send_signal(signal.SIGKILL)
     dying_proc.wait(60)
     # The retry reaches the other process: 409 while the dead one's lease lasts, then it runs, once.
-    while True:
-        try:
-            reply = client(other).chat.completions.with_raw_response.create(**request)
-            break
-        except openai.ConflictError as exc:
-            assert exc.code == "idempotency_key_in_use"
-            assert time.monotonic() < deadline, "the dead process's key was never free"
-            time.sleep(0.2)
+    reply = retry_until_taken(other, request, deadline, "the dead process's key was never free")
     # It goes on in the thread the first request chose (which it never answered), stored once.
     assert reply.headers["x-thread-id"] == chosen_thread and "idempotent-replayed" not in reply.headers
     assert reply.parse().choices[0].message.content.startswith("1 user message(s)")

@@ -86,6 +86,17 @@ def select(qtbot, pane, selection):
         pane.set_selection(selection)
 
 
+def fail_a_turn(qtbot, pane, server, text):
+    """Send ``text`` in Ada's "t-food" thread to ``server``, which refuses it (401, a wrong key): a failed turn
+    as a user meets it. Returns when the pane says the turn failed."""
+    server.fail_next(1, status=401, message="invalid api key")
+    use_models(pane, Endpoint("Loopback", server.base_url))
+    select(qtbot, pane, Selection("ada", "t-food"))
+    with qtbot.waitSignal(pane.turn_failed, timeout=20_000):
+        pane.input.setPlainText(text)
+        pane.send_btn.click()
+
+
 def send(qtbot, pane, text, timeout=20_000):
     pieces: list[tuple[str, str]] = []
     pane.delta_shown.connect(lambda piece: pieces.append((piece, pane.entries[-1].text)))
@@ -509,12 +520,7 @@ def test_the_transcripts_colours_read_on_either_theme_and_follow_a_switch(qtbot,
     with theme_restored(qapp):
         apply_theme(qapp, first)
         with LoopbackServer(["never sent"]) as server:
-            server.fail_next(1, status=401, message="invalid api key")
-            use_models(pane, Endpoint("Loopback", server.base_url))
-            select(qtbot, pane, Selection("ada", "t-food"))
-            with qtbot.waitSignal(pane.turn_failed, timeout=20_000):
-                pane.input.setPlainText("Hello?")
-                pane.send_btn.click()
+            fail_a_turn(qtbot, pane, server, "Hello?")
         assert session.pool.wait(20_000)  # (the pane's reads, if any, are over)
         qtbot.waitUntil(lambda: not pane.busy and "not saved" in pane.transcript_text(), timeout=10_000)
         assert contrast(not_saved_colour(), base()) >= AA_BODY_TEXT, first
@@ -534,12 +540,7 @@ def test_a_failed_turn_stays_in_the_transcript_when_the_thread_is_read_again(qtb
     write, a reload) replaced the transcript with the stored messages and the "· not saved" turn vanished,
     while the banner still spoke of it. It stays after the stored messages until the next turn is sent."""
     with LoopbackServer(["Rice and fish."]) as server:
-        server.fail_next(1, status=401, message="invalid api key")
-        use_models(pane, Endpoint("Loopback", server.base_url))
-        select(qtbot, pane, Selection("ada", "t-food"))
-        with qtbot.waitSignal(pane.turn_failed, timeout=20_000):
-            pane.input.setPlainText("Hello?")
-            pane.send_btn.click()
+        fail_a_turn(qtbot, pane, server, "Hello?")
         assert session.pool.wait(20_000)
         with qtbot.waitSignal(pane.context_loaded, timeout=20_000):
             pane._on_db_changed()  # what another pane's write or File > Reload does

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 import sqlalchemy as sa
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
 from core import Memory, MemoryOptions, open_store
@@ -25,6 +25,7 @@ from studio.session import StudioSession, open_for_studio
 from studio.widgets.fork_dialog import ForkDialog
 
 from .replay_data import OTHER, RESOURCE, THREAD, TURNS, build_replay_db
+from .replay_panes import pane_preferences, shown_pane, studio_session
 
 
 @pytest.fixture(scope="module")
@@ -43,24 +44,17 @@ def db(template: tuple[Path, dict[str, Any]], tmp_path: Path) -> Path:
 
 @pytest.fixture
 def prefs(tmp_path: Path, qapp: Any) -> Preferences:
-    return Preferences(QSettings(str(tmp_path / "prefs.ini"), QSettings.Format.IniFormat))
+    return pane_preferences(tmp_path)
 
 
 @pytest.fixture
 def session(db: Path, qapp: Any) -> Iterator[StudioSession]:
-    s = StudioSession(open_for_studio(db))
-    yield s
-    s.pool.wait(20_000)
-    s.close()
+    yield from studio_session(db)
 
 
 @pytest.fixture
 def pane(no_leaked_widgets: None, qtbot: Any, session: StudioSession, prefs: Preferences) -> ReplayPane:
-    p = ReplayPane(session, preferences=prefs)
-    qtbot.addWidget(p)
-    p.resize(1400, 860)
-    p.show()
-    return p
+    return shown_pane(qtbot, session, prefs)
 
 
 def checksum(store: Any) -> str:

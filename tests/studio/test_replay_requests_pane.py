@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel
 
@@ -25,8 +25,10 @@ from studio.panes.prompt_inspector import PromptInspectorPane
 from studio.panes.replay import ReplayPane
 from studio.preferences import Endpoint, Preferences
 from studio.selection import Selection
-from studio.session import StudioSession, open_for_studio
+from studio.session import StudioSession
 from studio.widgets.fork_dialog import ForkDialog
+
+from .replay_panes import pane_preferences, shown_pane, studio_session
 
 RESOURCE, THREAD = "mo", "t-tools"
 SETTINGS = {"temperature": 0.25, "max_tokens": 120, "top_p": 0.8, "seed": 3}
@@ -65,26 +67,17 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def session(template: Path, tmp_path: Path, qapp: Any) -> Iterator[StudioSession]:
     shutil.copytree(template, tmp_path / "data")
-    s = StudioSession(open_for_studio(tmp_path / "data" / "tools.db"))
-    yield s
-    s.pool.wait(20_000)
-    s.close()
+    yield from studio_session(tmp_path / "data" / "tools.db")
 
 
 @pytest.fixture
 def prefs(tmp_path: Path, qapp: Any) -> Preferences:
-    return Preferences(QSettings(str(tmp_path / "prefs.ini"), QSettings.Format.IniFormat))
+    return pane_preferences(tmp_path)
 
 
 @pytest.fixture
 def pane(no_leaked_widgets: None, qtbot: Any, session: StudioSession, prefs: Preferences) -> ReplayPane:
-    p = ReplayPane(session, preferences=prefs)
-    qtbot.addWidget(p)
-    p.resize(1400, 860)
-    p.show()
-    with qtbot.waitSignal(p.step_shown, timeout=30_000):
-        p.set_selection(Selection(RESOURCE, THREAD))
-    return p
+    return shown_pane(qtbot, session, prefs, Selection(RESOURCE, THREAD))
 
 
 def go(qtbot: Any, pane: ReplayPane, index: int) -> None:

@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from PySide6.QtCore import QSettings
 
 from core.llm import LoopbackServer
 from studio.panes.replay import ReplayPane
 from studio.preferences import Endpoint, Preferences
 from studio.selection import Selection
-from studio.session import StudioSession, open_for_studio
+from studio.session import StudioSession
 
 from .replay_data import RESOURCE, THREAD, TURNS, build_replay_db
+from .replay_panes import pane_preferences, shown_pane, studio_session
 from .test_replay_pane import checksum
 
 FIXED_AFTER = 5  # turns 1-5 ran before the fix (1-3 with no value, 4-5 with "vegetarian"); 6-8 after it
@@ -34,26 +34,17 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def session(template: Path, tmp_path: Path, qapp: Any) -> Iterator[StudioSession]:
     shutil.copytree(template, tmp_path / "data")
-    s = StudioSession(open_for_studio(tmp_path / "data" / "replay.db"))
-    yield s
-    s.pool.wait(20_000)
-    s.close()
+    yield from studio_session(tmp_path / "data" / "replay.db")
 
 
 @pytest.fixture
 def prefs(tmp_path: Path, qapp: Any) -> Preferences:
-    return Preferences(QSettings(str(tmp_path / "prefs.ini"), QSettings.Format.IniFormat))
+    return pane_preferences(tmp_path)
 
 
 @pytest.fixture
 def pane(no_leaked_widgets: None, qtbot: Any, session: StudioSession, prefs: Preferences) -> ReplayPane:
-    p = ReplayPane(session, preferences=prefs)
-    qtbot.addWidget(p)
-    p.resize(1400, 860)
-    p.show()
-    with qtbot.waitSignal(p.step_shown, timeout=30_000):
-        p.set_selection(Selection(RESOURCE, THREAD))
-    return p
+    return shown_pane(qtbot, session, prefs, Selection(RESOURCE, THREAD))
 
 
 def _go_to(qtbot: Any, pane: ReplayPane, index: int) -> None:
