@@ -324,8 +324,10 @@ class Memory:
     ) -> Iterator["WhatIfRow"]:
         """Every turn's prompt with ``options`` merged over the options it had (``against="today"``: with
         the memory as it is now), against the real one (``core.replay.what_if``)."""
-        from core.replay.what_if import what_if
+        from core.replay.what_if import AGAINST, what_if
 
+        if against not in AGAINST:  # (said now, not at the first turn the generator would rebuild)
+            raise InvalidArgumentError(f"against must be 'options' or 'today', got {against!r}.")
         return what_if(self, thread_id, options=options, resource_id=resource_id, progress=progress, cancel=cancel,
                        against=against)
 

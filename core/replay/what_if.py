@@ -12,6 +12,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.memory import Memory
 
 
+AGAINST = ("options", "today")  # what a what-if compares each turn with: other options, or today's memory
+
+
 @dataclass(frozen=True)
 class WhatIfRow:
     """One turn: tokens of the prompt it had and of its what-if (both rebuilt the same way, tool
@@ -68,4 +71,4 @@ def what_if(
             progress(i + 1, total)
 
 
-__all__ = ["WhatIfRow", "what_if"]
+__all__ = ["AGAINST", "WhatIfRow", "what_if"]

@@ -111,3 +111,13 @@ def test_a_message_fixed_by_hand_touches_the_turns_that_hold_it(thread: Any) -> 
     today = memory.assemble(as_of=ids[3], rebuild="today")
     assert "And for dinner tomorrow?" in str(today.messages)
     assert "And for dinner tomorrow?" not in str(memory.assemble(as_of=ids[3]).messages)
+
+
+def test_a_what_if_against_anything_else_is_refused_saying_what_it_takes(thread: Any) -> None:
+    """``against`` was compared with "today" only: any other word ran an options what-if, as if it were
+    "options"; it is refused before anything is read."""
+    from core.storage import InvalidArgumentError
+
+    memory, _agent, _ids = thread
+    with pytest.raises(InvalidArgumentError, match="'options' or 'today'"):
+        memory.what_if("t", options={}, resource_id="ana", against="now")  # type: ignore[arg-type]
