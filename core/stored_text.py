@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 from typing import Any, Callable
+
+from core.errors import MemoryStudioError
 
 log = logging.getLogger(__name__)
 
@@ -105,3 +108,52 @@ def _finite_key(key: Any) -> Any:
     if isinstance(key, float) and not math.isfinite(key):
         return "NaN" if math.isnan(key) else "Infinity" if key > 0 else "-Infinity"
     return key
+
+
+class NumberBeyondDouble(MemoryStudioError, ValueError):
+    """A JSON number beyond a double's range (``1e400``, an integer of 309 digits or more): Mastra (and any
+    JavaScript reader) reads it as Infinity, which JSON cannot hold, and Python's parser reads ``1e400`` as
+    infinity, stored as null. ``number``: the number as sent, cut to its first 20 characters when long."""
+
+    def __init__(self, text: str, unit: str = "characters") -> None:
+        self.number = text if len(text) <= 40 else f"{text[:20]}…({len(text):,} {unit})"
+        super().__init__(self.number)
+
+
+def json_double(text: str) -> float:
+    """``json.loads``' ``parse_float``: the number, or ``NumberBeyondDouble`` for one no double holds."""
+    value = float(text)
+    if math.isinf(value):
+        raise NumberBeyondDouble(text)
+    return value
+
+
+def json_whole(text: str) -> int:
+    """``json.loads``' ``parse_int``: the integer, or ``NumberBeyondDouble`` for one beyond a double's range (an
+    integer is kept exact as Python reads it, but every JavaScript reader reads it as a double)."""
+    value = int(text)
+    if len(text) > 300 and abs(value) > sys.float_info.max:  # (309 digits at least; shorter ones never are)
+        raise NumberBeyondDouble(text, "digits")
+    return value
+
+
+def integer_beyond_double(value: Any) -> str | None:
+    """The first integer in an already parsed ``value`` (dicts, lists) that ``json_whole`` would refuse, as it names
+    it, or None: the same rule for values no JSON text of ours was parsed for (an MCP client's arguments, a model's
+    tool call, an in-process caller). (A float beyond a double is infinity already: ``allow_nan=False`` and
+    ``json_text`` deal with those.)"""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bool):
+            continue
+        if isinstance(item, int):
+            if abs(item) > sys.float_info.max:
+                # (str() of an int past 4,300 digits raises: its first digits are not worth the arithmetic)
+                digits = str(item) if item.bit_length() < 14_000 else f"an integer of {item.bit_length():,} bits"
+                return NumberBeyondDouble(digits, "digits").number
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return None

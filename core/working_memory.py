@@ -21,7 +21,7 @@ from core.scopes import ThreadOwnershipError, check_thread_owner
 from core.storage import Store, catalog, dialect, driver_sql, locks
 from core.storage import schema as t
 from core.storage.memory_store import InvalidArgumentError, NotFoundError, dump_json, json_col, load_json
-from core.stored_text import decode_stored_text
+from core.stored_text import decode_stored_text, integer_beyond_double
 from core.timeutil import iso_now, parse_iso
 from core.working_memory_update import (  # defined below this module, so the vNext tool can use them
     ConcurrentUpdateError as ConcurrentUpdateError,
@@ -464,14 +464,23 @@ class WorkingMemoryService:
 def _json_text(data: Any) -> str:
     """Schema-mode memory as stored: standard JSON. Python's parser takes ``NaN`` and ``Infinity`` (and
     turns ``1e400`` into infinity) from a model's arguments, but no JSON reader does: Mastra's
-    ``JSON.parse`` would fail on the stored text and start the memory afresh."""
+    ``JSON.parse`` would fail on the stored text and start the memory afresh. An integer beyond a double's range
+    (``integer_beyond_double``, import's rule too) is refused as well: Python keeps its digits, Mastra reads
+    Infinity."""
+    huge = integer_beyond_double(data)
+    if huge is not None:
+        raise WorkingMemoryError(
+            f"Working memory must be standard JSON a JavaScript reader can read back: the number {huge} is beyond "
+            "what a double holds (Mastra reads it as Infinity). Send a smaller number, or the digits as a string. "
+            "Nothing changed.")
     try:
-        return json.dumps(data, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False)
     except ValueError:
         raise WorkingMemoryError(
             "Working memory must be standard JSON: NaN and Infinity are not JSON numbers (nor is a number too "
             "large for a double). Send a finite number or a string instead. Nothing changed."
         ) from None
+    return text
 
 
 def tool_definition(opts: WorkingMemoryOptions) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Worker jobs for memory edits (no Qt): edit, delete and undo stored messages and observation lines,
-delete a thread, forget a resource, vacuum. Each runs on a session worker, only after the user confirmed it.
+delete a thread, forget a resource, vacuum, index a resource for recall. Each runs on a session worker, only after the user confirmed it.
 
 Edits go through the ``Memory`` the thread's agent runs with (``agent_for_thread``, the rule the
 inspector, Replay and the CLI use), so recall follows with that agent's index. When the embedding
@@ -191,6 +191,28 @@ def forget(store: Store, resource_id: str) -> ForgetReport:
     return report
 
 
+class IndexingStopped(Exception):
+    """The Studio closed while a resource was being indexed: the batches written so far stay (``reindex``
+    is resumable), the rest is left for the next run."""
+
+
+def index_resource(store: Store, resource_id: str, progress: Callable[[int, int], None],
+                   stopped: Callable[[], bool] = lambda: False) -> Any:
+    """Edit > Index Recall for Resource…: ``memory-studio reindex --resource`` for one resource, with the model
+    the database's vectors come from (``store_embedder``: the one the Studio searches with). Messages with a
+    current vector are not embedded again; the keyword index catches up first. ``stopped``: asked between
+    batches; true ends the run (``IndexingStopped``) with what was written kept. Returns the ``ReindexReport``."""
+    from core.recall.models import store_embedder
+    from core.recall.reindex import reindex
+
+    def step(done: int, total: int) -> None:
+        if stopped():
+            raise IndexingStopped(f"indexing of resource {resource_id} stopped after {done:,} of {total:,} message(s)")
+        progress(done, total)
+
+    return reindex(store, store_embedder(store), resource_id=resource_id, progress=step)
+
+
 def vacuum(store: Store) -> str:
     from core.edits.commands import vacuum_report
 
@@ -198,7 +220,7 @@ def vacuum(store: Store) -> str:
 
 
 __all__ = [
-    "EditOutcome", "MessageTarget", "RECALL_LATER", "ThreadTarget", "delete_message", "delete_thread", "edit_message",
-    "edit_observation", "forget", "load_message", "load_thread", "memory_for_thread", "message_history",
+    "EditOutcome", "IndexingStopped", "MessageTarget", "RECALL_LATER", "ThreadTarget", "delete_message", "delete_thread",
+    "edit_message", "edit_observation", "forget", "index_resource", "load_message", "load_thread", "memory_for_thread", "message_history",
     "preview_forget", "revert", "vacuum",
 ]

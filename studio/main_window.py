@@ -31,7 +31,7 @@ from studio.widgets.banner import Banner
 from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import elastic
 from studio.widgets.plain_tip import plain_tip
-from studio.widgets.scroll_fit import FitScroll
+from studio.widgets.scroll_fit import FitScroll, SideWidth
 from studio.workers import WorkerPool, traceback_text
 
 # Imported where they are used, after the first paint (``finish_building``, the open, the panes): the
@@ -64,6 +64,9 @@ APP_NAME = "Memory Studio"
 BUSY_DELAY_MS = 300  # show the busy bar only for work slower than a moment
 TAB_FRAME = 8  # px the tab widget adds around a page (at most; 4 with document mode)
 DEFAULT_SIZE = (1360, 860)  # the first launch's window, and when a saved geometry cannot be restored
+# The thread list: 380 px (or what the user drags it to) while that is at most 36 % of the window, and at least
+# 30 % of it, between 220 and 340 px (a fixed 340 px least left a 720 px window's panes ~320 px, cut sideways).
+LIST_WANTED, LIST_MOST_LEAST, LIST_FLOOR, LIST_LEAST_SHARE, LIST_SHARE = 380, 340, 220, 0.30, 0.36
 
 Seeder = Callable[..., Any]
 
@@ -134,7 +137,9 @@ def _chat(session: StudioSession, parent: QWidget, host: PaneHost) -> ChatPane:
 def _recall(session: StudioSession, parent: QWidget, host: PaneHost) -> RecallPlaygroundPane:
     from studio.panes.recall_playground import RecallPlaygroundPane
 
-    return RecallPlaygroundPane(session, parent)
+    pane = RecallPlaygroundPane(session, parent)
+    pane.request_command.connect(host.run_command)  # Index Recall for Resource…
+    return pane
 
 
 def _replay(session: StudioSession, parent: QWidget, host: PaneHost) -> ReplayPane:
@@ -296,6 +301,7 @@ class MainWindow(QMainWindow):
         self._discard_confirmed = False  # the user chose to close with unsaved edits
         self.pages: list[PanePage] = []  # one per tab, in PANES order, while a database is open
         self.panes = BuiltPanes(self)
+        self.sql_log_dock: Any = None  # View > SQL Log (studio.widgets.sql_log_dock.SqlLogDock), made on first use
         self.resources: ResourcesPane | None = None
         self.selection = Selection()
         self.newer_migrations: list[str] = []
@@ -406,13 +412,16 @@ class MainWindow(QMainWindow):
         self.tabs.currentChanged.connect(self._tab_shown)
         self.tab_fit = FittedTabs(self.tabs, PANE_TABS, scroll=True)
         self.left = QStackedWidget(self)
-        # Thread titles are what users scan; the panes on the right are wide and would squeeze them.
-        self.left.setMinimumWidth(340)
+        # Thread titles are what users scan; the panes on the right are wide and would squeeze them. In a
+        # narrow window the list gives way to a share of it (``SideWidth``), or the pane beside it is cut.
+        self.left.setMinimumWidth(LIST_MOST_LEAST)
         self.split.addWidget(self.left)
         self.split.addWidget(self.tabs)
         self.split.setStretchFactor(0, 0)
         self.split.setStretchFactor(1, 1)
-        self.split.setSizes([380, 980])
+        self.split.setSizes([LIST_WANTED, 980])
+        self.thread_list_width = SideWidth(self.split, wanted=LIST_WANTED, most_least=LIST_MOST_LEAST, floor=LIST_FLOOR,
+                                           least_share=LIST_LEAST_SHARE, share=LIST_SHARE)
         self.center.addWidget(self.split)
 
     def _set_busy(self, source: str, count: int) -> None:
@@ -457,6 +466,7 @@ class MainWindow(QMainWindow):
         self.transfer.register(c)
         self.edits = MemoryEditActions(self)  # Edit menu: message edits, undo, Forget Resource…
         self.edits.register(c)
+        self.edits.indexed.connect(self._after_indexing)
         c.add("app.preferences", "Preferences…", self.show_preferences, shortcut="Ctrl+,", menu="File",
               group="preferences", keywords="settings models endpoint api key openai ollama")
         c.add("app.quit", "Quit", self.request_close, shortcut="Ctrl+Q", menu="File", group="quit")
@@ -472,6 +482,8 @@ class MainWindow(QMainWindow):
               enabled=self._has_history, keywords="return previous replay trace")
         c.add("replay.from_here", "Replay From Here", self.replay_from_here, menu="View", group="back",
               enabled=self._has_message, keywords="step through turns from this message")
+        c.add("view.sql_log", "SQL Log", self.toggle_sql_log, shortcut="Ctrl+Shift+Q", menu="View", group="theme",
+              keywords="statements queries database audit writes reads what ran")
         c.add("view.theme", "Toggle Dark Mode", self.toggle_theme, shortcut="Ctrl+Shift+L", menu="View",
               group="theme", keywords="light dark colours")
         c.add("help.about", "About Memory Studio", self.show_about, menu="Help")
@@ -784,6 +796,26 @@ class MainWindow(QMainWindow):
         if self.pages:
             self.messages_pane.refresh()
         self.edits.check_selection()  # a thread deleted meanwhile is let go of by every pane
+
+    def toggle_sql_log(self) -> None:
+        """View > SQL Log: the dock of every statement the Studio ran (built on first use, then shown / hidden)."""
+        from studio.logic.sql_log import shared_log
+        from studio.widgets.sql_log_dock import SqlLogDock
+
+        if self.sql_log_dock is None:
+            self.sql_log_dock = SqlLogDock(shared_log(), self)
+            self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.sql_log_dock)
+            self.sql_log_dock.show()
+            return
+        self.sql_log_dock.setVisible(not self.sql_log_dock.isVisible())
+
+    def _after_indexing(self, _report: Any) -> None:
+        """Index Recall for Resource… finished: a Recall Playground showing a search runs it again, so its
+        lists and banner say what the index holds now (it searches only when asked otherwise)."""
+        for pane in self.panes.values():
+            again = getattr(pane, "search_again", None)
+            if again is not None:
+                again()
 
     def select_in_tree(self, selection: Selection) -> None:
         if self.resources is not None:

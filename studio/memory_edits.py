@@ -1,5 +1,5 @@
 """Edit > Edit Message…, Delete Message…, Message History…, Undo / Redo Memory Edit, Delete Thread…,
-Forget Resource….
+Forget Resource…, Index Recall for Resource….
 
 Every edit is explicit and confirmed: the edit dialog's Save Edit, a confirmation box for a delete (a
 message's, a thread's),
@@ -56,6 +56,7 @@ class MemoryEditActions(QObject):
     reverted = Signal(str)  # one line: what an undo / redo did
     forgotten = Signal(object)  # ForgetReport
     thread_deleted = Signal(object)  # edit_jobs.ThreadTarget of the thread just deleted
+    indexed = Signal(object)  # core.recall.reindex.ReindexReport of Index Recall for Resource…
 
     def __init__(self, window: "MainWindow") -> None:
         super().__init__(window)
@@ -63,6 +64,7 @@ class MemoryEditActions(QObject):
         self.history = EditHistory()
         self.dialog: QDialog | None = None
         self._busy = False
+        self._indexing = False
         # The database the undo stack's edits were made in (its target): another database opened clears the
         # stack, so Undo never reverts a message of the same id there (a copy of the file holds them all).
         self._target: str | None = None
@@ -92,6 +94,9 @@ class MemoryEditActions(QObject):
         registry.add("thread.delete", "Delete Thread…", lambda: self.delete_thread(), menu="Edit", group="forget",
                      enabled=lambda: w.session is not None and w.selection.thread_id is not None,
                      keywords="remove conversation chat thread and its messages")
+        registry.add("resource.index", "Index Recall for Resource…", lambda: self.index_resource(), menu="Edit",
+                     group="recall", enabled=lambda: w.session is not None and w.selection.resource_id is not None
+                     and not self._indexing, keywords="reindex embed vectors keyword semantic recall catch up")
         registry.add("resource.forget", "Forget Resource…", lambda: self.forget_resource(), menu="Edit",
                      group="forget", enabled=lambda: w.session is not None and w.selection.resource_id is not None,
                      keywords="erase delete user gdpr data subject request privacy")
@@ -401,6 +406,66 @@ class MemoryEditActions(QObject):
                     on_result=lambda text: dialog.show_vacuumed(text) if shiboken6.isValid(dialog) else None,
                     on_error=lambda exc: dialog.show_vacuumed(f"Vacuum failed: {exc}") if shiboken6.isValid(dialog)
                     else None)
+
+    # -- index a resource for recall ---------------------------------------------------------------------
+    def index_resource(self, resource_id: str | None = None) -> None:
+        """Embed and keyword-index the resource's messages recall has not indexed (or indexed before their text
+        changed): what ``memory-studio reindex --resource`` does, asked first, in a worker, with progress."""
+        session = self._session()
+        resource_id = resource_id or self.window.selection.resource_id
+        if session is None or not resource_id or self._indexing or not self._writable():
+            return
+        self.window.presenter.confirm(
+            self.window, "Index recall for this resource?",
+            f"Embed and keyword-index the messages of resource {resource_id} that semantic recall has not indexed "
+            "yet, or indexed before their text changed?",
+            "The model is the one this database's vectors come from (the one the Recall Playground searches "
+            "with); messages with a current vector are not embedded again. Only recall's own tables are written "
+            "(vectors and keyword docs): no message, thread or memory changes. A large resource takes a while "
+            "(several hundred messages a second with the local model); closing the Studio stops it between "
+            "batches, keeping what was indexed.",
+            "Index", lambda: self._index(resource_id, session))
+
+    def _index(self, resource_id: str, previewed: Any) -> None:
+        if not self._same_database(previewed) or self._indexing:
+            return
+        session = self._session()
+        store, window = session.store, self.window
+        self._indexing = True
+        self.window.commands.refresh_enabled()
+        self._status(f"Indexing resource {resource_id} for recall…")
+
+        def progress(done: int, total: int) -> None:
+            window.busy_bar.setRange(0, max(total, 1))
+            window.busy_bar.setValue(done)
+            window.busy_bar.show()
+            self._status(f"Indexing resource {resource_id} for recall: {done:,} of {total:,} message(s)…")
+
+        def finish() -> None:
+            self._indexing = False
+            window.busy_bar.setRange(0, 0)
+            window.commands.refresh_enabled()
+
+        def done(report: Any) -> None:
+            finish()
+            lines = report.summary_lines()
+            if report.indexed or report.changed:
+                session.notify_local_write()
+            self._status(f"Resource {resource_id}: {lines[0]}")
+            if report.failed or report.skipped:
+                window.presenter.error(window, Problem(
+                    "Indexed, with messages left out", f"Resource {resource_id}: {lines[0]}", "\n".join(lines[1:]),
+                    warning_only=True))
+            self.indexed.emit(report)
+
+        def failed(exc: BaseException) -> None:
+            finish()
+            session.notify_local_write()  # (batches written before the failure are kept)
+            self._problem(exc)
+
+        pool = session.pool
+        session.run(lambda step: _jobs().index_resource(store, resource_id, step, lambda: pool.closed),
+                    on_result=done, on_error=failed, on_progress=progress)
 
     # -- a thread that disappeared ---------------------------------------------------------------------------
     def check_selection(self) -> None:

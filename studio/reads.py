@@ -210,8 +210,11 @@ class RecallView:
     problem: str | None = None
     # vectors per embedding model in the whole database (None: written without a model id, by Mastra)
     indexed_by: dict[str | None, int] = field(default_factory=dict)
+    # messages with piece vectors per embedding model (``core.recall.pieces``)
+    with_pieces: dict[str, int] = field(default_factory=dict)
     # Candidates the search left out as gone that are still stored, as rows that cannot be read: id -> why.
     unreadable: dict[str, str] = field(default_factory=dict)
+    migrated: bool = True  # the recall tables are there (else Migrate first: nothing can be indexed yet)
 
 
 def recall_index(store: Store, embedders: EmbedderHolder) -> RecallIndex:
@@ -223,7 +226,7 @@ def recall_index(store: Store, embedders: EmbedderHolder) -> RecallIndex:
 
 def inspect_recall(store: Store, embedders: EmbedderHolder, req: RecallRequest) -> RecallView:
     from core.recall.explain import inspect_search
-    from core.recall.models import stored_models
+    from core.recall.models import stored_models, stored_piece_counts
     from studio.logic.recall_layout import index_problem
 
     index = recall_index(store, embedders)
@@ -233,7 +236,8 @@ def inspect_recall(store: Store, embedders: EmbedderHolder, req: RecallRequest) 
     problem = index_problem(migrated=index.migrated, has_vectors=index.info is not None, model_id=index.model_id,
                             location=store.location.display)
     unreadable = _unreadable_candidates(store, ins)
-    return RecallView(req, ins, problem, dict(stored_models(store)), unreadable)
+    return RecallView(req, ins, problem, dict(stored_models(store)), unreadable=unreadable,
+                      with_pieces=dict(stored_piece_counts(store)), migrated=index.migrated)
 
 
 def _unreadable_candidates(store: Store, ins: Inspection) -> dict[str, str]:

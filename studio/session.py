@@ -49,7 +49,9 @@ def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None
     existing empty file raises ``EmptyFileError`` unless ``init_empty`` (the user said yes).
     """
     from core.storage.paths import resolve_db_path
+    from studio.logic.sql_log import shared_log
 
+    shared_log()  # View > SQL Log lists every statement from the first look at the file on
     resolved = resolve_db_path(path)
     if resolved.capabilities.server:
         # A server database is shared with other programs: look first, write only when allowed.
@@ -253,8 +255,11 @@ class StudioSession(QObject):
         problem = self._file_problem()
         if problem is not None:
             return _FileLost(problem)
+        from studio.logic.sql_log import CHANGE_CHECK, purpose
+
         try:
-            return self.store.db.change_fingerprint()
+            with purpose(CHANGE_CHECK):
+                return self.store.db.change_fingerprint()
         except FileChangedError as exc:  # a snapshot whose file moved on: what is shown is not the file
             return _FileLost(str(exc))
 

@@ -134,6 +134,11 @@ class WorkerPool(QObject):
         self.busy_changed.emit(0)
 
     @property
+    def closed(self) -> bool:
+        """Shut down (its session is closing): a long job asks this between its steps and ends early."""
+        return self._shut
+
+    @property
     def running(self) -> int:
         return len(self._callbacks)
 

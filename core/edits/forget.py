@@ -89,6 +89,8 @@ PLACES: list[Place] = [
     Place("vectors", _VECTORS,
           (("{json:message_id}", "messages"), ("vector_id", "messages"), ("{json:thread_id}", "threads"),
            ("{json:resource_id}", "resources")), prefix=True),
+    Place("piece vectors", "memory_studio_recall_pieces",
+          (("message_id", "messages"), ("thread_id", "threads"), ("resource_id", "resources")), prefix=True),
     Place("messages", "mastra_messages", (("thread_id", "threads"), ('"resourceId"', "resources"))),
     Place("recall queue", _QUEUE, (("message_id", "messages"),)),
     Place("threads", "mastra_threads", (("id", "threads"), ('"resourceId"', "resources"))),

@@ -32,6 +32,7 @@ from typing import Any
 from core.gateway.errors import GatewayError
 from core.ids import shown
 from core.scopes import ReservedResourceError, check_client_resource, delegation_root, is_delegation_resource
+from core.storage import NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,24 @@ class Caller:
         return fallback
 
 
+def sees_thread(owner: str | None, resource_id: str) -> bool:
+    """Whether a caller from outside asking as ``resource_id`` may read a stored thread whose owner is ``owner``
+    (None: no such thread). The rule of ``core.scopes.check_caller_owns``: only the resource that owns it; a thread
+    without an owner (another program stored it so) is nobody's."""
+    return bool(owner) and owner == resource_id
+
+
+def no_such_thread(thread_id: str, resource_id: str | None) -> NotFoundError:
+    """The one answer to a caller who reads, searches or writes through a thread it may not see: a thread that
+    does not exist and another resource's thread (or one without an owner) get the same words, so a token cannot
+    learn which ids exist elsewhere by reading. (Creating a thread under an id in use elsewhere is refused, which
+    does tell that the id is taken: ARCHITECTURE, "Existence of thread ids".) ``resource_id``: the resource asked
+    as, or None when the call named none."""
+    of = f"for resource {shown(resource_id)}" if resource_id is not None else "that this token may read"
+    return NotFoundError(f"No thread {shown(thread_id)} {of}. List the threads for their ids. Nothing was read or "
+                         "written.")
+
+
 #: A caller that may use every resource: the shared token, or a server without a token.
 ANYONE = Caller()
 
@@ -146,4 +165,4 @@ def caller_of(scope: Mapping[str, Any] | None) -> Caller:
     return caller
 
 
-__all__ = ["ANYONE", "CALLER_KEY", "Caller", "ResourceNotAllowed", "caller_of"]
+__all__ = ["ANYONE", "CALLER_KEY", "Caller", "ResourceNotAllowed", "caller_of", "no_such_thread", "sees_thread"]

@@ -68,13 +68,17 @@ def classify(exc: BaseException) -> ErrorReply:
     """The HTTP status and OpenAI-style body for ``exc``. Unknown errors are logged, never shown."""
     reply = known(exc)
     if reply is not None:
+        if operators_storage_error(exc):
+            # Logged here, where the answer is made, once: ``known`` is asked by other places too (the idempotency
+            # key's keeping), and the client's answer holds none of this text (``storage_message``).
+            log.warning("a request met a storage error (answered %d): %s", reply.status, exc)
         return reply
     log.error("unexpected error while serving a request", exc_info=exc)
     return _reply(500, "The gateway failed on this request; its log has the details.", "server_error", "internal")
 
 
 def known(exc: BaseException) -> ErrorReply | None:
-    """``classify`` for the errors it recognises; None for the rest (a 500), without logging."""
+    """``classify`` for the errors it recognises; None for the rest (a 500), without logging (``classify`` logs)."""
     if isinstance(exc, GatewayError):
         reply = _reply(exc.status, exc.message, exc.type, exc.code, exc.param)
         reply.headers.update(exc.headers)
@@ -124,8 +128,8 @@ def operators_storage_error(exc: BaseException) -> bool:
 def storage_message(exc: StorageError) -> str:
     """What a client is told of a storage failure: what happened and what it can do, never the storage error's own
     text, which is written for the server's operator (it names the database file and folder, or the Postgres server,
-    database and role) and goes to the server's log instead."""
-    log.warning("a request met a storage error: %s", exc)
+    database and role) and goes to the server's log instead, once, by whoever answers (``classify``, the MCP
+    server's ``_call``): this function logs nothing, as several places ask it about one error."""
     if isinstance(exc, StorageUnavailableError):
         return ("The server's database is busy or could not be reached, so nothing of this request was saved. Send "
                 "it again in a moment.")

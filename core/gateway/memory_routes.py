@@ -22,8 +22,11 @@ existing value. Without ``If-Match`` a PUT replaces the value as Mastra's API do
 
 ``agentId=`` picks whose memory is meant when the agents do not share one. Every route needs
 ``resourceId=`` (400 without it; a tokens file's token with one resource may leave it out): a call
-is always about one resource's memory, and a ``resourceId`` that does not own the thread gets 403,
-exactly as a chat turn would, as does one the caller's token may not use (``resource_not_allowed``). A thread id may hold any character,
+is always about one resource's memory. A thread the ``resourceId`` does not own (another resource's, or one
+stored without an owner) is answered as a thread that does not exist: 404 for its messages (the same words), its
+working memory as a thread not stored yet's (per thread: none, a PUT 404; per resource: the resource's own), so
+reading tells no token which ids exist elsewhere. A ``resourceId`` the caller's token may not use is 403
+(``resource_not_allowed``). A thread id may hold any character,
 ``/`` included, when percent-encoded. Every call runs on a worker thread.
 
 A resource's delegations are its memory too: ``resourceId=delegation:<resource>:<agent>`` (the id a
@@ -52,17 +55,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from core.gateway import cursors
-from core.gateway.access import caller_of
+from core.gateway.access import caller_of, no_such_thread, sees_thread
 from core.gateway.errors import GatewayError, bad_request
 from core.gateway.idempotency import Claim, Replay, key_of, request_hash, scope_of
 from core.gateway.openai_routes import holding, read_json, replay_json, sweep_task
 from core.gateway.turns import client_id
-from core.ids import clipped, lone_surrogate, shown
+from core.ids import lone_surrogate, shown
 from core.memory import Memory
-from core.scopes import check_caller_owns, delegation_chain, delegation_label, delegation_root, is_delegation_resource
-from core.storage import NotFoundError
+from core.scopes import delegation_chain, delegation_label, delegation_root, is_delegation_resource
 from core.timeutil import parse_iso, to_iso
-from core.working_memory import ConcurrentUpdateError
+from core.working_memory import ConcurrentUpdateError, WorkingMemoryValue
 from core.working_memory_schema import WorkingMemoryError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -185,9 +187,10 @@ async def list_messages(request: Request) -> Response:
 
     def read() -> Any:
         thread = memory.get_thread(thread_id)
-        if thread is None:  # 404, even where resource-scoped recall lets ``recall`` read a thread not stored yet
-            raise NotFoundError(f"No thread found with id {clipped(thread_id)}")
-        check_caller_owns(thread_id, thread.resource_id or "", resource_id)  # (the engine's lets no owner through)
+        # 404, even where resource-scoped recall lets ``recall`` read a thread not stored yet; another resource's
+        # thread (or one without an owner) the same 404, so reading tells no token which ids exist elsewhere.
+        if thread is None or not sees_thread(thread.resource_id, resource_id):
+            raise no_such_thread(thread_id, resource_id)
         return memory.recall(thread_id=thread_id, resource_id=resource_id, page=page, per_page=per_page, before=before)
 
     result = await _run(request, read)
@@ -207,11 +210,15 @@ async def get_working_memory(request: Request) -> Response:
 
     def read() -> tuple[dict[str, Any], str | None]:
         opts = _wm_options(memory)
-        thread = memory.get_thread(thread_id)
-        resource_id = _owner(thread_id, (thread.resource_id or "") if thread else None, asked)
-        value = memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
+        thread = _seen(memory, thread_id, asked)
+        if thread is None and opts.scope == "thread":
+            # No thread this resource may read: the answer to a thread not stored yet, read from nowhere (another
+            # resource's thread holds its own working memory).
+            value = WorkingMemoryValue("thread", thread_id, None, opts.mode)
+        else:
+            value = memory.working_memory_service.get(opts, thread_id=thread_id if thread else None, resource_id=asked)
         return {"workingMemory": value.data if value.text is not None else None, "format": value.format,
-                "scope": value.scope, "threadExists": thread is not None, "resourceId": resource_id}, value.text
+                "scope": value.scope, "threadExists": thread is not None, "resourceId": asked}, value.text
 
     data, text = await _run(request, read)
     return JSONResponse(data, headers={"ETag": _etag(text)})
@@ -250,17 +257,21 @@ async def put_working_memory(request: Request) -> Response:
     def write(claim: Claim | None = None) -> tuple[dict[str, Any], str | None]:
         """The write; with ``claim``, its answer is kept for the key in the write's own transaction."""
         opts = _wm_options(memory)
-        thread = memory.get_thread(thread_id)
-        resource_id = _owner(thread_id, (thread.resource_id or "") if thread else None, asked)
+        thread = _seen(memory, thread_id, asked)
+        resource_id = asked
+        # Through a thread this resource may not see, a write is one through a thread not stored yet: per thread a
+        # 404, per resource the resource's own working memory (never the other thread's), the same words both ways.
+        written_through = thread_id if thread is not None else None
         if thread is None and opts.scope == "thread":  # the engine's refusal says only "not found"
-            raise GatewayError(404, f"There is no thread {shown(thread_id)}, and this memory keeps working memory per "
-                               "thread: start the thread with a chat turn (metadata.thread_id) first, then write "
-                               "its working memory. Nothing was written.", type="not_found_error", code="not_found")
+            raise GatewayError(404, f"There is no thread {shown(thread_id)} for resource {shown(asked)}, and this "
+                               "memory keeps working memory per thread: start the thread with a chat turn "
+                               "(metadata.thread_id) first, then write its working memory. Nothing was written.",
+                               type="not_found_error", code="not_found")
         expected: str | None | object = ...
         if if_match is not None:
             # The value read now must be the one the client read; the write then checks that it still is, in
             # its own transaction (``expected``), so a change in between is refused too.
-            current = memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id).text
+            current = memory.working_memory_service.get(opts, thread_id=written_through, resource_id=resource_id).text
             if not _matches(if_match, current):
                 raise _precondition_failed(current)
             expected = current
@@ -275,12 +286,12 @@ async def put_working_memory(request: Request) -> Response:
 
         writes = [] if claim is None else [gateway.keeper.saved_with(claim, kept, thread_id=thread_id)]
         try:
-            memory.update_working_memory(thread_id=thread_id, resource_id=resource_id,
+            memory.update_working_memory(thread_id=written_through, resource_id=resource_id,
                                          working_memory=body["workingMemory"], author=author, expected=expected,
                                          _writes=writes)
         except ConcurrentUpdateError as exc:
             raise _precondition_failed(exc.current) from None
-        return answer(memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id))
+        return answer(memory.working_memory_service.get(opts, thread_id=written_through, resource_id=resource_id))
 
     if key is None:
         data, text = await _run(request, write)
@@ -335,10 +346,11 @@ def _wm_options(memory: Memory) -> Any:
     return opts
 
 
-def _owner(thread_id: str, owner: str | None, asked: str) -> str:
-    """The resource a working-memory call is about: the asker, who must own the thread if it exists."""
-    check_caller_owns(thread_id, owner, asked)
-    return asked
+def _seen(memory: Memory, thread_id: str, asked: str) -> Any:
+    """The stored thread when resource ``asked`` may read it (``sees_thread``), else None: a thread of another
+    resource is answered as one not stored yet."""
+    thread = memory.get_thread(thread_id)
+    return thread if thread is not None and sees_thread(thread.resource_id, asked) else None
 
 
 def routes() -> list[Route]:

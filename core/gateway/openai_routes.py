@@ -55,7 +55,9 @@ from core.gateway.turns import (
     turn_events,
 )
 from core.memory import resolve_memory
+from core.errors import MemoryStudioError
 from core.message_size import MessageTooLargeError
+from core.stored_text import NumberBeyondDouble, json_double, json_whole
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.agent import Agent, AgentResult, TurnOutcome
@@ -78,12 +80,30 @@ async def read_json(request: Request) -> Any:
         raise bad_request(f"The request body is not UTF-8 (a byte at position {exc.start} is not); send JSON encoded "
                           "as UTF-8.") from None
     try:
-        return json.loads(text)
+        # Numbers as import reads them (``stored_text.json_double`` / ``json_whole``): one beyond a double's range
+        # would be stored as null (``1e400``) or whole (an integer of 4,000 digits), which Mastra reads as
+        # Infinity; NaN and Infinity are not JSON.
+        return json.loads(text, parse_constant=_not_json, parse_float=json_double, parse_int=json_whole)
+    except NumberBeyondDouble as exc:
+        raise bad_request(f"The request body holds the number {exc.number}, beyond what a double holds (Mastra and "
+                          "any JavaScript reader read it as Infinity). Send a smaller number, or the digits as a "
+                          "string. Nothing was read or written.", code="number_out_of_range") from None
+    except _NotJson as exc:
+        raise bad_request(f"The request body holds {exc.args[0]}, which is not a JSON number; send null, a number "
+                          "or a string instead. Nothing was read or written.") from None
     except ValueError as exc:
         raise bad_request(f"The request body is not valid JSON ({exc}).") from None
     except RecursionError:  # the guard refuses deep nesting first; this is for an app without it
         raise bad_request("The JSON body is nested too deeply; send a flatter document.",
                           code="json_too_deep") from None
+
+
+class _NotJson(MemoryStudioError, ValueError):
+    """A constant Python's parser takes and JSON has not (``NaN``, ``Infinity``, ``-Infinity``)."""
+
+
+def _not_json(constant: str) -> Any:
+    raise _NotJson(constant)
 
 
 #: The chat route as idempotency keys are scoped to it.

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -87,9 +87,12 @@ class GatewayServer:
             client = openai.OpenAI(base_url=server.base_url, api_key="-")
     """
 
-    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, lifespan: Literal["on", "off"] = "off") -> None:
+        """``lifespan``: uvicorn's setting ("on" for an app that needs its lifespan run, as the MCP server's HTTP
+        app does for its session manager)."""
         self.app = app
         self.host, self.port = host, port
+        self.lifespan = lifespan
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
@@ -102,7 +105,7 @@ class GatewayServer:
     def start(self, timeout: float = 30.0) -> GatewayServer:
         sock = bind(self.host, self.port)
         self.url = url_of(sock)
-        config = uvicorn.Config(self.app, log_config=None, access_log=False, lifespan="off")
+        config = uvicorn.Config(self.app, log_config=None, access_log=False, lifespan=self.lifespan)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
                                         name="gateway-server", daemon=True)

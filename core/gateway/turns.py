@@ -34,6 +34,7 @@ from core.agent import Agent, AgentResult, SaveWith, TurnOutcome
 from core.agent_stream import AgentStream
 from core.gateway.access import ANYONE, Caller
 from core.gateway.errors import bad_request
+from core.gateway.idempotency import single_header
 from core.ids import MAX_NEW_ID, new_id_problem, shown
 from core.llm.base import Usage
 from core.memory import resolve_memory
@@ -110,9 +111,9 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     if metadata is not None and not isinstance(metadata, Mapping):
         raise bad_request("'metadata' must be an object.", param="metadata")
     metadata = metadata or {}
-    thread = _one("thread_id", metadata.get("thread_id"), headers.get("x-thread-id"))
-    resource = _one("resource_id", metadata.get("resource_id"), headers.get("x-resource-id"))
-    conversation = _one("conversation_id", metadata.get("conversation_id"), headers.get("x-conversation-id"))
+    thread = _one("thread_id", metadata.get("thread_id"), single_header(headers, "x-thread-id"))
+    resource = _one("resource_id", metadata.get("resource_id"), single_header(headers, "x-resource-id"))
+    conversation = _one("conversation_id", metadata.get("conversation_id"), single_header(headers, "x-conversation-id"))
     user = _id("user", body.get("user"))
     # (``user`` names the resource only when nothing else does: beside a resource id it is the end-user tag
     # OpenAI's clients send, never read, so only the resource the turn is about is checked)

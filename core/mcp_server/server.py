@@ -86,8 +86,12 @@ async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
     except ThreadOwnershipError as exc:  # (the owner not named: the client may be another user)
         raise failure(exc.without_owner()) from exc
     except StorageError as exc:
-        # An operator's storage error names the server's database file or server: its text is for the log only.
-        raise failure(storage_message(exc) if operators_storage_error(exc) else str(exc)) from exc
+        # An operator's storage error names the server's database file or server: its text is for the log only,
+        # logged here once (the place that answers).
+        if not operators_storage_error(exc):
+            raise failure(str(exc)) from exc
+        log.warning("a tool call met a storage error: %s", exc)
+        raise failure(storage_message(exc)) from exc
     except (MemoryStudioError, LookupError, PermissionError, ValueError) as exc:
         raise failure(str(exc)) from exc
 
@@ -151,10 +155,13 @@ def _caller(server: Any, request_context: Any, failure: type[Exception] = ToolEr
 
 
 def _register(server: MCPServer, tools: MemoryTools) -> None:
+    from core.recall.text import MAX_QUERY_CHARS  # (not at import: core.recall brings the index with it)
+
     run = functools.partial(_call, failure=ToolError)
 
     @server.tool(description="Search this user's memory: hybrid recall (keyword + vector) over every stored "
-                             "message, best first, with fused, vector and keyword scores. Optionally only one thread.")
+                             "message, best first, with fused, vector and keyword scores. Optionally only one thread. "
+                             f"The query: at most {MAX_QUERY_CHARS:,} characters.")
     async def search_memory(ctx: Context, query: str, top_k: int = 5, thread: str | None = None,
                             resource: ResourceArg = None) -> dict[str, Any]:
         caller = _caller(server, ctx.request_context)
@@ -349,7 +356,15 @@ def _top_level(line: str) -> tuple[set[str], Any]:
     return keys, request_id if _is_id(request_id) else None
 
 
-def http_app(server: MCPServer, policy: Any) -> Any:
+#: The most MCP sessions open at once (the SDK's own default): a request that would open another gets 503 until one
+#: ends or expires; ``SessionOwners`` keeps no more owners than this either.
+MAX_SESSIONS = 10_000
+#: Seconds without a request after which the SDK ends a session (its own default).
+SESSION_IDLE_SECONDS = 30 * 60
+
+
+def http_app(server: MCPServer, policy: Any, *, session_idle_timeout: float = SESSION_IDLE_SECONDS,
+             max_sessions: int = MAX_SESSIONS) -> Any:
     """The streamable-HTTP ASGI app at ``/mcp``, behind ``RequestGuard(policy)`` (outermost)."""
     from core.gateway.guard import RequestGuard
 
@@ -363,8 +378,11 @@ def http_app(server: MCPServer, policy: Any) -> Any:
         server.over_http = True
     app = server.streamable_http_app(
         streamable_http_path="/mcp", host=policy.host or "127.0.0.1", max_request_body_size=policy.max_body_bytes,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    return RequestGuard(SessionOwners(app), policy)
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False), max_sessions=max_sessions,
+        session_idle_timeout=session_idle_timeout)
+    manager = server.session_manager
+    return RequestGuard(SessionOwners(app, live=lambda: getattr(manager, "_server_instances", None),
+                                      limit=max_sessions), policy)
 
 
 #: The streamable-HTTP transport's session header.
@@ -379,12 +397,30 @@ class SessionOwners:
     could end the session (``DELETE``), open its stream of server messages (``GET``), or post requests into it with
     the ids of the owner's requests. Each call's caller is still its own request's token (``_caller``), so no
     memory crossed; but a session is one client's. Here the session an ``initialize`` answer opens is noted with its
-    token's entry (the shared token's callers are one), and a request naming a session another token opened is
-    answered as a session that does not exist (404, the spec's cue to start a new one), before the SDK sees it."""
+    token's entry (the shared token's callers are one), and a request naming a session another token opened, or one
+    not noted here, is answered as a session that does not exist (404, the spec's cue to start a new one), before
+    the SDK sees it.
 
-    def __init__(self, app: Any) -> None:
+    An owner is kept while its session lives, no longer: forgotten when its owner ends it (``DELETE``), when the SDK
+    answers the session is gone (404), and, as a new session is noted, when the SDK's session manager no longer
+    holds it (``live``: its table of open sessions, ended by an idle timeout or a crash). At most ``limit`` owners
+    are kept (the SDK opens no more sessions than that): past it the oldest is forgotten, which ends that session
+    for its owner too (a session not noted is refused), never opens it to another token."""
+
+    def __init__(self, app: Any, *, live: Callable[[], Any] | None = None, limit: int = 10_000) -> None:
         self.app = app
-        self.owners: dict[str, str | None] = {}
+        self.owners: dict[str, str | None] = {}  # in the order noted, oldest first
+        self.live = live
+        self.limit = limit
+
+    def _note(self, session: str, who: str | None) -> None:
+        live = self.live() if self.live is not None else None
+        if live is not None and len(self.owners) >= len(live):
+            # Sessions the SDK ended (idle timeout, crash) are forgotten here (one pass, only when some may be).
+            self.owners = {s: o for s, o in self.owners.items() if s in live}
+        self.owners[session] = who
+        while len(self.owners) > self.limit:
+            del self.owners[next(iter(self.owners))]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -392,11 +428,13 @@ class SessionOwners:
             return
         who = caller_of(scope).name
         session = _header(scope.get("headers", ()), SESSION_HEADER)
-        if session is not None and session in self.owners and self.owners[session] != who:
-            log.warning("refused a request naming an MCP session another token opened")
+        if session is not None and (session not in self.owners or self.owners[session] != who):
+            if session in self.owners:
+                log.warning("refused a request naming an MCP session another token opened")
             body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": (
-                "Session not found for this token: an MCP session is used only by the token that opened it. Start a "
-                "new session (initialize) with your own token; nothing was run.")}}).encode()
+                "Session not found for this token (it ended, expired, or another token opened it: an MCP session is "
+                "used only by the token that opened it). Start a new session (initialize) with your own token; "
+                "nothing was run.")}}).encode()
             await send({"type": "http.response.start", "status": 404, "headers": [
                 (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body, "more_body": False})
@@ -406,10 +444,10 @@ class SessionOwners:
             if message["type"] == "http.response.start" and session is None:
                 opened = _header(message.get("headers", ()), SESSION_HEADER)
                 if opened is not None:
-                    self.owners[opened] = who
-            elif (message["type"] == "http.response.start" and scope["method"] == "DELETE" and session is not None
-                  and 200 <= message["status"] < 300):
-                self.owners.pop(session, None)  # ended by its owner
+                    self._note(opened, who)
+            elif message["type"] == "http.response.start" and session is not None and (
+                    message["status"] == 404 or (scope["method"] == "DELETE" and 200 <= message["status"] < 300)):
+                self.owners.pop(session, None)  # ended by its owner, or gone from the SDK (expired)
             await send(message)
 
         await self.app(scope, receive, noting)

@@ -30,15 +30,14 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from core.errors import MemoryStudioError
-from core.gateway.access import ANYONE, Caller
+from core.gateway.access import ANYONE, Caller, no_such_thread, sees_thread
 from core.gateway.idempotency import Claim, IdempotencySettings, Keeper, Replay, checked_key, request_hash, scope_of
 from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation, client_id
-from core.ids import shown
+from core.ids import clipped, shown
 from core.memory import Memory
 from core.messages import Message
 from core.scopes import (
     DELEGATION_PREFIX,
-    ThreadOwnershipError,
     check_caller_owns,
     check_client_resource,
     delegation_label,
@@ -47,7 +46,7 @@ from core.scopes import (
     is_delegation_of,
     is_delegation_resource,
 )
-from core.storage import InvalidArgumentError, NotFoundError
+from core.storage import InvalidArgumentError
 from core.storage.memory_store import check_text
 from core.stored_text import utf8_problem
 from core.traces.tracer import NOOP_TRACER, SpanTracer, SpanType, tracing_disabled
@@ -234,10 +233,18 @@ class MemoryTools:
     def search_memory(self, query: str, top_k: int = 5, thread: str | None = None,
                       resource: str | None = None, *,
                  caller: Caller = ANYONE) -> dict[str, Any]:
-        """Hybrid recall (vector + keyword) over the resource's messages, best first, with scores."""
+        """Hybrid recall (vector + keyword) over the resource's messages, best first, with scores. A query longer
+        than ``MAX_QUERY_CHARS`` (what recall embeds of one) is refused."""
+        from core.recall.text import MAX_QUERY_CHARS  # (not at import: core.recall brings the index with it)
+
         def run(owner: str) -> dict[str, Any]:
             if not 1 <= top_k <= MAX_TOP_K:
                 raise InvalidArgumentError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}.")
+            if isinstance(query, str) and len(query) > MAX_QUERY_CHARS:
+                # (The answer repeats the query, and recall embeds no more of it than this.)
+                raise InvalidArgumentError(f"The query is {len(query):,} characters long; search_memory takes at most "
+                                           f"{MAX_QUERY_CHARS:,}. Search with the words that matter (a question, a "
+                                           "name, a phrase), not a whole document. Nothing was searched.")
             problem = utf8_problem(query) if isinstance(query, str) else None
             if problem is not None:  # the answer repeats the query, and no client could read it back
                 raise InvalidArgumentError(f"The query contains {problem}, which has no UTF-8 form; decode the "
@@ -262,7 +269,9 @@ class MemoryTools:
                     answer["note"] = note
             return answer
 
-        return self._traced("search_memory", "search", {"query": query, "top_k": top_k, "thread": thread},
+        # A refused query is traced cut (``clipped``), as the refusal repeats it: the trace is not a way around the cap.
+        traced = clipped(query) if isinstance(query, str) and len(query) > MAX_QUERY_CHARS else query
+        return self._traced("search_memory", "search", {"query": traced, "top_k": top_k, "thread": thread},
                             resource, thread, run, lambda r: {"hits": [h["messageId"] for h in r["results"]]}, caller)
 
     def _unindexed_note(self, owner: str, thread: str | None) -> str | None:
@@ -370,11 +379,11 @@ class MemoryTools:
         """The working memory in force for the resource (or the thread, when it is thread-scoped)."""
         def run(owner: str) -> dict[str, Any]:
             opts = self._wm_options()
-            if thread is not None:
-                self._owned(thread, owner, must_exist=opts.scope == "thread")
-            elif opts.scope == "thread":
+            # A thread this resource may not read is one not stored yet (per resource: the resource's own).
+            seen = self._owned(thread, owner, must_exist=opts.scope == "thread") if thread is not None else None
+            if thread is None and opts.scope == "thread":
                 raise WorkingMemoryError("This memory keeps working memory per thread: name the thread.")
-            value = self.memory.working_memory_service.get(opts, thread_id=thread, resource_id=owner)
+            value = self.memory.working_memory_service.get(opts, thread_id=thread if seen else None, resource_id=owner)
             return {"resource": owner, "thread": thread, "scope": value.scope, "format": value.format,
                     "workingMemory": value.data if value.text is not None else None,
                     "template": opts.template if opts.schema is None else None, "schema": opts.schema}
@@ -392,8 +401,8 @@ class MemoryTools:
 
         def run(owner: str) -> dict[str, Any]:
             opts = self._wm_options()
-            if thread is not None:
-                self._owned(thread, owner, must_exist=opts.scope == "thread")
+            seen = self._owned(thread, owner, must_exist=opts.scope == "thread") if thread is not None else None
+            through = thread if seen is not None else None  # (per resource: the resource's own, whichever thread)
             if self.binding.any_resource and opts.scope == "resource" and \
                     self.memory.store.memory.get_resource(owner) is None:
                 # The write makes the resource: its id follows the rule remember's new resources follow (and the
@@ -402,12 +411,12 @@ class MemoryTools:
             if _traceable(working_memory) != working_memory:  # its text holds a lone surrogate
                 check_text(next(t for t in _texts(working_memory) if utf8_problem(t)), "The working memory")
             if opts.schema is not None:
-                data = self.memory.merge_working_memory(thread_id=thread, resource_id=owner, patch=working_memory,
+                data = self.memory.merge_working_memory(thread_id=through, resource_id=owner, patch=working_memory,
                                                         author=author)
             else:
                 if not isinstance(working_memory, str):
                     raise WorkingMemoryError("This memory keeps working memory as Markdown: send the whole text.")
-                data = self.memory.update_working_memory(thread_id=thread, resource_id=owner,
+                data = self.memory.update_working_memory(thread_id=through, resource_id=owner,
                                                          working_memory=working_memory, author=author)
             return {"resource": owner, "thread": thread, "scope": opts.scope, "workingMemory": data}
 
@@ -439,8 +448,15 @@ class MemoryTools:
                 # Every later list_threads answer (and so the client model's context) would carry it.
                 raise InvalidArgumentError(f"The title is {len(title):,} characters long; a thread's title may have "
                                            f"at most {MAX_TITLE:,}. Nothing was stored.")
+            if anothers_conversation(thread, owner):
+                # Asked before the thread is looked up, so the refusal is the same whether it exists or not.
+                raise ResourceNotAllowed(
+                    f"Thread ids starting with {CONVERSATION_PREFIX!r} are the gateway's conversation threads, and "
+                    f"{shown(thread)} is not one of resource {shown(owner)}'s; remember into another thread id.")
             existing = self.memory.get_thread(thread)
             if existing is not None:
+                # Another resource's id cannot be taken for a new thread: refused, which says the id is in use
+                # (ARCHITECTURE, "Existence of thread ids"), and nothing is read or written.
                 check_caller_owns(thread, existing.resource_id or "", owner)
             else:
                 # A new thread (and, with --any-resource, maybe a new resource) gets ids the gateway's chat
@@ -448,10 +464,6 @@ class MemoryTools:
                 client_id("thread", thread)
                 if self.binding.any_resource:
                     client_id("resource", owner)
-            if existing is None and anothers_conversation(thread, owner):
-                raise ResourceNotAllowed(
-                    f"Thread ids starting with {CONVERSATION_PREFIX!r} are the gateway's conversation threads, and "
-                    f"{shown(thread)} is not one of resource {shown(owner)}'s; remember into another thread id.")
             claim: Claim | None = None
             if idempotency_key is not None:
                 key = checked_key(idempotency_key, "remember's idempotency_key", "idempotency_key")
@@ -530,19 +542,18 @@ class MemoryTools:
         from core.transfer.markdown import to_markdown
 
         found = self.memory.get_thread(thread)
-        if found is None:
-            raise NotFoundError(f"No thread {shown(thread)} in this memory.")
         # The token holder reads any thread (of its resources and their delegations); a server bound to a
         # resource reads that resource's delegations' threads too.
-        asked = found.resource_id if self.binding.any_resource or (
+        asked = found.resource_id if found is not None and (self.binding.any_resource or (
             self.binding.resource is not None and delegation_root(found.resource_id or "") == self.binding.resource
-        ) else None
-        if asked is not None and not caller.reaches(asked):
-            # Refused as a thread of another resource is, without naming the resource (another user's id).
-            raise ThreadOwnershipError(thread, asked, caller.only_resource or f"token {caller.name}")
+        )) else None
+        if found is None or (asked is not None and not caller.reaches(asked)):
+            # A thread of another resource is answered as one that does not exist (``no_such_thread``).
+            raise no_such_thread(thread, self.binding.resource or caller.only_resource)
 
         def run(owner: str) -> str:
-            check_caller_owns(thread, found.resource_id or "", owner)
+            if not sees_thread(found.resource_id, owner):
+                raise no_such_thread(thread, owner)
             data = export_thread(self.memory.store, thread)
             # Not the server's database path: a client (over HTTP, someone else's machine) has no use for it.
             data["source"] = {k: v for k, v in (data.get("source") or {}).items() if k != "database"}
@@ -585,12 +596,13 @@ class MemoryTools:
         return page, more
 
     def _owned(self, thread: str, owner: str, *, must_exist: bool = True) -> Any:
+        """The stored thread when ``owner`` may read it (``sees_thread``); else, with ``must_exist``, the one answer
+        to a thread that does not exist and to another resource's (``no_such_thread``), or None without it."""
         found = self.memory.get_thread(thread)
-        if found is None:
+        if found is None or not sees_thread(found.resource_id, owner):
             if must_exist:
-                raise NotFoundError(f"No thread {shown(thread)} for resource {shown(owner)}.")
+                raise no_such_thread(thread, owner)
             return None
-        check_caller_owns(thread, found.resource_id or "", owner)
         return found
 
     def _wm_options(self) -> Any:

@@ -2,7 +2,8 @@
 
 A keyword backend keeps one document per indexed message (its text, and its context at a lower
 weight) and ranks them for a query; a vector backend keeps one vector row per message and model and
-answers nearest-neighbour queries per scope. Both write inside the index's one write transaction per
+answers nearest-neighbour queries per scope, and keeps the piece vectors of long messages in a side
+table (``core.recall.pieces``) that a vector-only search reads for its best messages. Both write inside the index's one write transaction per
 batch (``conn``), so a batch's keyword docs and vectors land together or not at all.
 """
 
@@ -16,7 +17,7 @@ import sqlalchemy as sa
 from core.recall.keyword import KeywordHit, TermStats
 from core.recall.matrix import ScopeVectors
 from core.recall.passages import StoredPassage
-from core.recall.types import DocRow, VectorRow
+from core.recall.types import DocRow, MessagePieces, PieceRow, VectorRow
 from core.recall.vector_table import VectorState
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,6 +64,8 @@ class KeywordBackend(Protocol):
 
 class VectorBackend(Protocol):
     table: str
+    keeps_pieces: bool  # writes and reads pieces (False: a backend without a pieces table; the index embeds none)
+    reads_pieces: bool  # this index's pieces are on (``RecallIndex.pieces``): its scans follow the pieces' writes
     info: Any  # the table's description (``name``, ``has_model_id``...), None when there is no table
 
     def open(self, db: "Database") -> None:
@@ -75,7 +78,8 @@ class VectorBackend(Protocol):
     def upsert(self, conn: sa.Connection, rows: Sequence[VectorRow]) -> None: ...
 
     def delete(self, conn: sa.Connection, key: str, values: list[str]) -> None:
-        """Delete rows whose ``key`` (message_id / thread_id) is one of ``values``."""
+        """Delete rows whose ``key`` (message_id / thread_id) is one of ``values``, and those messages'
+        (threads') pieces of every model (``delete_pieces``)."""
 
     def indexed_ids(self, conn: sa.Connection, message_ids: Sequence[str]) -> set[str]: ...
 
@@ -92,3 +96,35 @@ class VectorBackend(Protocol):
     def status(self) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
+
+    # -- pieces (``core.recall.pieces``): a side table per dimension, ``pieces.table_name(dim)`` ----------
+    # Made by ``ensure`` with the vector table (found by ``open``); Mastra and the scans never read it.
+    # Without the table every read answers "none" and every write does nothing.
+
+    def write_pieces(self, conn: sa.Connection, message_ids: Sequence[str], rows: Sequence[PieceRow]) -> None:
+        """Replace this model's pieces of ``message_ids`` with ``rows`` (every row's message is one of
+        them; a message listed without rows is left with none), set-based, in the caller's write
+        transaction (the one that writes the messages' passage rows)."""
+
+    def delete_pieces(self, conn: sa.Connection, key: str, values: Sequence[str]) -> None:
+        """Delete the pieces, of every model, whose ``key`` (message_id / thread_id / resource_id) is one
+        of ``values``."""
+
+    def read_pieces(self, conn: sa.Connection, message_ids: Sequence[str]) -> dict[str, MessagePieces]:
+        """This model's pieces of these messages with each one's passage vector, in one statement (per
+        500 ids on Postgres). Only messages whose passage row of this model exists and holds the text the
+        pieces were cut from (``metadata.content`` hashes to their ``text_hash``): any other message is
+        scored by its passage row alone."""
+
+    def has_pieces(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> bool:
+        """Whether a message of the scope may have pieces of this model (True may be stale, False is
+        not): answered without a read when nothing was written since the last answer, so a vector
+        search of a scope without pieces reads nothing more."""
+
+    def piece_hashes(self, conn: sa.Connection, message_ids: Sequence[str]) -> dict[str, str]:
+        """The ``text_hash`` of this model's pieces of each of these messages that has any (reindex and
+        refresh: which messages lack pieces, or hold pieces of another text)."""
+
+    def piece_counts(self, conn: sa.Connection) -> dict[str, int]:
+        """How many messages have pieces in this dimension's table, per model id (the Studio's "which
+        model indexed what")."""

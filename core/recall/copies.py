@@ -14,7 +14,7 @@ from typing import Mapping
 
 import sqlalchemy as sa
 
-from core.recall import vector_table
+from core.recall import piece_table, vector_table
 from core.recall.schema import quoted
 from core.storage import bulk, dialect
 from core.storage.capabilities import capabilities_of
@@ -56,9 +56,11 @@ def drop_stale_copies(conn: sa.Connection, current: Mapping[str, str | None], ow
 
     ``current``: each message's recall text now (None: deleted, or nothing left to index). A row whose
     ``metadata.content`` is that text is still right for its model and stays; in ``own_table`` the row
-    whose ``vector_id`` is the message id is the caller's to rewrite and is left alone."""
+    whose ``vector_id`` is the message id is the caller's to rewrite and is left alone. Pieces
+    (``piece_table``) cut from another text go from every pieces table too."""
     if not current:
         return 0
+    piece_table.drop_stale(conn, current)
     message, content = _path(conn, "message_id"), _path(conn, "content")
     removed = 0
     for table in vector_tables(conn):

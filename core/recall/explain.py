@@ -140,9 +140,16 @@ class Inspection:
     terms: list[str] = field(default_factory=list)  # keyword terms searched (very common ones dropped)
     dropped_terms: list[str] = field(default_factory=list)
     vectors_in_scope: int = 0
+    waiting: int = 0  # messages of the scope not keyword-indexed yet (new or edited since), besides ``notes``'
     timings: dict[str, float] = field(default_factory=dict)  # ms: embed, search (everything else)
     qvec: Any = None  # the query vector, reused by ``explain_message``
     keyword_scoring: str = "BM25"  # what the keyword list's scores are: BM25 (libSQL) or ts_rank (Postgres)
+    # A vector-mode search of the same query (``SearchRun.vector_only``), where the scope has piece vectors
+    # (``core.recall.pieces``): the messages it re-scored by their pieces, in its order, and of them those
+    # a piece scored (score, which piece of how many, the piece's text). Empty: no pieces read here.
+    rescored: list[str] = field(default_factory=list)
+    vector_only: list[str] = field(default_factory=list)
+    by_piece: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
     @property
     def scope(self) -> str:
@@ -193,7 +200,7 @@ class Inspection:
                     "every candidate was deleted or edited since it was indexed")
         if name == "keyword":
             return f"no keyword matches in {self.scope}" if self.terms else "the query has no searchable words"
-        if name == "vector" and self.vectors_in_scope == 0:
+        if self.vectors_in_scope == 0:  # (vector or hybrid: no keyword match either)
             return f"no messages indexed for {self.scope} with model {self.model_id}"
         return f"nothing found in {self.scope}"
 
@@ -256,7 +263,7 @@ def inspect_search(
     # The search's own steps, every hybrid candidate re-ranked (a search re-ranks only those that can
     # reach its top-k; their order is the same).
     done = run(index, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode="hybrid",
-               qvec=qvec, every_candidate=True)
+               qvec=qvec, every_candidate=True, vector_only_too=True)
     embed_ms = done.embed_ms
     out.qvec = done.qvec
     with index.store.db.read() as conn:
@@ -264,6 +271,7 @@ def inspect_search(
     # The messages left out as edited since indexed are among those waiting (an update is queued for each)
     # and have a note of their own (``done.notes``): counted once, there.
     waiting = max(0, waiting - len(done.edited))
+    out.waiting = waiting + len(done.edited)
     if waiting:
         how = ("allow writes to this database to index them" if index.store.db.read_only
                else "the next save with recall indexes them (or run `memory-studio reindex`)")
@@ -274,6 +282,9 @@ def inspect_search(
     out.terms = [_plain(t) for t in done.terms]
     out.dropped_terms = [_plain(t) for t in done.dropped_terms]
     out.vectors_in_scope = done.vset.n if done.vset is not None else 0
+    out.rescored = list(done.rescored)
+    out.vector_only = [r.message_id for r in done.vector_only]
+    out.by_piece = dict(done.by_piece)
     vec_ranked, kw_ranked = done.vector, done.keyword
     cos_of = {**done.cosines, **{r.message_id: r.score for r in vec_ranked}}
 
@@ -486,7 +497,26 @@ def _vector_placement(index: "RecallIndex", ins: Inspection, message_id: str, ha
         return Placement("vector", "no-match", "It is not among the vectors of this scope.", None, len(full))
     cand = next((c for c in ins.lists["vector"] if c.message_id == message_id), None)
     status, why = _cut_reason(ins, cand, rank, cos, "similarity")
-    return Placement("vector", status, why, rank, len(full), cos)
+    return Placement("vector", status, why + _pieces_part(ins, message_id), rank, len(full), cos)
+
+
+def _pieces_part(ins: Inspection, message_id: str) -> str:
+    """What a vector-only search made of the message, where it read pieces (``core.recall.pieces``): the
+    winning piece, or that the message kept its passage's similarity, or was not re-scored."""
+    if not ins.rescored:
+        return ""
+    if message_id not in ins.rescored:
+        return (f" A vector-only search re-scores the best {len(ins.rescored)} passages by their pieces; this "
+                "message is outside them (scored by its passage alone).")
+    at = ins.vector_only.index(message_id) + 1 if message_id in ins.vector_only else None
+    where = f", rank {at} there" if at is not None else ""
+    found = ins.by_piece.get(message_id)
+    if found is None:
+        return f" In a vector-only search it keeps its passage similarity (it has no pieces{where})."
+    best, text = found
+    shown = text if len(text) <= 120 else text[:117] + "…"
+    return (f" In a vector-only search it scores {best.score:.3f} by its best of {best.pieces} pieces: "
+            f"‘{shown}’{where}.")
 
 
 EDITED_WHY = ("It was edited since it was keyword-indexed (by a process without recall, or another program): its "

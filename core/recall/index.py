@@ -28,16 +28,17 @@ import sqlalchemy as sa
 
 from core.background import BackgroundLoads
 from core.messages import Message
-from core.recall import pg_changes, copies, keyword, passages, pg_hybrid, pg_keywords, search as pipeline
+from core.recall import pg_changes, copies, keyword, passages, pg_hybrid, pg_keywords, pieces, search as pipeline
 from core.recall.backends import KeywordBackend, VectorBackend
 from core.recall.matrix import ScopeVectors
 from core.recall.matrix_vectors import MatrixVectors
+from core.recall.pieces import Cut
 from core.recall.order_cache import OrderCache
 from core.recall.pg_keyword_cache import PgKeywordCache
 from core.recall.pg_order import PgOrderCache
 from core.recall.pg_vectors import PgVectors
 from core.recall.schema import (
-    DOCS_TABLE, QUEUE_TABLE, RECALL_MIGRATIONS, batch_passage_hash, count_and_previous, doc_state, ids_in_span, previous_text,
+    DOCS_TABLE, QUEUE_TABLE, RECALL_MIGRATIONS, STATE_TABLE, batch_passage_hash, count_and_previous, doc_state, ids_in_span, previous_text,
     span_and_next, vector_table_name,
 )
 from core.storage.catalog import has_table
@@ -49,6 +50,7 @@ from core.recall.types import (
     DocRow,
     IndexReport as IndexReport,
     Mode as Mode,
+    PieceRow,
     RecallError as RecallError,
     SearchHit as SearchHit,
     SearchResult as SearchResult,
@@ -157,6 +159,44 @@ class RecallIndex:
             self.keywords.open(conn)
         self.writable = bool(self.migrated and not db.read_only)
         self.vectors.open(db)  # (reads only: the vector table is made by the first write, ``ensure_tables``)
+        with db.read() as conn:
+            self.vectors.reads_pieces = self._pieces_setting(conn)
+
+    @property
+    def pieces(self) -> bool:
+        """Whether this index writes and reads piece vectors (``core.recall.pieces``): held by its vector
+        backend (``reads_pieces``), whose scans read the pieces' write counter only then."""
+        return self.vectors.reads_pieces
+
+    @pieces.setter
+    def pieces(self, on: bool) -> None:
+        self.vectors.reads_pieces = on
+
+    def _pieces_setting(self, conn: sa.Connection) -> bool:
+        """Whether this index writes and reads piece vectors (``core.recall.pieces``): the database's own
+        setting for this model (``set_pieces``) when it has one, else the model's default; never over a
+        vector backend that keeps none (nothing embedded for nothing)."""
+        if not self.vectors.keeps_pieces:
+            return False
+        if has_table(conn, STATE_TABLE):
+            row = conn.exec_driver_sql(f"SELECT value FROM {STATE_TABLE} WHERE key = ?",
+                                       (pieces.setting_key(self.model_id),)).first()
+            if row is not None and row[0] is not None:
+                return bool(int(row[0]))
+        return pieces.pieces_for(self.model_id)
+
+    def set_pieces(self, on: bool | None) -> None:
+        """Turn this model's piece vectors on or off for this database (None: back to the model's default,
+        ``pieces.pieces_for``). Kept in the recall state table; ``memory-studio reindex`` then embeds the
+        pieces that are missing, or drops them all. Saves from now on follow it."""
+        if not self.writable:
+            raise RecallError(f"{self.store.location.display} is open read-only; changing the pieces setting needs writes.")
+        key = pieces.setting_key(self.model_id)
+        with self.store.db.write() as conn:
+            conn.exec_driver_sql(f"DELETE FROM {STATE_TABLE} WHERE key = ?", (key,))
+            if on is not None:
+                conn.exec_driver_sql(f"INSERT INTO {STATE_TABLE} (key, value) VALUES (?, ?)", (key, int(on)))
+            self.pieces = self._pieces_setting(conn)
 
     def ensure_tables(self) -> None:
         """Before a write: the vector table for this model's dimension, made now if missing (in a write
@@ -203,8 +243,13 @@ class RecallIndex:
     def status(self) -> dict[str, Any]:
         return {
             "model_id": self.model_id, "dim": self.dim, "table": self.table, "writable": self.writable,
-            "keyword_index": self.has_fts, **self.vectors.status(),
+            "keyword_index": self.has_fts, "pieces": self.pieces, **self.vectors.status(),
         }
+
+    def piece_counts(self) -> dict[str, int]:
+        """Messages with piece vectors in this dimension's table, per model (read now)."""
+        with self.store.db.read() as conn:
+            return self.vectors.piece_counts(conn)
 
     # -- writing -------------------------------------------------------------------------------
     def index_messages(self, messages: Sequence[Message]) -> IndexReport:
@@ -283,16 +328,30 @@ class RecallIndex:
             log.warning("recall indexing of %d message(s) failed reading their context", len(todo), exc_info=True)
             staged.fail(f"reading the previous messages failed: {exc}")
             return staged
-        staged.vectors = self._embed(todo, staged.contexts, report)
+        if self.pieces:
+            staged.cuts = [pieces.cut(t) for _, t in todo]
+        staged.vectors = self._embed(todo, staged.contexts, report, staged.cuts)
+        if staged.cuts and staged.vectors is not None:
+            staged.vectors, staged.piece_vectors = self._split_pieces(staged.vectors, len(todo), staged.cuts)
         return staged
 
-    def _embed(self, todo: list[tuple[Message, str]], contexts: list[str], report: IndexReport) -> np.ndarray | None:
-        """The passages' vectors, or None (reported) when the embedder failed: keyword-indexed only."""
+    @staticmethod
+    def _split_pieces(vectors: np.ndarray, n: int, cuts: list[Cut]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """An embed call's passages (the first ``n``) and each message's piece vectors (after them, in order)."""
+        return vectors[:n], pieces.split_vectors(vectors[n:], cuts)
+
+    def _embed(self, todo: list[tuple[Message, str]], contexts: list[str], report: IndexReport,
+               cuts: list[Cut] | None = None) -> np.ndarray | None:
+        """The passages' vectors, or None (reported) when the embedder failed: keyword-indexed only.
+        ``cuts``: each message's pieces, embedded in the same call after the passages (their vectors
+        follow the passages' rows, in order: ``_split_pieces``)."""
         try:
             texts = [passage_text(c, t) for c, (_, t) in zip(contexts, todo)]
-            vectors = np.asarray(self.embedder.embed(texts, kind="passage"), dtype=np.float32)
-            if vectors.shape != (len(todo), self.dim):
-                raise ValueError(f"embedder returned shape {vectors.shape}, expected ({len(todo)}, {self.dim})")
+            extra = [p for c, (_, t) in zip(cuts, todo) for p in c.texts(t)] if cuts else []
+            vectors = np.asarray(self.embedder.embed([*texts, *extra] if extra else texts, kind="passage"),
+                                 dtype=np.float32)
+            if vectors.shape != (len(todo) + len(extra), self.dim):
+                raise ValueError(f"embedder returned shape {vectors.shape}, expected ({len(todo) + len(extra)}, {self.dim})")
             return vectors
         except Exception as exc:  # any embedder failure is reported, never raised (spec §2.4 output)
             log.warning("recall embedding of %d message(s) failed; keyword-indexed only", len(todo), exc_info=True)
@@ -445,10 +504,24 @@ class RecallIndex:
                 staged.stale = self.stale_vectors(conn, changed)
         if rows:
             self.vectors.upsert(conn, rows)
+            if staged.cuts:
+                self.vectors.write_pieces(conn, [r[0] for r in rows], self._piece_rows(staged, rows))
         if self.has_fts:
             report.keyword_indexed.extend([m.id for m, _ in todo])
         report.indexed.extend([r[0] for r in rows])
         return {str(r[2]["resource_id"]) for r in rows if r[2].get("resource_id")}
+
+    @staticmethod
+    def _piece_rows(staged: "StagedIndex", rows: list[VectorRow]) -> list[PieceRow]:
+        """The piece rows of a batch's messages whose passage row is written (``rows``)."""
+        by_id = {r[0]: r for r in rows}
+        out: list[PieceRow] = []
+        for (m, text), cut, vecs in zip(staged.todo, staged.cuts, staged.piece_vectors):
+            row = by_id.get(m.id)
+            if row is None or not cut.spans:
+                continue
+            out.extend(pieces.rows_of(m.id, m.thread_id, row[2].get("resource_id"), text, cut, vecs) or [])
+        return out
 
     def stale_vectors(self, conn: sa.Connection, changed: dict[str, passages.StoredPassage]) -> list[str]:
         """Of the messages a drain just re-keyed for a queued change (``changed``: their passages now),
@@ -514,6 +587,51 @@ class RecallIndex:
             rows.append((m.id, vec, meta, model_id))
         return docs, rows
 
+    def index_pieces(self, message_ids: Sequence[str], batch_size: int = 64) -> tuple[int, dict[str, str]]:
+        """Bring these messages' piece vectors in line with their text now and the pieces setting, without
+        touching their passage rows (``reindex``: messages indexed before pieces, or whose pieces are of
+        another text): with pieces on, each message that cuts into pieces gets them (embedded now, a batch
+        at a time, each batch written in a transaction of its own) and any other loses its own; with them
+        off, every one loses them. Only messages with a passage row of this model are given pieces.
+        Returns (messages whose pieces were rewritten or dropped, failures by message id)."""
+        done = 0
+        failed: dict[str, str] = {}
+        ids = list(dict.fromkeys(message_ids))
+        for start in range(0, len(ids), batch_size):
+            chunk = ids[start:start + batch_size]
+            with self.store.db.read() as conn:
+                now = passages.load(conn, chunk)
+                have = self.vectors.indexed_ids(conn, chunk) if self.info is not None else set()
+            cuts = {mid: c for mid, p in now.items()
+                    if self.pieces and mid in have and p.indexable and (c := pieces.cut(p.text)).spans}
+            rows: list[PieceRow] = []
+            if cuts:
+                order = list(cuts)
+                try:
+                    texts = [t for mid in order for t in cuts[mid].texts(now[mid].text)]
+                    vecs = np.asarray(self.embedder.embed(texts, kind="passage"), dtype=np.float32)
+                    if vecs.shape != (len(texts), self.dim):
+                        raise ValueError(f"embedder returned shape {vecs.shape}, expected ({len(texts)}, {self.dim})")
+                except Exception as exc:  # reported per message; their pieces wait for the next run
+                    log.warning("recall embedding of %d message(s)' pieces failed", len(order), exc_info=True)
+                    failed.update((mid, f"embedding pieces failed: {exc}") for mid in order)
+                    chunk = [mid for mid in chunk if mid not in cuts]
+                    cuts = {}
+                else:
+                    for mid, part in zip(order, pieces.split_vectors(vecs, [cuts[mid] for mid in order])):
+                        p = now[mid]
+                        got = pieces.rows_of(mid, p.thread_id, p.resource_id, p.text, cuts[mid], part)
+                        if got is None:
+                            failed[mid] = "embedding pieces failed: vector is not finite"
+                        else:
+                            rows.extend(got)
+            if not chunk:
+                continue
+            with self.store.db.write() as conn:
+                self.vectors.write_pieces(conn, [mid for mid in chunk if mid not in failed], rows)
+            done += len([mid for mid in chunk if mid not in failed])
+        return done, failed
+
     def unindexed(self, messages: Sequence[Message]) -> list[Message]:
         """The messages that have no vector from this model yet (so nothing is embedded twice)."""
         if self.info is None or not messages:
@@ -554,13 +672,38 @@ class RecallIndex:
         remove, docs, embed, texts = plan
         rows: list[VectorRow] = []
         drop: list[str] = []
+        # Pieces depend on a message's own text alone: re-embedded only for a message whose text changed
+        # (its pieces' text hash differs) or that has none yet; one whose context alone moved keeps them.
+        cuts: dict[str, Cut] = {}
+        piece_ids: list[str] = []  # messages whose pieces are replaced (with none, when the cut has none)
+        if embed and self.pieces:
+            try:
+                with self.store.db.read() as conn:
+                    held = self.vectors.piece_hashes(conn, [p.message_id for p in embed])
+            except Exception:  # (the pieces wait for ``reindex``; the passages are refreshed anyway)
+                log.warning("recall refresh could not read pieces of %d message(s)", len(embed), exc_info=True)
+            else:
+                for p in embed:
+                    digest = held.get(p.message_id)
+                    if digest is not None and digest == pieces.text_hash(p.text):
+                        continue
+                    cut = pieces.cut(p.text)
+                    if cut.spans or digest is not None:
+                        piece_ids.append(p.message_id)
+                    if cut.spans:
+                        cuts[p.message_id] = cut
+        piece_rows: list[PieceRow] = []
         if embed:
             try:
-                vectors = np.asarray(
-                    self.embedder.embed([passage_text(p.context, p.text) for p in embed], kind="passage"), dtype=np.float32
-                )
-                if vectors.shape != (len(embed), self.dim):
-                    raise ValueError(f"embedder returned shape {vectors.shape}, expected ({len(embed)}, {self.dim})")
+                extra = [(p, c) for p in embed if (c := cuts.get(p.message_id)) is not None]
+                texts_in = [passage_text(p.context, p.text) for p in embed]
+                texts_in += [t for p, c in extra for t in c.texts(p.text)]
+                vectors = np.asarray(self.embedder.embed(texts_in, kind="passage"), dtype=np.float32)
+                if vectors.shape != (len(texts_in), self.dim):
+                    raise ValueError(f"embedder returned shape {vectors.shape}, expected ({len(texts_in)}, {self.dim})")
+                vectors, split = self._split_pieces(vectors, len(embed), [c for _, c in extra])
+                for (p, c), vecs in zip(extra, split):
+                    piece_rows.extend(pieces.rows_of(p.message_id, p.thread_id, p.resource_id, p.text, c, vecs) or [])
             except Exception as exc:  # reported, never raised; the stale vectors go (a wrong answer is worse)
                 log.warning("recall re-embedding of %d message(s) failed", len(embed), exc_info=True)
                 report.failed.update((p.message_id, f"embedding failed: {exc}") for p in embed)
@@ -577,8 +720,10 @@ class RecallIndex:
                     }
                     rows.append((p.message_id, vec, meta, self.model_id))
         try:
+            written = {r[0] for r in rows}
             self._replace(remove, [(p.message_id, p.thread_id, p.resource_id, p.text, p.context) for p in docs],
-                          rows, drop, texts)
+                          rows, drop, texts, [mid for mid in piece_ids if mid in written],
+                          [r for r in piece_rows if r.message_id in written])
         except Exception as exc:
             log.warning("recall refresh write of %d message(s) failed", len(ids), exc_info=True)
             report.failed.update((mid, f"write failed: {exc}") for mid in ids)
@@ -658,7 +803,8 @@ class RecallIndex:
         return docs, self.vectors.stored_state(conn, ids)
 
     def _replace(self, remove: list[str], docs: list[DocRow], rows: list[VectorRow], drop: list[str],
-                 texts: dict[str, str | None] | None = None) -> None:
+                 texts: dict[str, str | None] | None = None, piece_ids: Sequence[str] = (),
+                 piece_rows: Sequence[PieceRow] = ()) -> None:
         """One write: rows of ``remove`` go, ``docs`` are rewritten, ``rows`` upserted, ``drop``'s vectors go;
         ``texts`` (message id: its text now, None when gone): their other vector rows holding another
         text (Mastra's, any table) go too (``copies.drop_stale_copies``)."""
@@ -671,6 +817,8 @@ class RecallIndex:
             self.vectors.delete(conn, "message_id", [*remove, *drop])
             if rows:
                 self.vectors.upsert(conn, rows)
+            if piece_ids:
+                self.vectors.write_pieces(conn, piece_ids, piece_rows)
 
     def _resources_of(self, messages: Iterable[Message], conn: sa.Connection | None = None) -> dict[str, str]:
         """The resource of each message's thread, for messages saved without one (``conn``: read in
@@ -856,6 +1004,8 @@ class StagedIndex:
         self.loose: set[str] = set()  # ids whose context was chained through the batch
         self.ordered: dict[str, list[Message]] = {}  # each thread's chained messages in (createdAt, id) order
         self.vectors: np.ndarray | None = None
+        self.cuts: list[Cut] = []  # each staged message's pieces (empty: the index writes none)
+        self.piece_vectors: list[np.ndarray] = []  # ... and their vectors (``RecallIndex._split_pieces``)
         self.texts: Texts = {}  # recall text of each staged message (``_text_of``)
         self.unmoved = False  # the save stored every staged message as it was staged (``commit``)
         self.as_staged = False  # ... and nothing else: the very objects staged, in order
@@ -892,6 +1042,9 @@ class StagedIndex:
                         self.report.skipped[m.id] = "not saved"
                 self.contexts = [self.contexts[i] for i in kept]
                 self.vectors = self.vectors[kept] if self.vectors is not None else None
+                if self.cuts:
+                    self.cuts = [self.cuts[i] for i in kept]
+                    self.piece_vectors = [self.piece_vectors[i] for i in kept] if self.piece_vectors else []
             self.todo = [(final[self.todo[i][0].id], self.todo[i][1]) for i in kept]
             # The save may have moved messages in time (copies): then the re-check chains again.
             self.unmoved = all(final.get(m.id) is m for m in self.batch)

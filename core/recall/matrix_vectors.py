@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import sqlalchemy as sa
 
-from core.recall import copies, ivf_packs, ivf_store, matrix, vector_table
+from core.recall import copies, ivf_packs, ivf_store, matrix, piece_table, pieces, vector_table
+from core.recall.piece_cache import PieceCache
 from core.recall.ivf_store import IvfMeta, IvfScope
 from core.recall.matrix import ScopeVectors, VectorSet
 from core.recall.schema import ensure_vector_table, quoted, vector_table_name
 from core.storage.catalog import has_table
 from core.recall.tables import IVF_TABLE, STATE_TABLE
+from core.recall.types import MessagePieces, PieceRow
 from core.recall.vector_table import TableInfo, VectorState
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,6 +33,8 @@ MAX_CACHED_SETS = 64
 
 
 class MatrixVectors:
+    keeps_pieces = True  # (``piece_table``)
+
     def __init__(self, dim: int, model_id: str) -> None:
         self.dim = dim
         self.model_id = model_id
@@ -45,6 +49,15 @@ class MatrixVectors:
         self._partitioned: dict[str, IvfScope] = {}  # resource -> its persisted partition, as searched
         self._metas: dict[str, IvfMeta] = {}  # resource -> partition metadata (centroids), for writers
         self._sizes: dict[str, int] = {}  # resource -> rows, counted once per process, then kept up to date
+        self.pieces_table: str | None = None  # the pieces table (``piece_table``), once found or made
+        # Whether this index reads pieces (the index sets it: ``RecallIndex.pieces``); then each scope's
+        # "has pieces" answer is kept while the pieces table's write counter stands still.
+        self.reads_pieces = False
+        self._piece_mark: int | None = None  # the counter as the last scope read saw it (None: not read)
+        self._piece_scopes: dict[tuple[str | None, str | None], bool] = {}
+        self._piece_scopes_mark: int | None = None
+        # What ``read_pieces`` answered per message, kept while the counters ``scope`` reads stand (``piece_cache``).
+        self._piece_cache = PieceCache()
 
     def open(self, db: "Database") -> None:
         """Find the table. Reads only: an index built for a preview or a search must not write (nor wait
@@ -55,15 +68,18 @@ class MatrixVectors:
             # The change counters' table, once found (a search checks the counters every time; a
             # migration may create it later).
             self._has_state = True if has_table(conn, STATE_TABLE) else None
+            self.pieces_table = pieces.table_name(self.dim) if piece_table.exists(conn, self.dim) else None
 
     def ensure(self, db: "Database") -> None:
         """Create the table (or adopt Mastra's) when missing or not yet in our shape, in a transaction
         of its own that commits before the caller's write uses it."""
-        if self.info is not None and self.info.has_model_id and self.info.has_our_indexes:
+        if (self.info is not None and self.info.has_model_id and self.info.has_our_indexes
+                and self.pieces_table is not None):
             return
         with db.write() as conn:
             ensure_vector_table(conn, self.dim)
             self.info = vector_table.inspect(conn, self.table, self.dim)
+            self.pieces_table = piece_table.ensure(conn, self.dim)
 
     # -- writing (inside the caller's write transaction) -------------------------------------------
     def upsert(self, conn: sa.Connection, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:
@@ -170,6 +186,50 @@ class MatrixVectors:
     def delete(self, conn: sa.Connection, key: str, values: list[str]) -> None:
         if self.info is not None and values:
             vector_table.delete_where(conn, self.info, key, values)
+        self.delete_pieces(conn, key, values)
+
+    # -- pieces (``piece_table``) --------------------------------------------------------------------
+    def write_pieces(self, conn: sa.Connection, message_ids: Sequence[str], rows: Sequence[PieceRow]) -> None:
+        if self.pieces_table is not None and (message_ids or rows):
+            piece_table.write(conn, self.pieces_table, self.model_id, message_ids, rows)
+
+    def delete_pieces(self, conn: sa.Connection, key: str, values: Sequence[str]) -> None:
+        if self.pieces_table is not None and values:
+            piece_table.delete_where(conn, self.pieces_table, key, values)
+
+    def read_pieces(self, conn: sa.Connection, message_ids: Sequence[str]) -> dict[str, MessagePieces]:
+        if self.pieces_table is None or self.info is None or not message_ids:
+            return {}
+        table, info = self.pieces_table, self.info
+        return self._piece_cache.read(conn, message_ids,
+                                      lambda ids: piece_table.read(conn, table, info, self.model_id, ids))
+
+    def has_pieces(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> bool:
+        """Kept per scope while the write counter read by the last ``scope`` stands (no read); else one
+        ``EXISTS``."""
+        if self.pieces_table is None:
+            return False
+        key = (resource_id, thread_id if resource_id is None else None)
+        with self._lock:
+            mark = self._piece_mark
+            if mark is None or mark != self._piece_scopes_mark:
+                self._piece_scopes.clear()
+                self._piece_scopes_mark = mark
+            known = self._piece_scopes.get(key) if mark is not None else None
+            if known is not None:
+                return known
+            found = piece_table.any_in_scope(conn, self.pieces_table, self.model_id, *key)
+            if mark is not None:
+                self._piece_scopes[key] = found
+            return found
+
+    def piece_hashes(self, conn: sa.Connection, message_ids: Sequence[str]) -> dict[str, str]:
+        if self.pieces_table is None or not message_ids:
+            return {}
+        return piece_table.hashes(conn, self.pieces_table, self.model_id, message_ids)
+
+    def piece_counts(self, conn: sa.Connection) -> dict[str, int]:
+        return piece_table.counts(conn, self.pieces_table) if self.pieces_table is not None else {}
 
     # -- reading ---------------------------------------------------------------------------------
     def indexed_ids(self, conn: sa.Connection, message_ids: Sequence[str]) -> set[str]:
@@ -200,7 +260,16 @@ class MatrixVectors:
         key: tuple[str, ...] = ("resource", resource_id) if resource_id is not None else ("thread", thread_id or "")
         load: tuple[str | None, str | None] = (resource_id, None) if resource_id is not None else (None, thread_id)
         with self._lock:
-            counters = vector_table.change_counters(conn, self.info, self._has_state)
+            if self.reads_pieces and self.pieces_table is not None:
+                marks: list[int | None] = []
+                counters = vector_table.change_counters(conn, self.info, self._has_state, marks,
+                                                        piece_table.writes_key(self.pieces_table))
+                self._piece_mark = marks[0] if marks else None
+                # (the pieces' cache is exact for this connection while both counters stand: ``piece_cache``)
+                self._piece_cache.saw(conn, None if self._piece_mark is None else (counters, self._piece_mark))
+            else:
+                counters = vector_table.change_counters(conn, self.info, self._has_state)
+                self._piece_cache.saw(conn, None)
             if self._counters is not None and counters != self._counters:
                 if counters[1] != self._counters[1] or not self.info.has_our_indexes:
                     self._sets.clear()  # rows updated or deleted: reload from the store of record
@@ -249,6 +318,7 @@ class MatrixVectors:
         with self._lock:
             self._sets.clear()
             self._partitioned.clear()
+            self._piece_cache.clear()
 
     # -- every vector table of a database (a thread deleted while recall is off) -------------------
     @staticmethod
@@ -258,3 +328,5 @@ class MatrixVectors:
         for info in (vector_table.inspect(conn, t, 0) for t in copies.vector_tables(conn)):
             if info is not None:
                 vector_table.delete_where(conn, info, "thread_id", [thread_id])
+        for table in piece_table.every_table(conn):
+            piece_table.delete_where(conn, table, "thread_id", [thread_id])

@@ -96,6 +96,31 @@ def stored_models(store: "Store") -> Counter[str | None]:
 _counts_lock = threading.Lock()
 
 
+def stored_piece_counts(store: "Store") -> Counter[str]:
+    """Messages with piece vectors (``core.recall.pieces``) per model id over every pieces table, each
+    table counted again only when its write counter moved since (libSQL; Postgres: counted each time)."""
+    from core.recall import piece_table
+
+    with _counts_lock:
+        cache: dict[str, tuple[int, Counter[str]]] = store.extensions.setdefault("piece_counts", {})
+    counts: Counter[str] = Counter()
+    with store.db.read() as conn:
+        kept = capabilities_of(conn).implicit_rowid and has_table(conn, STATE_TABLE)
+        for table in piece_table.every_table(conn):
+            marker = piece_table.writes(conn, table) if kept else None
+            with _counts_lock:
+                held = cache.get(table)
+            if marker is not None and held is not None and held[0] == marker:
+                counts.update(held[1])
+                continue
+            found = Counter(piece_table.counts(conn, table))
+            if marker is not None:
+                with _counts_lock:
+                    cache[table] = (marker, found)
+            counts.update(found)
+    return counts
+
+
 def stored_model(store: "Store") -> str | None:
     """The model id the database's vectors come from (None: no vectors with a model id).
 
@@ -133,6 +158,10 @@ def drop_other_models(store: "Store", keep: str) -> Counter[str]:
                 conn.exec_driver_sql(
                     f"DELETE FROM {quoted(table)} WHERE model_id IS NOT NULL AND model_id <> ?", (keep,)
                 )
+        from core.recall import piece_table
+
+        for table in piece_table.every_table(conn):  # (the other models' piece vectors go with their rows)
+            piece_table.delete_models_but(conn, table, keep)
         if has_table(conn, IVF_TABLE):  # libSQL: the other models' persisted partitions (their rows may
             # have been overwritten by the new model's, same message, same table: nothing counted above)
             ids = [r[0] for r in conn.exec_driver_sql(f"SELECT ivf_id FROM {IVF_TABLE} WHERE model_id <> ?", (keep,))]

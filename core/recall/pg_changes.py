@@ -138,6 +138,26 @@ def vector_table_ddl(table: str) -> tuple[str, ...]:
     return _triggers(table, VECTOR_FN)
 
 
+PIECES_FN = "memory_studio_recall_log_pieces"
+_PIECES_KEYS = ("message_id", "thread_id")
+
+
+def log_pieces_writes(conn: sa.Connection, table: str) -> None:
+    """Have a pieces table's writes (``pg_pieces``) told in the log, as a vector table's are, when the
+    database has the log and they are not yet: the function when missing (made after the log's
+    migration, by the first write that makes a pieces table; the caller holds ``PIECES_LOCK``), then
+    the table's triggers."""
+    if not catalog.has_table(conn, LOG_TABLE) or has_log(conn, table):
+        return
+    if cursor.rows(conn, "SELECT to_regproc(?) IS NULL", (PIECES_FN,))[0][0]:
+        conn.exec_driver_sql(_function(PIECES_FN, "TG_TABLE_NAME", _PIECES_KEYS))
+    for sql in _triggers(table, PIECES_FN):
+        conn.exec_driver_sql(sql)
+
+
+PIECES_LOCK = "recall:pieces-log"  # (``Database.lock``: one process at a time makes the pieces' log function)
+
+
 def log_vector_tables(conn: sa.Connection) -> None:
     """The migration's step: every vector table already there gets its triggers (the tables
     ``copies.vector_tables`` finds; that module imports the schema, which imports this one)."""

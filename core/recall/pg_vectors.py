@@ -13,6 +13,7 @@ so every process of a fleet sees every other's vectors at once.
 from __future__ import annotations
 
 import logging
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -20,11 +21,12 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import numpy as np
 import sqlalchemy as sa
 
-from core.recall import hybrid, pg_changes, pg_keywords
+from core.recall import hybrid, pg_changes, pg_keywords, pg_pieces, pieces
 from core.recall.matrix import ScopeVectors, SkipCounts
 from core.recall.pg_order import text_array
 from core.recall.pg_vector_cache import PgVectorCache
 from core.recall.schema import DOCS_TABLE, quoted, vector_table_name
+from core.recall.types import MessagePieces, PieceRow
 from core.recall.vector_table import VectorState
 from core.storage import catalog
 from core.storage.pg import cursor
@@ -313,10 +315,39 @@ class PgTableInfo:
     has_our_indexes: bool = True
 
 
+class _Moved:
+    """Whether a table's writes were told by the change log since the last ``take`` (a ``pg_changes``
+    listener: a flag, not the changes, so nothing piles up while no search asks)."""
+
+    def __init__(self, log: pg_changes.ChangeLog, table: str) -> None:
+        self.table = table
+        self._lock = threading.Lock()
+        self._moved = True
+        log.listen(self)
+
+    def changed(self, changes: list[pg_changes.Change]) -> None:
+        if any(c.source == self.table for c in changes):
+            with self._lock:
+                self._moved = True
+
+    def reset(self) -> None:
+        with self._lock:
+            self._moved = True
+
+    def take(self) -> bool:
+        with self._lock:
+            moved, self._moved = self._moved, False
+        return moved
+
+
 class PgVectors:
     """The vector half of a ``RecallIndex`` on Postgres: pgvector in Mastra's layout. Scopes are searched
     in process (``pg_vector_cache``), every process told of every other's writes by the change log;
-    a scope the cache does not take is searched by the server (HNSW)."""
+    a scope the cache does not take is searched by the server (HNSW). Long messages' piece vectors
+    (``core.recall.pieces``) are in a side table (``pg_pieces``), whose writes the log tells too: a
+    scope found without pieces is not looked at again until a pieces write is told."""
+
+    keeps_pieces = True  # (``pg_pieces``)
 
     def __init__(self, dim: int, model_id: str) -> None:
         self.dim = dim
@@ -327,6 +358,13 @@ class PgVectors:
         self._cache: PgVectorCache | None = None
         self._log_table = False  # the database has the change log (migration ``0024_recall_change_log``)
         self._logged = False  # this table's writes go into it
+        self.pieces_table: str | None = None  # the pieces table (``pg_pieces``), once found or made
+        self._pieces_logged = False  # its writes go into the change log
+        self.reads_pieces = False  # (set by the index: whether its searches read pieces)
+        self._piece_lock = threading.Lock()
+        self._piece_scopes: dict[tuple[str | None, str | None], bool] = {}  # scope -> has pieces
+        self._pieces_moved: _Moved | None = None  # the log's listener for the pieces table
+        self._piece_vectors = pg_pieces.VectorCache()  # vectors ``read_pieces`` read, by row version
 
     def open(self, db: "Database") -> None:
         self._db = db
@@ -334,21 +372,34 @@ class PgVectors:
             exists = catalog.has_table(conn, self.table)
             self._log_table = catalog.has_table(conn, pg_changes.LOG_TABLE)
             self._logged = exists and self._log_table and pg_changes.has_log(conn, self.table)
+            found = pg_pieces.exists(conn, self.dim)
+            self._pieces_logged = found and self._log_table and pg_changes.has_log(conn, pieces.table_name(self.dim))
         self.info = PgTableInfo(self.table, self.dim) if exists else None
+        self.pieces_table = pieces.table_name(self.dim) if found else None
         if self._cache is None:
             self._cache = PgVectorCache(self.table, self.dim, self.model_id, pg_changes.log_for(db))
+        if self._pieces_moved is None:
+            self._pieces_moved = _Moved(pg_changes.log_for(db), pieces.table_name(self.dim))
 
     def ensure(self, db: "Database") -> None:
-        if self.info is not None and (self._logged or not self._log_table or db.read_only):
+        """The vector table and the pieces table, each with its writes logged; only what is missing is
+        made (an existing database gets its pieces table at its next write)."""
+        done = (self._logged or not self._log_table) and self.pieces_table is not None and (
+            self._pieces_logged or not self._log_table)
+        if self.info is not None and (done or db.read_only):
             return
         with db.write() as conn:
-            db.lock(conn, f"recall:{self.table}")
+            db.lock(conn, f"recall:{self.table}", pg_changes.PIECES_LOCK)
             if self.info is None:
                 ensure_table(conn, self.table, self.dim)
             else:  # a table made without our triggers (by Mastra): its writes are logged from now on
                 log_table_writes(conn, self.table)
             self._logged = pg_changes.has_log(conn, self.table)
+            table = pg_pieces.ensure(conn, self.dim)
+            pg_changes.log_pieces_writes(conn, table)
+            self._pieces_logged = pg_changes.has_log(conn, table)
         self.info = PgTableInfo(self.table, self.dim)
+        self.pieces_table = table
 
     def upsert(self, conn: sa.Connection, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:
         upsert(conn, self.table, rows)
@@ -356,6 +407,50 @@ class PgVectors:
     def delete(self, conn: sa.Connection, key: str, values: list[str]) -> None:
         if self.info is not None and values:
             delete_where(conn, self.table, key, values)
+        self.delete_pieces(conn, key, values)
+
+    # -- pieces (``pg_pieces``) ----------------------------------------------------------------------
+    def write_pieces(self, conn: sa.Connection, message_ids: Sequence[str], rows: Sequence[PieceRow]) -> None:
+        if self.pieces_table is not None and (message_ids or rows):
+            pg_pieces.write(conn, self.pieces_table, self.model_id, message_ids, rows)
+
+    def delete_pieces(self, conn: sa.Connection, key: str, values: Sequence[str]) -> None:
+        if self.pieces_table is not None and values:
+            pg_pieces.delete_where(conn, self.pieces_table, key, values)
+
+    def read_pieces(self, conn: sa.Connection, message_ids: Sequence[str]) -> dict[str, MessagePieces]:
+        if self.pieces_table is None or self.info is None or not message_ids:
+            return {}
+        return pg_pieces.read(conn, self.pieces_table, self.table, self.dim, self.model_id, message_ids,
+                              self._piece_vectors)
+
+    def has_pieces(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> bool:
+        """Kept per scope until the change log tells a write of the pieces table (no read); a database
+        without the log, or a pieces table whose writes it does not get, is asked every time (one
+        ``EXISTS``)."""
+        if self.pieces_table is None:
+            return False
+        key = (resource_id, thread_id if resource_id is None else None)
+        moved = self._pieces_moved
+        kept = (moved is not None and self._pieces_logged and self._db is not None
+                and pg_changes.log_for(self._db).sync(conn))
+        with self._piece_lock:
+            if not kept or moved is None:
+                return pg_pieces.any_in_scope(conn, self.pieces_table, self.model_id, *key)
+            if moved.take():
+                self._piece_scopes.clear()
+            known = self._piece_scopes.get(key)
+            if known is None:
+                known = self._piece_scopes[key] = pg_pieces.any_in_scope(conn, self.pieces_table, self.model_id, *key)
+            return known
+
+    def piece_hashes(self, conn: sa.Connection, message_ids: Sequence[str]) -> dict[str, str]:
+        if self.pieces_table is None or not message_ids:
+            return {}
+        return pg_pieces.hashes(conn, self.pieces_table, self.model_id, message_ids)
+
+    def piece_counts(self, conn: sa.Connection) -> dict[str, int]:
+        return pg_pieces.counts(conn, self.pieces_table) if self.pieces_table is not None else {}
 
     def indexed_ids(self, conn: sa.Connection, message_ids: Sequence[str]) -> set[str]:
         return indexed_ids(conn, self.table, self.model_id, list(message_ids))
@@ -393,7 +488,8 @@ class PgVectors:
         if self.info is None:
             return []
         with db.read() as conn:
-            stale = [t for t in (self.table, DOCS_TABLE, "mastra_messages") if _analyze_due(conn, t)]
+            tables = (self.table, DOCS_TABLE, "mastra_messages", *((self.pieces_table,) if self.pieces_table else ()))
+            stale = [t for t in tables if _analyze_due(conn, t)]
         if stale:
             with db.write() as conn:
                 for table in stale:
@@ -401,13 +497,17 @@ class PgVectors:
         return []
 
     def status(self) -> dict[str, Any]:
-        return {"backend": "pgvector", **(self._cache.status() if self._cache is not None else {})}
+        return {"backend": "pgvector", **(self._cache.status() if self._cache is not None else {}),
+                **self._piece_vectors.status()}
 
     def close(self) -> None:
         if self._cache is not None:
             self._cache.close()
+        self._piece_vectors.clear()
 
     @staticmethod
     def delete_thread_everywhere(conn: sa.Connection, thread_id: str) -> None:
         for table in catalog.table_names(conn, "memory_messages"):
             delete_where(conn, table, "thread_id", [thread_id])
+        for table in pg_pieces.every_table(conn):
+            pg_pieces.delete_where(conn, table, "thread_id", [thread_id])

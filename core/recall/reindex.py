@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable
 from core.messages import Message
 from core.recall.index import INDEXED_ROLES, RecallError, RecallIndex
 from core.recall.schema import quoted, text_of_raw
+from core.recall.pieces import cut as cut_pieces, text_hash as piece_hash
 from core.recall.text import passage_hash
 from core.storage import dialect
 
@@ -44,6 +45,9 @@ class ReindexReport:
     model_id: str = ""
     # ``replace=True``: vectors of other models dropped after a complete run, by model id
     dropped: dict[str, int] = field(default_factory=dict)
+    pieces: bool = False  # the index writes piece vectors (``core.recall.pieces``)
+    pieces_written: int = 0  # messages (beyond ``indexed``) whose piece vectors were made or replaced
+    pieces_dropped: int = 0  # messages whose piece vectors were dropped (pieces off, or the text has none now)
 
     def summary_lines(self, shown: int = 3) -> list[str]:
         """What the run did, in sentences for a person (``memory-studio reindex`` prints them): counts
@@ -67,6 +71,11 @@ class ReindexReport:
         if self.failed:
             lines.append("Run `memory-studio reindex` again to retry the failed messages: "
                          "nothing already embedded is embedded twice.")
+        if self.pieces_written:
+            lines.append(f"Piece vectors: made for {self.pieces_written:,} long message(s) indexed before.")
+        if self.pieces_dropped:
+            lines.append(f"Piece vectors: dropped for {self.pieces_dropped:,} message(s)"
+                         f"{'' if self.pieces else ' (pieces are off for this model in this database)'}.")
         for model_id, n in sorted(self.dropped.items()):
             lines.append(f"Dropped {n:,} vector(s) of {model_id}: the database is now indexed by {self.model_id}.")
         return lines
@@ -87,13 +96,19 @@ def reindex(
     progress: Progress | None = None,
     batch_size: int = 64,
     replace: bool = False,
+    pieces: str | None = None,
 ) -> ReindexReport:
     """Embed what has no current vector from ``embedder``'s model.
 
     ``replace``: the model replaces the database's other models (``memory-studio reindex --model``):
     once every message has a vector from it (no failure, the whole database rather than one resource),
     the other models' vectors are dropped (``core.recall.models.drop_other_models``).
+    ``pieces``: "on" / "off" / "default" sets this model's piece vectors for the database
+    (``RecallIndex.set_pieces``) first; None keeps the setting. Then every message with a current vector
+    gets the pieces it lacks (or holds of another text), or, with pieces off, loses them.
     """
+    if pieces not in (None, "on", "off", "default"):
+        raise ValueError(f"pieces must be 'on', 'off' or 'default', not {pieces!r}")
     if replace and resource_id is not None:
         raise ValueError("replace=True re-embeds the whole database; it cannot be limited to one resource")
     if batch_size < 1:
@@ -103,13 +118,16 @@ def reindex(
     if not index.writable:
         raise RecallError(f"{store.location.display} is open read-only; reindexing needs writes.")
     index.ensure_tables()
+    if pieces is not None:
+        index.set_pieces(None if pieces == "default" else pieces == "on")
     index.sync_keywords(limit=10**9)
     todo, already = _work_list(index, resource_id)
-    changed = _changed(index, resource_id)
+    changed, piece_work, piece_drops = _changed(index, resource_id)
     if changed:
         todo = [*todo, *changed]
         already -= len(changed)
-    report = ReindexReport(total=len(todo), already_indexed=already, changed=len(changed), model_id=index.model_id)
+    report = ReindexReport(total=len(todo), already_indexed=already, changed=len(changed), model_id=index.model_id,
+                           pieces=index.pieces)
     done = 0
     if progress is not None:
         progress(0, len(todo))
@@ -125,6 +143,14 @@ def reindex(
             done += len(ids)
             if progress is not None:
                 progress(done, len(todo))
+    if piece_work:
+        redone = set(todo)  # (their pieces were written with their passages)
+        work = [mid for mid in piece_work if mid not in redone]
+        written, failed = index.index_pieces(work, batch_size)
+        report.failed.update(failed)
+        drops = sum(1 for mid in work if mid in piece_drops and mid not in failed)
+        report.pieces_dropped = drops
+        report.pieces_written = written - drops
     if replace and not report.failed:
         from core.recall.models import drop_other_models
 
@@ -157,9 +183,11 @@ def _work_list(index: RecallIndex, resource_id: str | None) -> tuple[list[str], 
     return todo, already
 
 
-def _changed(index: RecallIndex, resource_id: str | None) -> list[str]:
+def _changed(index: RecallIndex, resource_id: str | None) -> tuple[list[str], list[str], set[str]]:
     """Messages with a vector from this model whose passage (text and previous message) has changed
-    since, in thread order. One streamed read of the scope's messages, hashes compared per 500."""
+    since, in thread order; of the others, those whose piece vectors do not match their text now and
+    the pieces setting (``pieces.cut``: missing, of another text, or there to be dropped), and which of
+    these only lose theirs. One streamed read of the scope's messages, hashes compared per 500."""
     assert index.info is not None
     table = quoted(index.info.name)
     roles = ",".join(f"'{r}'" for r in INDEXED_ROLES)
@@ -185,12 +213,26 @@ def _changed(index: RecallIndex, resource_id: str | None) -> list[str]:
                 pending.append((mid, passage_hash(context, text), text))
             context = text
     out: list[str] = []
+    work: list[str] = []
+    drops: set[str] = set()
     for start in range(0, len(pending), 500):
         batch = pending[start : start + 500]
         with index.store.db.read() as conn:
             _docs, held = index.indexed_state(conn, [mid for mid, _, _ in batch])
-        out.extend(mid for mid, digest, text in batch if (state := held.get(mid)) is not None and state.stale(digest, text))
-    return out
+            have = index.vectors.piece_hashes(conn, [mid for mid, _, _ in batch])
+        stale = {mid for mid, digest, text in batch if (state := held.get(mid)) is not None and state.stale(digest, text)}
+        out.extend(mid for mid, _, _ in batch if mid in stale)
+        for mid, _, text in batch:
+            if mid in stale:
+                continue
+            digest = have.get(mid)
+            wanted = index.pieces and bool(cut_pieces(text).spans)
+            if wanted and digest != piece_hash(text):
+                work.append(mid)
+            elif not wanted and digest is not None:
+                work.append(mid)
+                drops.add(mid)
+    return out, work, drops
 
 
 def _load(store: "Store", ids: list[str], report: ReindexReport) -> list[Message]:

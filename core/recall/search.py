@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 import numpy as np
 import sqlalchemy as sa
 
-from core.recall import hybrid
+from core.recall import hybrid, pieces
 from core.recall.backends import KeywordBackend
 from core.recall.matrix import ScopeVectors
 from core.recall import order_cache
 from core.recall.order_cache import OrderCache
 from core.recall.text import (LABEL_CHARS, MAX_QUERY_TERMS, SpeakerMatcher, query_dates, query_text,
                                speaker_label)
-from core.recall.types import MIGRATE_HINT, MODES, Mode, SearchHit, SearchResult
+from core.recall.types import MIGRATE_HINT, MODES, Mode, SearchHit, SearchResult, ranked_of
 from core.recall.schema import text_of_raw
 from core.storage import dialect
 from core.timeutil import to_iso
@@ -97,6 +97,14 @@ class SearchRun:
     date_spans: int = 0
     by_speaker: set[str] = field(default_factory=set)  # candidates spoken by a speaker the query names
     embed_ms: float = 0.0  # time spent embedding the query
+    # Vector mode with pieces (``_with_pieces``): the messages re-scored by their pieces (the scan's best
+    # ``pieces.RESCORED`` or more; empty when none was), and of them those scored by a piece: its score,
+    # which piece of how many, and the piece's text.
+    rescored: list[str] = field(default_factory=list)
+    by_piece: dict[str, tuple[pieces.Best, str]] = field(default_factory=dict)
+    # ``vector_only_too``: the list a vector-mode search of the same query answers (hybrid runs for the
+    # playground), best first; empty when the index reads no pieces in this scope (then it is ``vector``).
+    vector_only: list[hybrid.Ranked] = field(default_factory=list)
     _fused: list[hybrid.Fused] | None = field(default=None, repr=False)
 
     @property
@@ -120,6 +128,7 @@ def run(
     every_candidate: bool = False,
     unstored: frozenset[str] = frozenset(),
     exclude_thread: str | None = None,
+    vector_only_too: bool = False,
 ) -> SearchRun:
     """The steps of one search. ``qvec``: the query's vector, when the caller has it already.
     ``every_candidate``: re-rank every hybrid candidate (the playground shows them all), not only
@@ -127,7 +136,9 @@ def run(
     message ids to search as if they were not indexed (a rebuilt turn's messages stored after it ran).
     ``exclude_thread``: a thread of the resource whose messages are never candidates (an SDK session's
     own, which its model receives anyway): each list leaves them out as it is read, so it is ``depth``
-    long without them, and the fusion, neighbours' share and thread prior see only other threads'."""
+    long without them, and the fusion, neighbours' share and thread prior see only other threads'.
+    ``vector_only_too``: a hybrid run also keeps the list a vector-mode search answers (``vector_only``,
+    with its pieces' scores), from the same scan (the playground's "why not this message?")."""
     scope = f"resource {resource_id}" if resource_id is not None else f"thread {thread_id}"
     if exclude_thread is not None:
         scope += f" (thread {exclude_thread} left out)"
@@ -233,12 +244,67 @@ def run(
                 for skipped in out.vset.skips.reasons():
                     degrade(skipped, failure=False)
                 narrowed = thread_id if resource_id is not None else None
-                vector = out.vset.ranked(qvec, depth, narrowed, until_iso, exclude_thread)
+                backend = getattr(index, "vectors", None)
+                # Vector mode re-scores its best messages by their pieces, where the scope has any
+                # (``_with_pieces``); hybrid fuses the passage cosines as they are.
+                by_pieces = ((mode == "vector" or vector_only_too) and getattr(index, "pieces", False)
+                             and backend is not None and backend.has_pieces(conn, resource_id, thread_id))
+                if by_pieces and mode == "vector":
+                    wide = out.vset.ranked(qvec, max(pieces.RESCORED, depth), narrowed, until_iso, exclude_thread)
+                    vector = _with_pieces(backend, conn, out, wide, qvec, depth)
+                else:
+                    vector = out.vset.ranked(qvec, depth, narrowed, until_iso, exclude_thread)
+                    if by_pieces:
+                        # (every message re-scored, in its vector-only order: the playground shows ranks)
+                        wide = out.vset.ranked(qvec, max(pieces.RESCORED, top_k), narrowed, until_iso, exclude_thread)
+                        out.vector_only = _with_pieces(backend, conn, out, wide, qvec, len(wide))
         if vector is not None:
             _listed(out, "vector", vector)
         if mode == "hybrid":
             _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share, kept, synced)
     return out
+
+
+def _with_pieces(backend: Any, conn: sa.Connection, out: SearchRun, wide: list[hybrid.Ranked], qvec: np.ndarray,
+                 depth: int) -> list[hybrid.Ranked]:
+    """Vector mode: the scan's best messages (``wide``) re-scored, each with pieces by its best mixed row
+    (``pieces.mixed_scores``: the cosine of ``unit(passage + piece)``), each without by its passage cosine;
+    sorted (ties in the scan's order) and cut to ``depth``. One read of their pieces; the scores of every
+    piece in a few array operations."""
+    ids = [r.message_id for r in wide]
+    got = backend.read_pieces(conn, ids) if ids else {}
+    out.rescored = ids
+    if not got:
+        return wide[:depth]
+    q = np.asarray(qvec, dtype=np.float32)
+    norm = float(np.linalg.norm(q))
+    q = q / norm if norm > 0 else q
+    owners = [mid for mid in ids if mid in got]
+    counts = np.fromiter((len(got[mid].spans) for mid in owners), dtype=np.int64, count=len(owners))
+    vecs = np.concatenate([got[mid].vectors for mid in owners])
+    whole = np.stack([got[mid].passage for mid in owners])
+    of = np.repeat(np.arange(len(owners)), counts)
+    # ``pieces.mixed_scores`` of every piece at once, p its message's passage (q.p and q.v in float32, as the
+    # scan's; p.v, the sums and the division in float64)
+    p_v = np.einsum("ij,ij->i", vecs, whole[of], dtype=np.float64)
+    scores = pieces.mixed_scores((whole @ q)[of], vecs @ q, p_v)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    best = np.maximum.reduceat(scores, starts)
+    at = dict(zip(owners, best.tolist()))
+    scored = [r if (s := at.get(r.message_id)) is None else ranked_of((r[0], r[1], r[2], s)) for r in wide]
+    scored.sort(key=lambda r: -r.score)  # (stable: equal scores keep the scan's order)
+    kept = scored[:depth]
+    place = dict(zip(owners, range(len(owners))))
+    for r in kept:  # which piece won, for the messages answered (the playground names it)
+        i = place.get(r.message_id)
+        if i is None:
+            continue
+        j = int(np.argmax(scores[starts[i]:starts[i] + counts[i]]))
+        found = got[r.message_id]
+        a, b = found.spans[j]
+        out.by_piece[r.message_id] = (pieces.Best(float(best[i]), j, int(counts[i])),
+                                      pieces.label_of(found.content) + found.content[a:b])
+    return kept
 
 
 def _listed(out: SearchRun, which: Literal["vector", "keyword"], ranked: list[hybrid.Ranked]) -> None:

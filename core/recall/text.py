@@ -76,6 +76,11 @@ def recall_content_text(content: Mapping[str, Any] | Any) -> str:
 # text says little about any part of it. Keyword search still reads the whole message.
 MAX_EMBED_CHARS = 2_000
 MAX_CONTEXT_CHARS = 1_000
+#: The longest search query a client from outside may send (the MCP server's ``search_memory``): what recall
+#: embeds of a query (``query_text``), the same number, so no part of an accepted query is left out of its vector.
+#: (A turn's own query, the user's message, is not refused: it is embedded to here and its keyword terms read to
+#: ``MAX_QUERY_TERMS``.)
+MAX_QUERY_CHARS = MAX_EMBED_CHARS
 
 
 def passage_text(context: str, text: str) -> str:

@@ -22,6 +22,31 @@ DocRow = tuple[str, "str | None", "str | None", str, str]
 VectorRow = tuple[str, np.ndarray, dict[str, Any], str]
 
 
+class PieceRow(NamedTuple):
+    """One piece vector of a message (``core.recall.pieces``), as a save or ``reindex`` writes it in the
+    pieces table of the index's model (the backend adds its model id)."""
+
+    message_id: str
+    thread_id: str | None
+    resource_id: str | None
+    piece: int  # 0, 1, ... in text order
+    start: int  # the piece's span in the message's recall text: text[start:end]
+    end: int
+    text_hash: str  # ``pieces.text_hash`` of the recall text the piece was cut from
+    vector: np.ndarray  # (dim,) float32 of unit length: the embedding of the piece's text (``pieces.Cut.texts``)
+
+
+class MessagePieces(NamedTuple):
+    """What a vector search reads of one message with pieces: its passage vector as stored now, and its
+    pieces (only when the passage row holds the very text the pieces were cut from)."""
+
+    message_id: str
+    passage: np.ndarray  # (dim,) float32: the message's row in the vector table (this model's)
+    vectors: np.ndarray  # (pieces, dim) float32, piece order
+    spans: tuple[tuple[int, int], ...]  # each piece's span in ``content``
+    content: str  # the recall text the pieces were cut from (the passage row's ``metadata.content``)
+
+
 class Ranked(NamedTuple):
     """One candidate of one ranking (vector: cosine; keyword: -BM25, higher is better), best first in its
     list. A named tuple, not a frozen dataclass: a hybrid search builds about a hundred of these, and a

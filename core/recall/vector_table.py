@@ -351,13 +351,28 @@ def triggered_counters(conn: sa.Connection, table: str) -> tuple[int, int | None
     return int(newest or 0), None if rewrites is None else int(rewrites)
 
 
-def change_counters(conn: sa.Connection, info: TableInfo, has_state: bool | None = None) -> tuple[int, int]:
+def change_counters(conn: sa.Connection, info: TableInfo, has_state: bool | None = None,
+                    marks: list[int | None] | None = None, mark_key: str | None = None) -> tuple[int, int]:
     """(appends, rewrites): the newest rowid (a new row always gets a rowid above the others) and the
     count the table's update/delete triggers bump; a Mastra table without triggers is scanned.
-    ``has_state``: whether the recall state table exists, when the caller knows (else looked up)."""
+    ``has_state``: whether the recall state table exists, when the caller knows (else looked up).
+    ``mark_key``: another recall state value read in the same statement, appended to ``marks`` (None
+    when it was not read: a scanned table, or no such value)."""
     if info.has_our_indexes and (has_table(conn, STATE_TABLE) if has_state is None else has_state):
+        if mark_key is not None and marks is not None:
+            row = driver_sql.first(
+                conn,
+                f"SELECT (SELECT max(rowid) FROM {quoted(info.name)} NOT INDEXED), "
+                f"(SELECT value FROM {STATE_TABLE} WHERE key = ?), (SELECT value FROM {STATE_TABLE} WHERE key = ?)",
+                (f"{info.name}:rewrites", mark_key),
+            )
+            newest, rewrites, mark = row if row is not None else (0, None, None)
+            marks.append(None if mark is None else int(mark))
+            return int(newest or 0), int(rewrites or 0)
         newest, rewrites = triggered_counters(conn, info.name)
         return newest, rewrites or 0
+    if marks is not None:
+        marks.append(None)
     # No triggers: max(rowid) sees appends, count sees deletes; an in-place update is missed until restart.
     row = conn.exec_driver_sql(f"SELECT max(rowid), count(vector_id) FROM {quoted(info.name)} NOT INDEXED").first()
     return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)

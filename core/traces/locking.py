@@ -121,7 +121,13 @@ def _process_lock(path: Path) -> threading.Lock:
 
 
 def is_lock_conflict(exc: BaseException) -> bool:
+    """Whether an open failed because someone holds the file, which ends when they close it: another
+    process's lock, or a connection of this process opened with other settings (DuckDB's ConnectionException
+    "... with a different configuration than existing connections": read-only against read-write, or
+    another ``threads``), such as one a program embedding the engine keeps open outside ``open_duckdb``."""
     message = str(exc).lower()
+    if "different configuration" in message:
+        return True
     return "lock" in message and ("conflict" in message or "could not set" in message)
 
 
@@ -339,8 +345,8 @@ def open_duckdb(
                     try:
                         con = duckdb.connect(str(path), read_only=read_only,
                                              config={"threads": threads} if threads else {})
-                    except duckdb.IOException as exc:
-                        if read_only and _unborn(path, exc):
+                    except (duckdb.IOException, duckdb.ConnectionException) as exc:
+                        if read_only and isinstance(exc, duckdb.IOException) and _unborn(path, exc):
                             raise StoreMissing(str(path)) from exc
                         if not is_lock_conflict(exc):
                             raise

@@ -30,15 +30,14 @@ text and roles, format-2 content, and rows tied to the file's own threads and re
 from __future__ import annotations
 
 import json
-import math
 import os
 import stat
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
+from core.stored_text import NumberBeyondDouble, json_double, json_whole
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import sections
 from core.transfer.stream_json import load_pieces
@@ -305,7 +304,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
             # In pieces: the text is never held whole beside the rows. A file it does not take (any problem)
             # is read whole below, whose errors say what is wrong; a pipe cannot be read twice, so it is too.
             with p.open("rb") as fh:
-                data = load_pieces(fh, _not_json, parse_float=_double, parse_int=_whole)
+                data = load_pieces(fh, _not_json, parse_float=json_double, parse_int=json_whole)
             if data is None:
                 _check_whole_fits(p.stat().st_size, name)
         raw = p.read_bytes() if data is None else b""
@@ -344,10 +343,10 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
     try:
-        data = json.loads(text, parse_constant=_not_json, parse_float=_double, parse_int=_whole)
-    except _OutOfRange as exc:
+        data = json.loads(text, parse_constant=_not_json, parse_float=json_double, parse_int=json_whole)
+    except NumberBeyondDouble as exc:
         raise ExportFormatError(
-            f"{name} holds the number {exc.args[0]}, beyond what a double holds: Mastra (and any JavaScript reader) "
+            f"{name} holds the number {exc.number}, beyond what a double holds: Mastra (and any JavaScript reader) "
             "reads it as Infinity, which JSON cannot store, and it would be kept as null. 'memory-studio export' "
             "never writes one. Replace it (with a smaller number, or the digits as a string) and import again."
         ) from None
@@ -387,24 +386,6 @@ class _NotJson(ExportFormatError):
 
 def _not_json(constant: str) -> Any:
     raise _NotJson(constant)
-
-
-class _OutOfRange(ExportFormatError):
-    """A JSON number beyond a double's range (``1e400``), which Python's parser reads as ``inf`` (stored as null)."""
-
-
-def _double(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise _OutOfRange(text if len(text) <= 40 else f"{text[:20]}…({len(text):,} characters)")
-    return value
-
-
-def _whole(text: str) -> int:
-    value = int(text)
-    if len(text) > 300 and abs(value) > sys.float_info.max:  # (309 digits at least; shorter ones are never beyond)
-        raise _OutOfRange(f"{text[:20]}…({len(text):,} digits)")
-    return value
 
 
 def _cut_off(text: str, exc: json.JSONDecodeError) -> bool:

@@ -333,9 +333,11 @@ def explanation_html(e: Explanation, ins: Inspection) -> str:
     return "".join(out)
 
 
-def indexed_by_text(counts: Mapping[str | None, int], searched_with: str) -> str:
+def indexed_by_text(counts: Mapping[str | None, int], searched_with: str,
+                    pieces: Mapping[str, int] | None = None) -> str:
     """Which model indexed what: "index: 2,431 vectors from e5 (multilingual-e5-small-q4@1571fc98), searched;
-    120 from use (…), not searched: `memory-studio reindex --model NAME` replaces them"."""
+    120 from use (…), not searched: `memory-studio reindex --model NAME` replaces them". ``pieces``:
+    messages with piece vectors per model (``core.recall.pieces``), said after that model's vectors."""
     from core.embedding import local_model_of
 
     parts = []
@@ -346,7 +348,10 @@ def indexed_by_text(counts: Mapping[str | None, int], searched_with: str) -> str
         name = "an unknown model (written by Mastra)" if model_id is None else (
             f"{local.name} ({model_id})" if local is not None else model_id)
         state = "searched" if model_id in (searched_with, None) else "not searched"
-        parts.append(f"{n:,} vectors from {name}, {state}")
+        with_pieces = (pieces or {}).get(model_id or "", 0)
+        extra = (f" ({with_pieces:,} long message{'s' if with_pieces != 1 else ''} also as piece vectors)"
+                 if with_pieces > 0 else "")
+        parts.append(f"{n:,} vectors from {name}{extra}, {state}")
     if not parts:
         return "index: no vectors yet"
     tail = ("; `memory-studio reindex --model NAME` re-embeds with one model and drops the others"

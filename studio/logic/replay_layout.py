@@ -63,6 +63,19 @@ TOKEN_SECTIONS: tuple[tuple[str, str], ...] = (  # o200k_base counts, as the rec
 )
 
 
+# The reasons that name a change made by hand since a turn (in the Studio: a working-memory version, a stored
+# message edited or deleted), as against what the thread did by itself since (its agent's own working-memory
+# updates, new messages, observations, recall, time passing).
+HAND_EDIT_REASONS = frozenset({"working-memory-edited", "message-edited", "message-deleted"})
+CAUSE_HAND, CAUSE_THREAD = "hand edit", "the thread"
+CAUSE_TIPS = {
+    CAUSE_HAND: "A change made by hand since this turn (a working-memory version written in the Studio, a stored "
+                "message edited or deleted) is among what makes its prompt differ now",
+    CAUSE_THREAD: "No hand edit: its prompt differs now only by what the thread did since (its agent's own "
+                  "working-memory updates, new messages, observations, recall, time passing)",
+}
+
+
 def reason_label(reason: str) -> str:
     return REASON_LABELS.get(reason, reason.replace("-", " "))
 
@@ -493,6 +506,12 @@ class WhatIfTableRow:
     left: int
     changed: int
     reasons: str
+    hand_edited: bool = False  # a change of its prompt is a hand edit since (``HAND_EDIT_REASONS``)
+
+    @property
+    def cause(self) -> str:
+        """Against the memory as it is now: whether a hand edit is among what changed it, or only the thread."""
+        return CAUSE_HAND if self.hand_edited else CAUSE_THREAD
 
     @property
     def delta(self) -> int:
@@ -516,7 +535,7 @@ def what_if_rows(rows: Sequence[Any], turns: Sequence[Turn]) -> list[WhatIfTable
             number.get(r.input_message_id, 0), r.input_message_id, text_preview(text.get(r.input_message_id, ""), 80),
             int(r.tokens_real), int(r.tokens_what_if), int(r.entered), int(r.left),
             sum(c.kind == "changed" for c in r.changes),
-            ", ".join(reason_label(k) for k in reasons)))
+            ", ".join(reason_label(k) for k in reasons), any(k in HAND_EDIT_REASONS for k in reasons)))
     return out
 
 
@@ -558,13 +577,20 @@ def today_note(real: AssembledPrompt, today: AssembledPrompt, changes: Sequence[
         "\n".join(lines)
 
 
-def today_rows(rows: Sequence[WhatIfTableRow]) -> list[WhatIfTableRow]:
-    """The what-if rows against today's memory worth listing: the turns whose prompt differs now."""
-    return [r for r in rows if r.entered or r.left or r.changed or r.delta]
+def today_rows(rows: Sequence[WhatIfTableRow], *, hand_only: bool = False) -> list[WhatIfTableRow]:
+    """The what-if rows against today's memory worth listing: the turns whose prompt differs now (``hand_only``:
+    those among them a hand edit since changes)."""
+    return [r for r in rows if (r.entered or r.left or r.changed or r.delta) and (r.hand_edited or not hand_only)]
 
 
-def today_summary(rows: Sequence[WhatIfTableRow], total: int, cancelled: bool) -> str:
-    """The What-If summary against today's memory (``rows``: every turn rebuilt, differing or not)."""
+def _numbers(rows: Sequence[WhatIfTableRow]) -> str:
+    return ", ".join(str(r.number) for r in rows[:12]) + (" …" if len(rows) > 12 else "")
+
+
+def today_summary(rows: Sequence[WhatIfTableRow], total: int, cancelled: bool, *, hand_only: bool = False) -> str:
+    """The What-If summary against today's memory (``rows``: every turn rebuilt, differing or not): how many
+    differ, how many of those a hand edit since changes and how many only the thread's own course, and which
+    are listed (``hand_only``: the list shows the hand-edited ones alone)."""
     if not rows:
         return "Cancelled before the first turn." if cancelled else "No turns."
     differing = today_rows(rows)
@@ -572,11 +598,26 @@ def today_summary(rows: Sequence[WhatIfTableRow], total: int, cancelled: bool) -
     if not differing:
         return head + (f"With the memory as it is now, none of {len(rows)} turns' prompts differs from what its "
                        "model received.")
-    numbers = ", ".join(str(r.number) for r in differing[:12]) + (" …" if len(differing) > 12 else "")
     reasons = [label for label in REASON_LABELS.values() if any(label in r.reasons for r in differing)]
-    return head + (f"With the memory as it is now, {len(differing)} of {len(rows)} turns' prompts differ from "
-                   f"what their model received (turns {numbers}): {'; '.join(reasons)}. Only those are listed; "
-                   "open one to see what changed, or re-run it.")
+    text = (f"With the memory as it is now, {len(differing)} of {len(rows)} turns' prompts differ from what their "
+            f"model received (turns {_numbers(differing)}): {'; '.join(reasons)}. ")
+    hand = [r for r in differing if r.hand_edited]
+    thread = len(differing) - len(hand)
+    only_thread = (f"{thread} only by what the thread did since (its agent's own updates, new messages)"
+                   if thread else "")
+    if not hand:
+        text += "None by a hand edit since: they differ only by what the thread did since (its agent's own " \
+                "updates, new messages). "
+        text += "Clear \u201cOnly hand edits\u201d to list them." if hand_only else "Open one to see what changed."
+    elif not thread:
+        text += "All by a hand edit since. Open one to see what changed, or re-run it."
+    elif hand_only:
+        text += (f"{len(hand)} by a hand edit since (turns {_numbers(hand)}), listed; {only_thread}: clear "
+                 "\u201cOnly hand edits\u201d to list them too.")
+    else:
+        text += (f"{len(hand)} by a hand edit since (turns {_numbers(hand)}), {only_thread}: the Cause column says "
+                 "which. Open one to see what changed, or re-run it.")
+    return head + text
 
 
 # -- re-run ----------------------------------------------------------------------------------------

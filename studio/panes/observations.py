@@ -48,6 +48,7 @@ from studio.widgets.om_buffer import BufferPanel
 from studio.widgets.priority_marks import ObservationLogView
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView, keep_rows_in_sight
+from studio.widgets.scroll_fit import least_height_at_width, stack_when_narrow
 from studio.widgets.a11y import named
 
 PAGE_EMPTY, PAGE_CONTENT = range(2)
@@ -177,6 +178,12 @@ class ObservationsPane(QWidget):
         split.setStretchFactor(0, 1)  # (2 : 3 left the generations and the buffer ~300 px at 1,100 px)
         split.setStretchFactor(1, 1)
         split.setSizes([540, 540])
+        # Narrower than the generations and the log need side by side, the log goes under them (it was cut
+        # at the pane's edge); each side's least height is what its layout needs at the width it has (stacked,
+        # the buffer's wrapped lines took its table's rows: the hint counts a wrapped label's least lines).
+        stack_when_narrow(split, share=50)
+        for part in (left, right):
+            least_height_at_width(part, grow=True)
         cl.addWidget(split, 1)
         self.stack.addWidget(content)
         root.addWidget(self.stack, 1)

@@ -78,6 +78,7 @@ from studio.widgets.plain_tip import rich_tip
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, keep_rows_in_sight, record_table_view
 from studio.widgets.request_view import RequestPanel
+from studio.widgets.scroll_fit import least_height_at_width, stack_when_narrow
 from studio.widgets.a11y import label_for, named
 
 DEBOUNCE_MS = 250
@@ -316,6 +317,15 @@ class PromptInspectorPane(QWidget):
         self.side_tabs.addTab(skip, "Skipped")
         lower.addWidget(self.side_tabs)
         lower.setSizes([540, 460])
+        # Narrower than the fragment's detail and the request tabs need side by side, the tabs go under the
+        # detail (they were cut at the pane's edge); the table's least height is taken at the width it has.
+        # (the request scrolls up and down only: side by side the tabs need its least width, not a scroll area's)
+        stack_when_narrow(lower, share=55, needs={1: lambda: max(request.minimumSizeHint().width() + 8,
+                                                                 self.side_tabs.minimumSizeHint().width())})
+        least_height_at_width(upper)
+        # The detail asks at least its hint, and more where its wrapped header and sources need more lines at the
+        # width it has (with the theme's 10 pt font at a 900 px window they left its text 40 px of its 56)
+        least_height_at_width(detail, grow=True, shrink=False)
         split.addWidget(lower)
         split.setSizes([250, 330])
         split.setStretchFactor(0, 1)

@@ -138,6 +138,9 @@ def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candid
 
 class RecallPlaygroundPane(QWidget):
     searched = Signal(object)  # RecallView on screen
+    # A window command the banner's button asks for: "resource.index" (Edit > Index Recall for Resource…,
+    # confirmed there; this pane itself writes nothing).
+    request_command = Signal(str)
     explained = Signal(object)  # Explanation on screen
     failed = Signal(str)
 
@@ -533,6 +536,11 @@ class RecallPlaygroundPane(QWidget):
                          on_result=alive_only(self, self._on_result),
                          on_error=alive_only(self, self._on_error), key=self._key)
 
+    def search_again(self) -> None:
+        """Run the shown search again (the index changed under it: Index Recall for Resource…)."""
+        if self.query_edit.text().strip():
+            self.search_now()
+
     def _on_result(self, view: RecallView) -> None:
         if view.request != self.request():
             return  # the controls moved on while this ran; the newer search is on its way
@@ -544,18 +552,31 @@ class RecallPlaygroundPane(QWidget):
             self.captions[name].setStyleSheet(
                 "" if ins.hits(name) else f"color: {lay.WARN_COLOUR};")
         notes = [n for n in ins.notes if n]
+        actions = self._index_action(view)
         if view.problem:  # the notes follow it: "keyword results work" must not hide that none are indexed
-            self.banner.show_message(view.problem + (" Also: " + "; ".join(notes) if notes else ""), "warning")
+            self.banner.show_message(view.problem + (" Also: " + "; ".join(notes) if notes else ""), "warning",
+                                     actions)
         elif notes:
-            self.banner.show_message("; ".join(notes), "info")
+            self.banner.show_message("; ".join(notes), "info", actions)
         else:
             self._hide_banner()
-        self.summary.setText(lay.search_summary(ins) + "\n" + lay.indexed_by_text(view.indexed_by, ins.model_id))
+        self.summary.setText(lay.search_summary(ins) + "\n" + lay.indexed_by_text(view.indexed_by, ins.model_id, view.with_pieces))
         self._title_tabs()
         self.status.setText("")
         self.searched.emit(view)
         if self.why_edit.text().strip():
             self.explain_now()
+
+    def _index_action(self, view: RecallView) -> list[tuple[str, Any]]:
+        """The banner's way forward when the scope has messages recall has not indexed and this Studio can
+        index them (writes allowed, the recall tables there): Edit > Index Recall for Resource…."""
+        ins = view.inspection
+        resource = ins.resource_id or self.selection.resource_id
+        if self.session.read_only or not view.migrated or not resource:
+            return []
+        if not (ins.waiting or view.problem or ins.vectors_in_scope == 0):
+            return []
+        return [("Index This Resource…", lambda: self.request_command.emit("resource.index"))]
 
     def _on_error(self, exc: BaseException, what: str = SEARCH_FAILED) -> None:
         """``what`` failed: the search, or one of the reads around it (each says which, so a thread that

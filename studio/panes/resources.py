@@ -10,7 +10,16 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from PySide6.QtCore import QAbstractListModel, QItemSelectionModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QEvent,
+    QItemSelectionModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+    Signal,
+)
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
@@ -78,6 +87,22 @@ class SearchResultsModel(QAbstractListModel):
         return f"{title}  ·  {hit.role}  ·  {format_time(hit.created_at)}\n{snippet(hit.text, self.query)}"
 
 
+TITLE_LEAST_CHARS = 18  # a thread title's least room, in "x" widths, before the date column gives way
+
+
+class _DateGivesWay(QObject):
+    """Fits the thread list's date column to the list's width as the list is resized."""
+
+    def __init__(self, pane: "ResourcesPane") -> None:
+        super().__init__(pane)
+        self.pane = pane
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if event.type() == QEvent.Type.Resize:
+            self.pane.fit_date_column()
+        return False
+
+
 class ResourcesPane(QWidget):
     selection_changed = Signal(object)  # Selection (resource, thread) picked in the tree
     hit_activated = Signal(object)  # Selection with message_id: a search hit to open
@@ -86,7 +111,7 @@ class ResourcesPane(QWidget):
     def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("resourcesPane")
-        self.setMinimumWidth(300)
+        # (no least width of its own: the window's ``SideWidth`` gives the list its least, a share of the window)
         self.session = session
         self._loaded_once = False
         self._pending: Selection | None = None
@@ -118,6 +143,11 @@ class ResourcesPane(QWidget):
         # ResizeToContents, which asks a thousand rows or more for their text on every load.
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Fixed)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Fixed)
+        # In a narrow list (a 720 px window) the date column goes while the titles would have less than
+        # ``TITLE_LEAST`` (each row's tooltip says its last activity): titles are what users scan.
+        self._date_width = 0
+        self._date_fit = _DateGivesWay(self)
+        self.tree.viewport().installEventFilter(self._date_fit)
 
         self.results = SearchResultsModel(self)
         self.results_view = QListView(self)
@@ -221,6 +251,20 @@ class ResourcesPane(QWidget):
             cell = reference.siblingAtColumn(column)
             padding = self.tree.sizeHintForIndex(cell).width() - metrics.horizontalAdvance(str(cell.data() or ""))
             header.resizeSection(column, max(width + max(padding, 0) + 2, header.sectionSizeHint(column)))
+        self._date_width = header.sectionSize(2) or self._date_width
+        self.fit_date_column()
+
+    def fit_date_column(self) -> None:
+        """The Last activity column shown while the titles keep ``TITLE_LEAST`` px beside it."""
+        if not self._date_width:
+            return
+        header = self.tree.header()
+        room = self.tree.viewport().width() - header.sectionSize(1) - self._date_width
+        hide = room < self.tree.fontMetrics().horizontalAdvance("x") * TITLE_LEAST_CHARS
+        if self.tree.isColumnHidden(2) != hide:
+            self.tree.setColumnHidden(2, hide)
+            if not hide:
+                header.resizeSection(2, self._date_width)
 
     def thread_rows(self) -> list[tuple[str, str, int]]:
         """(resource id, thread title, message count) of every visible thread (tests, screenshots)."""

@@ -52,6 +52,7 @@ from studio.logic.traces_layout import (
     format_tokens,
     layout_trace,
     pretty_json,
+    read_error_notice,
     span_facts,
     status_text,
     store_notice,
@@ -74,6 +75,7 @@ from studio.widgets.fitted_tabs import FittedTabs
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.price_editor import PriceEditor
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView, keep_rows_in_sight
+from studio.widgets.scroll_fit import least_height_at_width, stack_when_narrow
 from studio.widgets.timeline import (
     ROW_ROLE,
     SpanTreeModel,
@@ -84,6 +86,9 @@ from studio.widgets.a11y import named
 
 PAGE = 50
 POLL_MS = 2000
+# After a list read that failed (an error, not a busy file) the poll reads again after RETRY_FIRST_S, then
+# twice as long after each further failure up to RETRY_MAX_S; a read that succeeds starts over.
+RETRY_FIRST_S, RETRY_MAX_S = 2.0, 30.0
 FILTER_DEBOUNCE_MS = 250
 STATUS_CHOICES: list[tuple[str, Status | None]] = [
     ("Any status", None), ("ok", "ok"), ("error", "error"), ("running", "running")]
@@ -117,7 +122,8 @@ TRACE_SHARE = 0.25  # the trace's name: at least this share of the list (the oth
 # Left out while the list is too narrow for every column: the Thread column when the list shows one
 # thread's traces (the header names it; with all threads it stays, and Spans goes), then Agent; the span
 # tree's Type (each span's colour says it, the legend above the tree names the colours).
-TRACE_OPTIONAL_ONE_THREAD = ("Thread", "Agent")
+TRACE_OPTIONAL_ONE_THREAD = ("Thread", "Agent", "Spans", "Cost")  # (a 720 px window: the caption and the usage
+# line above the list say the spans and the cost)
 # (the span tree's caption counts a trace's spans; an agent run's name holds its agent's: "agent run: 'chef'")
 TRACE_OPTIONAL_ALL_THREADS = ("Spans", "Agent")
 SPAN_SAMPLES = {"Type": "processor", "Duration": "00.00 ms"}
@@ -162,6 +168,8 @@ class TracesPane(QWidget):
         self._dirty = True
         self._fingerprint: tuple[Any, ...] | None = None
         self._fresh_at: dict[TraceFilters, float] = {}
+        self._retry_s = 0.0  # the wait before the next read after a failed one; 0: the last read did not fail
+        self._retry_at = 0.0  # (time.monotonic()) when the poll reads again after a failed read
         self._key = f"traces-{id(self)}"
         self._poll_timer = QTimer(self)
         self._poll_timer.setInterval(POLL_MS)
@@ -242,7 +250,8 @@ class TracesPane(QWidget):
         tl.setContentsMargins(0, 0, 0, 0)
         self.tree_caption = caption("Spans")
         tl.addWidget(self.tree_caption)  # the legend gets its own line, so neither cuts the other
-        tl.addWidget(TimelineLegend(tuple(t for t in SPAN_COLORS if t not in ("model_step", "generic"))))
+        legend = TimelineLegend(tuple(t for t in SPAN_COLORS if t not in ("model_step", "generic")))
+        tl.addWidget(legend)
         self.span_model = SpanTreeModel(self)
         self.tree = QTreeView(self)
         self.tree.setModel(self.span_model)
@@ -290,6 +299,13 @@ class TracesPane(QWidget):
         lower.setStretchFactor(0, 3)
         lower.setStretchFactor(1, 2)
         lower.setSizes([600, 420])
+        # Narrower than the span tree and the span's detail need side by side (a 900 px window), the detail
+        # goes under the tree (it was cut at its edge, the tree's Timeline out of sight); each part asks the
+        # least height its wrapped lines need at the width it has, not at its least width.
+        # (side by side the tree needs its legend on one line; stacked, the legend wraps where it must)
+        stack_when_narrow(lower, share=55, needs={0: lambda: legend.sizeHint().width()})
+        for part in (upper, tree_box, detail):
+            least_height_at_width(part)
         split.addWidget(lower)
         split.setSizes([210, 530])
         root.addWidget(split, 1)
@@ -365,11 +381,18 @@ class TracesPane(QWidget):
         self._poll_timer.stop()
 
     def poll(self) -> None:
-        """Stat the trace files in a worker; reload when they changed or the last read was busy."""
+        """Stat the trace files in a worker; reload when they changed or the last read was busy. After a read
+        that failed, read again once its back-off has passed (one read at a time, in a worker)."""
         if not self.isVisible():
             self._dirty = True
             return
-        if self._polling or self._loading or self.source is None:
+        if self._polling or self._loading:
+            return
+        if self._retry_s:  # the last list read failed: nothing to compare with, read again in time
+            if time.monotonic() >= self._retry_at:
+                self.refresh(keep=True)
+            return
+        if self.source is None:
             return
         self._polling = True
         watch = self.source.watch
@@ -437,14 +460,24 @@ class TracesPane(QWidget):
             return
         self.traces = []
         self.trace_model.set_rows([])
+        f = self.filters()
+        self.trace_fit.optional = TRACE_OPTIONAL_ONE_THREAD if f.thread_id else TRACE_OPTIONAL_ALL_THREADS
+        self.trace_fit.fit()  # (the empty list's columns fitted too: they read "ation" under a sideways bar)
         self.total = None
         self._clear_trace("")
         self.count_label.setText("")
         self.subtitle.setText(self._scope_text())
-        f = self.filters()
         self.subtitle.setToolTip(header_tip(self.subtitle.text(), None if f.thread_id else f.resource_id,
                                             self.session.delegations))
-        self._on_error(exc)
+        self._loading = False
+        # The poll reads again after a back-off: a first read that failed left no source to watch, and the
+        # pane read no more until File > Reload; a transient error (a file being replaced) mends itself.
+        self._retry_s = min(self._retry_s * 2, RETRY_MAX_S) if self._retry_s else RETRY_FIRST_S
+        self._retry_at = time.monotonic() + self._retry_s
+        notice = read_error_notice(str(exc) or type(exc).__name__, broken=is_broken_trace_file_error(exc),
+                                   location=self.source.location if self.source else None, retry_s=self._retry_s)
+        self.banner.show_message(notice.text, notice.level, [("Try Now", lambda: self.refresh())])
+        self.status.setText("")
 
     def load_more(self) -> None:
         if self.total is None or len(self.traces) >= self.total:
@@ -461,6 +494,7 @@ class TracesPane(QWidget):
             return  # filters changed or a newer reload started: this answer is out of date
         if page.offset == 0:
             self._loading = False
+            self._retry_s = 0.0
         elif page.offset != len(self.traces):
             return
         self.source = page.source

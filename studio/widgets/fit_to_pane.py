@@ -38,13 +38,14 @@ class FitToPane(QObject):
     sample, when given);
     ``last``: the column that takes the rest (at least its title, or ``rest_sample``); ``optional``:
     columns hidden, in this order, while the table cannot hold the others (what they show is said
-    elsewhere; settable: what is said elsewhere may change); ``decorated``: columns that draw a swatch
-    before their text (their sample or floor gets the swatch's width as well)."""
+    elsewhere; settable: what is said elsewhere may change); ``left_out``: columns hidden whatever the width
+    (settable: a column that has nothing to say in the table's present mode); ``decorated``: columns that draw
+    a swatch before their text (their sample or floor gets the swatch's width as well)."""
 
     def __init__(self, table: FitView, samples: Mapping[str, str], shares: Mapping[str, float], last: str,
                  *, pad: int = 16, caps: Mapping[str, str] | None = None, floors: Mapping[str, str] | None = None,
                  rest_sample: str | None = None, optional: Sequence[str] = (), last_share: float = 0.0,
-                 last_least: int = 0, decorated: Sequence[str] = ()) -> None:
+                 last_least: int = 0, decorated: Sequence[str] = (), left_out: Sequence[str] = ()) -> None:
         super().__init__(table)
         self.table = table
         self.samples, self.shares, self.last, self.pad = dict(samples), dict(shares), last, pad
@@ -54,6 +55,7 @@ class FitToPane(QObject):
         # message: at least half of its list, at least ``last_least``): the others give way first.
         self.last_share, self.last_least = last_share, last_least
         self.decorated = tuple(decorated)
+        self.left_out = tuple(left_out)
         table.setTextElideMode(Qt.TextElideMode.ElideRight)
         header = header_of(table)
         header.setStretchLastSection(False)  # (a stretched section never went below 100 px: set here instead)
@@ -68,7 +70,7 @@ class FitToPane(QObject):
 
     def _widths(self) -> tuple[dict[str, int], dict[str, int], dict[str, int], int]:
         """The fixed columns' widths, the shared ones' minima and caps, and the last column's least."""
-        metrics, titles = self.table.fontMetrics(), titles_of(self.table)
+        metrics, titles = self.table.fontMetrics(), self._titles()
         swatch = self.table.iconSize().width() if self.table.iconSize().isValid() else 0
         swatch = max(swatch, self.table.style().pixelMetric(self.table.style().PixelMetric.PM_SmallIconSize)) + 6
 
@@ -88,6 +90,10 @@ class FitToPane(QObject):
         rest = metrics.horizontalAdvance(self.rest_sample or self.last) + pad_of(self.last)  # the last column's least
         return fixed, minimum, caps, rest
 
+    def _titles(self) -> dict[str, int]:
+        """The columns that are fitted: every one but those ``left_out``."""
+        return {t: c for t, c in titles_of(self.table).items() if t not in self.left_out}
+
     def least(self) -> int:
         """The narrowest the table can be without scrolling sideways (the optional columns left out), its
         frame and vertical scroll bar included."""
@@ -104,7 +110,7 @@ class FitToPane(QObject):
     def fit(self) -> None:
         table = self.table
         metrics, pad = table.fontMetrics(), self.pad
-        titles = titles_of(table)
+        titles = self._titles()
         fixed, minimum, caps, rest = self._widths()
         header_of(table).setMinimumSectionSize(min(rest, metrics.horizontalAdvance("#") + pad))
         total = table.viewport().width()
@@ -128,7 +134,7 @@ class FitToPane(QObject):
                     give = min(over, max(0, widths[title] - floors[title]))
                     widths[title] -= give
                     over -= give
-        for title, column in titles.items():
+        for title, column in titles_of(table).items():
             hidden = title not in widths
             if table.isColumnHidden(column) != hidden:
                 table.setColumnHidden(column, hidden)

@@ -6,7 +6,7 @@ never does I/O: it reads the record the pane handed over.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
@@ -95,8 +95,33 @@ class RecordTableModel(QAbstractTableModel, Generic[R]):
         self._rows = rows
         self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(self._columns) - 1))
 
+    def append_rows(self, rows: Sequence[R], keep: int | None = None) -> None:
+        """Add ``rows`` at the end (inserted, not a reset: the view keeps its selection and scroll); with
+        ``keep``, the oldest rows beyond it are removed first."""
+        rows = list(rows)
+        if keep is not None:
+            over = len(self._rows) + len(rows) - keep
+            if over > 0:
+                gone = min(over, len(self._rows))
+                if gone:
+                    self.beginRemoveRows(QModelIndex(), 0, gone - 1)
+                    del self._rows[:gone]
+                    self.endRemoveRows()
+                rows = rows[len(rows) - min(len(rows), keep):]
+        if rows:
+            start = len(self._rows)
+            self.beginInsertRows(QModelIndex(), start, start + len(rows) - 1)
+            self._rows.extend(rows)
+            self.endInsertRows()
+
     def rows(self) -> list[R]:
         return list(self._rows)
+
+    def retitle(self, section: int, title: str) -> None:
+        """Head column ``section`` with ``title`` (a column that shows another thing in another mode)."""
+        if self._columns[section].title != title:
+            self._columns[section] = replace(self._columns[section], title=title)
+            self.headerDataChanged.emit(Qt.Orientation.Horizontal, section, section)
 
     def row_at(self, row: int) -> R | None:
         return self._rows[row] if 0 <= row < len(self._rows) else None

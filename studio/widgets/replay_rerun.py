@@ -69,6 +69,19 @@ DIFFERENCE_COLUMNS: list[Column[tuple[str, str, str]]] = [
 ]
 CHANGED_STYLE = "QLineEdit { font-weight: bold; }"
 RECEIVED, TODAY, WHAT_IF = "received", "today", "what-if"  # the prompt choices
+# What Re-Run does while nothing has run yet, for the prompt chosen (one text for the three said "with its
+# recorded tools…" whatever was picked, silent on a rebuilt prompt being a reconstruction).
+_ASK = "Pick a model (File > Preferences… adds endpoints) and re-run this call"
+_SAFE = "Nothing is written to any thread, and no tool runs."
+IDLE_HINTS = {
+    RECEIVED: f"{_ASK} as the model received it: its recorded messages, tools, settings and tool choice (change "
+              f"any of them above). {_SAFE}",
+    TODAY: f"{_ASK} with the turn rebuilt from the memory as it is now (today's working memory and messages as "
+           "stored now: a fix made since is in), with the call's recorded tools, settings and tool choice. A "
+           f"reconstruction, not what the model received. {_SAFE}",
+    WHAT_IF: f"{_ASK} with the turn's what-if prompt (the options of the What-If tab), with the call's recorded "
+             f"tools, settings and tool choice (change any of them above). {_SAFE}",
+}
 
 
 class RerunPanel(QWidget):
@@ -218,9 +231,7 @@ class RerunPanel(QWidget):
 
     def _idle_status(self) -> None:
         set_tone(self.status, None)
-        self.status.setText("Pick a model (File > Preferences… adds endpoints) and re-run this call with its recorded "
-                            "tools, settings and tool choice (change any of them above). Nothing is written to any "
-                            "thread, and no tool runs.")
+        self.status.setText(IDLE_HINTS.get(self.choice(), IDLE_HINTS[RECEIVED]))
 
     def fill_models(self) -> None:
         """The models from Preferences; the default one unless the user picked another here."""
@@ -317,6 +328,8 @@ class RerunPanel(QWidget):
     def _prompt_picked(self) -> None:
         """Another prompt chosen: the settings from its call; "as it is now" rebuilds the turn first."""
         self.reset_settings()
+        if self.status.text() in IDLE_HINTS.values():
+            self._idle_status()  # the hint follows the choice (a result, an error or a send in progress stays)
         if self.choice() != TODAY:
             self.today_label.hide()
             return

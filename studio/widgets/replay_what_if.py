@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFrame,
@@ -32,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from core.replay import FragmentChange
 from studio.logic.replay_layout import (
+    CAUSE_TIPS,
     CHANGE_MARKS,
     WhatIfOptions,
     WhatIfTableRow,
@@ -58,8 +60,11 @@ IDLE_TEXT = {
     "options": "Change options, then Run What-If: every turn is rebuilt with them.",
     "today": "Run What-If: every turn is rebuilt with the memory as it is now (today's working memory, messages "
              "as stored now, recall over today's index) and compared with what its model received; the turns "
-             "that differ are listed, with why.",
+             "that differ are listed, with why and whether a hand edit since is among the causes.",
 }
+HAND_ONLY_TEXT = "Only hand edits"
+# The tokens of each turn's rebuilt prompt: with the options (what-if) or with the memory as it is now.
+TOKENS_TITLE = {"options": "Tokens what-if", "today": "Tokens now"}
 RERUN_TEXT = {"options": "Re-Run This What-If Prompt…", "today": "Re-Run With the Memory as It Is Now…"}
 
 WHAT_IF_COLUMNS: list[Column[WhatIfTableRow]] = [
@@ -72,12 +77,15 @@ WHAT_IF_COLUMNS: list[Column[WhatIfTableRow]] = [
     Column("Entering", lambda r: f"+{r.entered}" if r.entered else "", RIGHT),
     Column("Leaving", lambda r: f"−{r.left}" if r.left else "", RIGHT),
     Column("Changed", lambda r: f"~{r.changed}" if r.changed else "", RIGHT),
+    # (against the memory as it is now only: a hand edit since among the causes, or only the thread's own course)
+    Column("Cause", lambda r: r.cause, tooltip=lambda r: CAUSE_TIPS[r.cause]),
     Column("Why", lambda r: r.reasons, tooltip=lambda r: r.reasons),
 ]
+COL_TOKENS_WHAT_IF = 3
 
 # The narrow columns' usual widest text (the what-if table's and the changes' table's ``FitToPane``).
-WHAT_IF_SAMPLES = {"#": "00", "Tokens real": "00,000", "Tokens what-if": "00,000", "Δ": "-0,000", "Entering": "+00",
-                   "Leaving": "−00", "Changed": "~00"}
+WHAT_IF_SAMPLES = {"#": "00", "Tokens real": "00,000", "Tokens what-if": "00,000", "Tokens now": "00,000",
+                   "Δ": "-0,000", "Entering": "+00", "Leaving": "−00", "Changed": "~00", "Cause": "the thread"}
 CHANGE_SAMPLES = {"Change": "~ changed", "Tokens": "0,000 → 0,000"}
 CHANGE_COLUMNS: list[Column[FragmentChange]] = [
     Column("Change", lambda c: CHANGE_MARKS.get(c.kind, c.kind)),
@@ -163,6 +171,19 @@ class WhatIfPanel(QWidget):
         self.against_combo.setToolTip("Rebuild every turn with the options beside this, or with the memory as it "
                                       "is now: which turns' prompts does a fix made since change, and why")
         flow.addWidget(labelled("Compare with", self.against_combo))
+        # Against the memory as it is now, on by default: a user who compares with it has (nearly always) just
+        # fixed something by hand and asks which turns that fix changes; the turns that differ only because the
+        # thread went on (its agent updating its own working memory, new messages) are counted in the summary
+        # and listed when this is cleared.
+        self.hand_only_box = QCheckBox(HAND_ONLY_TEXT)
+        self.hand_only_box.setObjectName("whatIfHandOnly")
+        self.hand_only_box.setChecked(True)
+        self.hand_only_box.setToolTip("List only the turns whose prompt a change made by hand since changes (a "
+                                      "working-memory version written in the Studio, a stored message edited or "
+                                      "deleted); clear it to list too the turns that differ only by what the thread "
+                                      "did since")
+        self.hand_only_box.setVisible(False)
+        flow.addWidget(self.hand_only_box)
         self.option_cells: list[QWidget] = []
         for label, widget in cells:
             widget.setMinimumWidth(120)
@@ -205,7 +226,7 @@ class WhatIfPanel(QWidget):
         # (at a 1,100 px window the columns ran ~100 px past the table's edge: Changed and Why out of sight)
         self.fit = FitToPane(self.table, WHAT_IF_SAMPLES, {"Input": 1.0}, last="Why", floors={"Input": "Great, add rice"},
                              rest_sample="options changed", pad=20,
-                             optional=("Changed", "Leaving", "Entering"))
+                             optional=("Changed", "Leaving", "Entering"), left_out=("Cause",))
         split.addWidget(self.table)
         lower = QWidget()
         ll = QVBoxLayout(lower)
@@ -244,6 +265,7 @@ class WhatIfPanel(QWidget):
         self.table.activated.connect(lambda index: self.open_row(index.row()))
         self.rerun_btn.clicked.connect(self._rerun_requested)
         self.against_combo.currentIndexChanged.connect(lambda _i: self._against_picked())
+        self.hand_only_box.toggled.connect(lambda _on: self._show_rows() if self._against == "today" else None)
 
     def _rerun_requested(self) -> None:
         if self.detail is not None:
@@ -258,6 +280,7 @@ class WhatIfPanel(QWidget):
         for cell in self.option_cells:  # today's memory is compared as configured: no options
             cell.setEnabled(not today)
         self.checks_btn.setEnabled(not today)
+        self.hand_only_box.setVisible(today)
         if not self._running:
             self.summary.setText(IDLE_TEXT[self.against()])
 
@@ -342,12 +365,27 @@ class WhatIfPanel(QWidget):
         self.rerun_btn.setEnabled(False)
         self.rerun_btn.setText(RERUN_TEXT[outcome.against])
         rows = what_if_rows(outcome.rows, source.turns)
-        today = outcome.against == "today"
-        self.model.set_rows(today_rows(rows) if today else rows)  # today: only the turns whose prompt differs
         self.progress.setValue(len(rows))
         self.progress_label.setText(f"{len(rows):,} of {outcome.total:,} turns")
-        self.summary.setText((today_summary if today else what_if_summary)(rows, outcome.total, outcome.cancelled))
+        self._show_rows()
         self.finished.emit(outcome)
+
+    def _show_rows(self) -> None:
+        """The outcome's rows as its comparison lists them: every turn with the options; against the memory as
+        it is now, the turns whose prompt differs (with "Only hand edits", those a hand edit since changes), with
+        the Cause column and the rebuilt prompt's tokens headed "Tokens now"."""
+        outcome, source = self.outcome, self.source
+        if outcome is None or source is None:
+            return
+        rows = what_if_rows(outcome.rows, source.turns)
+        today = outcome.against == "today"
+        hand_only = self.hand_only_box.isChecked()
+        self.model.retitle(COL_TOKENS_WHAT_IF, TOKENS_TITLE[outcome.against])
+        self.fit.left_out = () if today else ("Cause",)
+        self.model.set_rows(today_rows(rows, hand_only=hand_only) if today else rows)
+        self.fit.fit()
+        self.summary.setText(today_summary(rows, outcome.total, outcome.cancelled, hand_only=hand_only) if today
+                             else what_if_summary(rows, outcome.total, outcome.cancelled))
 
     def _on_error(self, exc: BaseException) -> None:
         self._finish()

@@ -9,10 +9,12 @@ it fills the view exactly as it did without a scroll area, and scrolls only belo
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import shiboken6
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt, QTimer
 from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QDialog, QFrame, QScrollArea, QSizePolicy, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDialog, QFrame, QScrollArea, QSizePolicy, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 TITLE_BAR = 40  # px a window manager's title bar and frame may take from a screen's available height
 
@@ -129,32 +131,101 @@ class _LeastAtWidth(QObject):
     """``least_height_at_width``'s watcher: sets its widget's least height again when the widget's width
     or its content changes."""
 
+    def __init__(self, widget: QWidget, grow: bool, shrink: bool = True) -> None:
+        super().__init__(widget)
+        self.grow, self.shrink = grow, shrink
+
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
         if isinstance(watched, QWidget) and event.type() in (QEvent.Type.Resize, QEvent.Type.LayoutRequest):
-            _fit_least_height(watched)
+            _fit_least_height(watched, self.grow, self.shrink)
         return False
 
 
-def _fit_least_height(widget: QWidget) -> None:
+def _fit_least_height(widget: QWidget, grow: bool = False, shrink: bool = True) -> None:
     layout = widget.layout()
     if layout is None or widget.width() <= 0:
         return
     hint = widget.minimumSizeHint().height()  # (its layout's least height at its least width)
     at_width = layout.minimumHeightForWidth(widget.width()) if layout.hasHeightForWidth() else 0
-    least = at_width if 0 < at_width < hint else 0  # (0: the hint, as if never set)
+    wanted = 0 < at_width and ((grow and at_width > hint) or (shrink and at_width < hint))
+    least = at_width if wanted else 0  # (0: the hint, as if never set)
     if widget.minimumHeight() != least:
         widget.setMinimumHeight(least)
 
 
-def least_height_at_width(widget: QWidget) -> None:
+def least_height_at_width(widget: QWidget, *, grow: bool = False, shrink: bool = True) -> None:
     """``widget`` (a part of a vertical splitter) asks, as its least height, what its layout needs at the
     width it has, never more than its minimum size hint. A splitter asks its parts' minimum size hints,
     which are taken at their least widths, where their wrapped labels need the most lines, and by a wrapped
     label's preferred height (a label whose size policy cannot shrink): Replay's context table and its
-    fragment asked 48 px more than they need at 1,100 x 800, and the pane's page scrolled there."""
-    watcher = _LeastAtWidth(widget)
+    fragment asked 48 px more than they need at 1,100 x 800, and the pane's page scrolled there. ``grow``: also
+    more than the hint where its layout needs more at that width (wrapped labels over a table: the hint counts
+    a wrapped label's least lines, and the table below them was squeezed to its header). ``shrink`` False: never
+    less than the hint (a part whose content was squeezed below it)."""
+    watcher = _LeastAtWidth(widget, grow, shrink)
     widget.installEventFilter(watcher)
-    _fit_least_height(widget)
+    _fit_least_height(widget, grow, shrink)
+
+
+class _StackWhenNarrow(QObject):
+    """``stack_when_narrow``'s watcher."""
+
+    def __init__(self, split: QSplitter, share: int, needs: Mapping[int, Callable[[], int]]) -> None:
+        super().__init__(split)
+        self.split, self.share, self.needs = split, share, dict(needs)
+
+    def side_by_side_least(self) -> int:
+        """The width the parts need side by side: their least widths and the handles between them."""
+        shown = [(i, p) for i, p in enumerate(self.split.widget(i) for i in range(self.split.count()))
+                 if p is not None and not p.isHidden()]
+        widths = [self.needs[i]() if i in self.needs else least_size(p).width() for i, p in shown]
+        return sum(widths) + self.split.handleWidth() * max(len(shown) - 1, 0)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if watched is self.split and isinstance(event, QResizeEvent):
+            self.follow(event.size().width(), event.size().height())
+        elif watched is self.split and event.type() == QEvent.Type.LayoutRequest:
+            self._fit_least()  # (a part's least size changed: what it loaded, its width)
+        return False
+
+    def follow(self, width: int, height: int) -> None:
+        split = self.split
+        if width <= 0:
+            return
+        want = Qt.Orientation.Horizontal if width >= self.side_by_side_least() else Qt.Orientation.Vertical
+        if want != split.orientation():
+            split.setOrientation(want)
+            whole = width if want == Qt.Orientation.Horizontal else height
+            first = whole * self.share // 100
+            split.setSizes([first, max(whole - first, 0)])
+        self._fit_least()
+
+    def _fit_least(self) -> None:
+        """Stacked, its least height is its parts' one above the other, said outright: a page's least height is
+        taken at the width it has (``LeastSizeHolder``), where a layout counted less than that and the stacked
+        parts were cut (the Observations pane's buffer at 720 px)."""
+        split = self.split
+        if split.orientation() == Qt.Orientation.Vertical:
+            parts = [split.widget(i) for i in range(split.count())]
+            shown = [p for p in parts if p is not None and not p.isHidden()]
+            least = sum(least_size(p).height() for p in shown) + split.handleWidth() * max(len(shown) - 1, 0)
+        else:
+            least = 0
+        if split.minimumHeight() != least:
+            split.setMinimumHeight(least)
+
+
+def stack_when_narrow(split: QSplitter, share: int = 50, needs: Mapping[int, Callable[[], int]] | None = None) -> None:
+    """``split`` (horizontal) puts its parts one under the other while it is narrower than their least widths
+    side by side, and side by side again once it is wide enough (``share``: the first part's percentage of
+    the length after a switch). Side by side in a narrower splitter, each part had less than its least width
+    and was cut at its edge (the Traces pane's span tree at a 900 px window: its Timeline out of sight); Replay's
+    turn view stacks in the same way. Stacked, the page scrolls below the parts' least heights. ``needs``: the
+    width side by side of a part (by index) whose least width says less than it needs (a scroll area whose
+    content scrolls up and down only), asked at each resize; none of it changes a least size."""
+    watcher = _StackWhenNarrow(split, share, needs or {})
+    split.installEventFilter(watcher)
+    split.setProperty("stacksWhenNarrow", True)  # (followed from its first resize: the sizes set in code stay)
 
 
 def least_of_page_shown(tabs: QTabWidget) -> None:
@@ -177,6 +248,51 @@ def least_of_page_shown(tabs: QTabWidget) -> None:
 
     tabs.currentChanged.connect(follow)
     follow()
+
+
+class SideWidth(QObject):
+    """A horizontal splitter's first part (the main window's thread list) sized to the splitter's width: at
+    least ``least_share`` of it (between ``floor`` and ``most_least`` px), and the width the user wants (the
+    ``wanted`` px it starts at, or where they last dragged it) while that is at most ``share`` of it. A fixed
+    least of 340 px and a splitter that keeps its first part's size left a 720 px window's panes ~320 px,
+    cut sideways."""
+
+    def __init__(self, split: QSplitter, *, wanted: int, most_least: int, floor: int, least_share: float,
+                 share: float) -> None:
+        super().__init__(split)
+        self.split, self.wanted = split, wanted
+        self.most_least, self.floor, self.least_share, self.share = most_least, floor, least_share, share
+        split.splitterMoved.connect(self._dragged)  # (a user's drag only: ``setSizes`` does not emit it)
+        split.installEventFilter(self)
+        self.fit()
+
+    def least(self, width: int) -> int:
+        return min(self.most_least, max(self.floor, int(width * self.least_share)))
+
+    def width_at(self, width: int) -> int:
+        """The first part's width in a splitter ``width`` px wide."""
+        return min(self.wanted, max(self.least(width), int(width * self.share)))
+
+    def _dragged(self, _pos: int, _index: int) -> None:
+        first = self.split.widget(0)
+        if first is not None:
+            self.wanted = first.width()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if watched is self.split and event.type() == QEvent.Type.Resize:
+            self.fit()
+        return False
+
+    def fit(self) -> None:
+        split, width = self.split, self.split.width()
+        first = split.widget(0)
+        if first is None or split.count() < 2 or width <= 0:
+            return
+        first.setMinimumWidth(self.least(width))
+        want = self.width_at(width)
+        if first.width() != want:
+            rest = max(width - want - split.handleWidth(), 0)
+            split.setSizes([want, rest, *[0] * (split.count() - 2)])
 
 
 def dialog_body(dialog: QDialog) -> QWidget:
@@ -204,4 +320,5 @@ def dialog_body(dialog: QDialog) -> QWidget:
     return body
 
 
-__all__ = ["FitScroll", "LeastSizeHolder", "dialog_body", "least_height_at_width", "least_of_page_shown", "least_size"]
+__all__ = ["FitScroll", "LeastSizeHolder", "SideWidth", "dialog_body", "least_height_at_width", "least_of_page_shown", "least_size",
+           "stack_when_narrow"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, QPersistentModelIndex, QPointF, QRectF, Qt
+from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, QPersistentModelIndex, QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QPainter, QPen, QPolygonF
-from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
+from PySide6.QtWidgets import QSizePolicy, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
 from studio.logic.traces_layout import (
     ERROR_COLOR,
@@ -191,40 +191,72 @@ class TimelineDelegate(QStyledItemDelegate):
 
 
 class TimelineLegend(QWidget):
-    """The colour key of the span types, painted in one line."""
+    """The colour key of the span types: one line where it fits, wrapped onto more where the pane is narrower
+    (its least width is its widest entry's; a one-line least width cut the legend, and the tree under it, in a
+    720 px window with the theme's 10 pt font)."""
+
+    GAP = 14  # between one entry's label and the next entry's swatch
 
     def __init__(self, types: tuple[str, ...], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.types = types
-        self.setMinimumHeight(self.fontMetrics().height() + 6)
-        self.setMinimumWidth(self.sizeHint().width())
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+
+    def _entries(self) -> list[tuple[str, str, bool, int]]:
+        """(label, colour, outlined, width with its swatch) of each entry, in order."""
+        metrics = self.fontMetrics()
+        entries = [(span_label(t), span_color(t), False) for t in self.types] + [("error", ERROR_COLOR, True)]
+        return [(label, colour, outline, 18 + metrics.horizontalAdvance(label) + self.GAP)
+                for label, colour, outline in entries]
+
+    def _lines(self, width: int) -> list[list[tuple[str, str, bool, int]]]:
+        lines: list[list[tuple[str, str, bool, int]]] = [[]]
+        used = 0
+        for entry in self._entries():
+            if lines[-1] and used + entry[3] - self.GAP > width:
+                lines.append([])
+                used = 0
+            lines[-1].append(entry)
+            used += entry[3]
+        return lines
+
+    def _line_height(self) -> int:
+        return self.fontMetrics().height() + 6
 
     def sizeHint(self) -> Any:
-        hint = super().sizeHint()
-        labels = [span_label(t) for t in self.types] + ["error"]
-        hint.setWidth(int(sum(self.fontMetrics().horizontalAdvance(label) + 32 for label in labels)))
-        hint.setHeight(self.fontMetrics().height() + 6)
-        return hint
+        return QSize(sum(e[3] for e in self._entries()), self._line_height())
+
+    def minimumSizeHint(self) -> Any:
+        return QSize(max(e[3] - self.GAP for e in self._entries()), self._line_height())
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return len(self._lines(width)) * self._line_height()
 
     def paintEvent(self, _event: Any) -> None:
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
         metrics = self.fontMetrics()
-        x = 0.0
-        y = self.height() / 2
-        entries = [(span_label(t), span_color(t), False) for t in self.types] + [("error", ERROR_COLOR, True)]
-        for label, colour, outline in entries:
-            swatch = QRectF(x, y - 5, 14, 10)
-            if outline:
-                painter.setPen(QPen(QColor(colour), 1.5))
-                painter.setBrush(Qt.BrushStyle.NoBrush)
-            else:
-                painter.setPen(Qt.PenStyle.NoPen)
-                painter.setBrush(QColor(colour))
-            painter.drawRoundedRect(swatch, 2, 2)
-            painter.setPen(QColor("#9aa4b2"))
-            text_w = metrics.horizontalAdvance(label)
-            painter.drawText(QRectF(x + 18, 0, text_w + 4, self.height()),
-                             int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), label)
-            x += 18 + text_w + 14
+        step = self._line_height()
+        for row, line in enumerate(self._lines(self.width())):
+            x = 0.0
+            y = row * step + step / 2
+            for label, colour, outline, width in line:
+                swatch = QRectF(x, y - 5, 14, 10)
+                if outline:
+                    painter.setPen(QPen(QColor(colour), 1.5))
+                    painter.setBrush(Qt.BrushStyle.NoBrush)
+                else:
+                    painter.setPen(Qt.PenStyle.NoPen)
+                    painter.setBrush(QColor(colour))
+                painter.drawRoundedRect(swatch, 2, 2)
+                painter.setPen(QColor("#9aa4b2"))
+                text_w = metrics.horizontalAdvance(label)
+                painter.drawText(QRectF(x + 18, row * step, text_w + 4, step),
+                                 int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), label)
+                x += width
         painter.end()

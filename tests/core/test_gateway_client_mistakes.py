@@ -228,7 +228,8 @@ def test_an_id_header_outside_ascii_is_refused_not_read_as_latin_1(server, memor
 def test_a_thread_without_an_owner_is_nobodys(server, memory, store):
     """A thread another program stored without a resource (an empty resourceId; the engine never stores one)
     passed every ownership check: any client read its messages through the memory API under any resourceId
-    and added turns to it. It is refused now (403, saying why) on every route, and nothing is written."""
+    and added turns to it. It is refused now on every route, and nothing is written to it: a chat turn gets 403 saying
+    why, the memory API answers as for a thread that does not exist (404; working memory: the resource's own)."""
     import openai
 
     memory.save_messages([Message.user("the victim's secret kiwi-777", thread_id="orphan", resource_id="victim")])
@@ -241,15 +242,20 @@ def test_a_thread_without_an_owner_is_nobodys(server, memory, store):
                     {"workingMemory": "# Notes"}),
                chat(server, "what was said here?", metadata={"thread_id": "orphan", "resource_id": "mallory"}),
                chat(server, "and streamed?", stream=True, metadata={"thread_id": "orphan", "resource_id": "mallory"})]
-    for status, _, reply in replies:
+    assert (replies[0][0], replies[0][2]["error"]["code"]) == (404, "not_found")
+    for status, _, reply in replies[1:3]:
+        assert status == 200 and (reply["threadExists"], reply["resourceId"]) == (False, "mallory"), reply
+    for status, _, reply in replies[3:]:
         assert status == 403 and reply["error"]["code"] == "thread_ownership", reply
-        assert "has no owner" in reply["error"]["message"] and "kiwi" not in json.dumps(reply)
+        assert "has no owner" in reply["error"]["message"]
+    assert "kiwi" not in json.dumps([r[2] for r in replies])
     client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
     with pytest.raises(openai.PermissionDeniedError, match="has no owner"):
         client.chat.completions.create(model="echo", messages=[{"role": "user", "content": "hi"}], user="mallory",
                                        metadata={"thread_id": "orphan"})
     assert [m.id for m in memory.store.memory.list_messages(MessageQuery(thread_id="orphan"))] == before
-    assert memory.get_working_memory(resource_id="mallory") is None
+    assert memory.get_working_memory(thread_id="orphan", resource_id="victim") is None
+    assert memory.get_working_memory(resource_id="victim") is None
 
 
 def test_a_body_in_utf_16_cannot_slip_past_the_nesting_limit(server, memory):

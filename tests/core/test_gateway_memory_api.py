@@ -83,11 +83,13 @@ def test_messages_of_a_thread_oldest_first_and_owner_checked(server):
     assert all(m["threadId"] == "t1" and m["content"]["format"] == 2 for m in data["messages"])
     status, newest = call(server, "GET", "/api/memory/threads/t1/messages?resourceId=ada&perPage=1")
     assert [m["role"] for m in newest["messages"]] == ["assistant"] and newest["hasMore"]
+    # Another resource's thread is answered as a missing one (the owner, another user, is not named).
     status, data = call(server, "GET", "/api/memory/threads/t1/messages?resourceId=mallory")
-    assert status == 403 and data["error"]["code"] == "thread_ownership"
-    assert "ada" not in data["error"]["message"]  # the owner, another user, is not named
-    status, data = call(server, "GET", "/api/memory/threads/nope/messages?resourceId=ada")
-    assert status == 404 and data["error"]["type"] == "not_found_error"
+    assert status == 404 and data["error"]["code"] == "not_found"
+    assert "ada" not in data["error"]["message"] and "first" not in json.dumps(data)
+    status, missing = call(server, "GET", "/api/memory/threads/nope/messages?resourceId=mallory")
+    assert status == 404 and missing["error"]["type"] == "not_found_error"
+    assert missing == json.loads(json.dumps(data).replace("'t1'", "'nope'"))
     # Issue 17: without a resource, no thread is readable (it used to read any thread).
     status, data = call(server, "GET", "/api/memory/threads/t1/messages")
     assert status == 400 and data["error"]["param"] == "resourceId"
@@ -105,11 +107,13 @@ def test_working_memory_read_and_written_and_seen_by_the_next_turn(server):
     assert call(server, "GET", "/api/memory/threads/t1/working-memory?resourceId=ada&agentId=chat")[1][
         "workingMemory"] == profile
     assert "- Name: Ada" in chat(server, "who am I?", "t1", "ada")
-    # Another resource can neither read nor overwrite it through this thread.
+    # Another resource can neither read nor overwrite it through this thread: to it, the thread is not there (its
+    # own working memory, resource-scoped, is read and written as through a thread not stored yet).
     for method, body in (("GET", None), ("PUT", {"workingMemory": "# Profile\n- Name: Mallory\n"})):
         status, data = call(server, method, f"/api/memory/threads/t1/working-memory?resourceId=mallory&agentId=chat",
                             body)
-        assert status == 403 and data["error"]["type"] == "permission_error"
+        assert status == 200 and data["threadExists"] is False and data["resourceId"] == "mallory"
+        assert "Ada" not in json.dumps(data)
     # Nor can a caller that names no resource (issue 17: that used to read and write any thread).
     for method, body in (("GET", None), ("PUT", {"workingMemory": "# Profile\n- Name: Nobody\n"})):
         status, data = call(server, method, "/api/memory/threads/t1/working-memory?agentId=chat", body)
@@ -173,6 +177,39 @@ def test_schema_working_memory_and_choosing_the_agent(server):
     assert status == 400 and data["error"]["param"] == "workingMemory"
     status, data = call(server, "GET", path + "&agentId=nobody")
     assert status == 404
+
+
+def test_a_number_beyond_a_double_is_refused_as_import_refuses_it(server, store):
+    """A working-memory PUT stored an integer of 4,000 digits whole (Mastra reads it as Infinity), while 1e400
+    was refused and import refused both. Every body the gateway reads now takes numbers by import's rule
+    (``stored_text.json_double`` / ``json_whole``): 400 naming the number, nothing written; so does a chat
+    request's metadata, which was stored with null for 1e400 and the digits whole."""
+    path = "/api/memory/threads/f1/working-memory?resourceId=ada&agentId=forms"
+    assert call(server, "PUT", path, {"workingMemory": {"name": "Ada", "age": 36}})[0] == 200
+    for age in ("1" + "0" * 4000, "-" + "9" * 309, "1e400"):
+        status, data = raw(server, "PUT", path, '{"workingMemory": {"name": "Eve", "age": %s}}' % age)
+        assert (status, data["error"]["code"]) == (400, "number_out_of_range"), (age[:10], data)
+        assert "beyond what a double holds" in data["error"]["message"] and age[:20] in data["error"]["message"]
+        assert len(data["error"]["message"]) < 400
+    status, data = raw(server, "PUT", path, '{"workingMemory": {"name": "Eve", "age": NaN}}')
+    assert status == 400 and "NaN, which is not a JSON number" in data["error"]["message"]
+    assert call(server, "GET", path)[1]["workingMemory"] == {"name": "Ada", "age": 36}
+    status, data = raw(server, "POST", "/v1/chat/completions", json.dumps(
+        {"model": "chat", "messages": [{"role": "user", "content": "hi"}],
+         "metadata": {"thread_id": "big", "resource_id": "ada"}})[:-1] + ', "temperature": 1' + "0" * 400 + "}")
+    assert (status, data["error"]["code"]) == (400, "number_out_of_range")
+    # An integer a double holds, however long its digits (308), is still a number.
+    status, data = raw(server, "PUT", path, '{"workingMemory": {"name": "Eve", "age": %s}}' % ("9" * 308))
+    assert status == 200 and data["workingMemory"]["age"] == int("9" * 308)
+
+
+def raw(server: GatewayServer, method: str, path: str, body: str) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+    conn.request(method, path, body.encode(), {"content-type": "application/json"})
+    response = conn.getresponse()
+    status, data = response.status, json.loads(response.read())
+    conn.close()
+    return status, data
 
 
 def test_an_unknown_agent_id_is_named_as_the_parameter_sent(server):

@@ -6,6 +6,7 @@ trigger makes the write fail as the driver would."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,49 @@ def test_mcp_a_failed_save_is_a_tool_error_that_names_no_file(tmp_path: Path) ->
     assert "nothing of it was saved" in texts[0] and "again in a moment" in texts[1]
     for text in texts:
         assert [p for p in _private(store) if p in text] == [], text
+
+
+def _storage_lines(caplog: Any, store: Any) -> list[str]:
+    """The log lines that carry a storage error's full text (they name the database file)."""
+    return [r.getMessage() for r in caplog.records if str(store.location.path) in r.getMessage()]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_storage_error_is_logged_once_with_its_full_text(tmp_path: Path, caplog: Any, stream: bool) -> None:
+    """One busy database answered one request, and the server's log had its text two or three times (each place
+    that asked how to answer it logged it: the idempotency key's keeping, the answer). Now once, where the answer
+    is made, with the full text (the file's path), through the gateway (plain and streamed, with an
+    Idempotency-Key) and the MCP server."""
+    from mcp import Client
+
+    from core.mcp_server.server import build_server
+    from core.mcp_server.tools import Binding, MemoryTools
+
+    store = open_store(tmp_path / "memory.db")
+    try:
+        memory = Memory(store, MemoryOptions(last_messages=10))
+        agent = Agent("echo", instructions="Echo.", model=ScriptedModel(lambda m, t: "ok"), memory=memory,
+                      tracer=False)
+        _fail_saves(store, "database is locked")
+        caplog.set_level(logging.DEBUG)
+        with GatewayServer(create_app([agent], token="")) as server:
+            with pytest.raises(openai.APIError) as caught:  # (streamed: the error event after the text)
+                reply = _client(server).chat.completions.create(
+                    model="echo", messages=[{"role": "user", "content": "hi"}], stream=stream,
+                    metadata={"thread_id": "t1", "resource_id": "ada"}, extra_headers={"Idempotency-Key": "k1"})
+                list(reply) if stream else None  # type: ignore[call-overload]
+        assert "busy" in caught.value.message
+        gateway_lines = _storage_lines(caplog, store)
+        caplog.clear()
+        tools = MemoryTools(Memory(store, MemoryOptions(), embedder=HashingEmbedder()), Binding("ada"))
+
+        async def main() -> Any:
+            async with Client(build_server(tools)) as client:
+                return await client.call_tool("remember", {"text": "hi", "thread": "t2"})
+
+        assert anyio.run(main).is_error
+        mcp_lines = _storage_lines(caplog, store)
+    finally:
+        store.close()
+    for lines in (gateway_lines, mcp_lines):
+        assert len(lines) == 1 and "is busy" in lines[0], lines

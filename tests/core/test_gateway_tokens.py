@@ -195,11 +195,16 @@ def test_the_memory_api_keeps_each_token_to_its_resources(server, users, memory)
             status, data = call(server, users.alice, method, f"{where}?resourceId=bob", body,
                                 {"x-resource-id": "alice"})
             assert status == 403 and "zebra" not in json.dumps(data)
-        # Bob's thread under her own resource (named, or by her token alone): 403 thread_ownership.
+        # Bob's thread under her own resource (named, or by her token alone): a thread she does not have (404 for
+        # its messages; her own resource's working memory, as through a thread not stored yet).
         if "{}" in path:
             for query in ("?resourceId=alice", ""):
                 status, data = call(server, users.alice, method, path.format("bob-thread") + query, body)
-                assert (status, data["error"]["code"]) == (403, "thread_ownership"), (method, path, query)
+                if "messages" in path:
+                    assert (status, data["error"]["code"]) == (404, "not_found"), (method, path, query)
+                else:
+                    assert status == 200 and (data["threadExists"], data["resourceId"]) == (False, "alice")
+                assert "zebra" not in json.dumps(data)
     # Her own memory, without naming herself.
     status, data = call(server, users.alice, "GET", "/api/memory/threads")
     assert status == 200 and [t["id"] for t in data["threads"]] == ["alice-thread"]
@@ -383,3 +388,75 @@ def test_a_token_in_a_message_or_in_the_wrong_field_stays_out_of_traces_and_logs
     assert users.alice not in spans
     refused = [r.getMessage() for r in caplog.records if "refused: token 'alice-app'" in r.getMessage()]
     assert refused and not any(users.alice in line for line in refused)
+
+
+def answer(server: GatewayServer, token: str, method: str, path: str, body: Any = None) -> tuple[int, str, str]:
+    """Status, body and ETag of a memory API call, as raw text (what a client could tell apart)."""
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+    conn.request(method, path, None if body is None else json.dumps(body),
+                 {"content-type": "application/json", "authorization": f"Bearer {token}"})
+    response = conn.getresponse()
+    status, text, etag = response.status, response.read().decode(), response.getheader("etag") or ""
+    conn.close()
+    return status, text, etag
+
+
+def test_a_token_cannot_tell_another_users_thread_from_one_that_does_not_exist(server, users, memory):
+    """Alice's token learned which thread ids exist: Bob's thread answered 403 thread_ownership, a missing one 404
+    (also Bob's ``conversation:bob:<id>``, whose ids follow a rule). Every memory API route now answers both alike,
+    byte for byte but the id she sent; Bob's memory is untouched. Creating a thread under Bob's id by a chat turn
+    is still refused (403), reading nothing of his."""
+    bobs_memory(server, users, memory)
+    chat(server, users.bob, "the conversation", metadata={"conversation_id": "c1"})
+    assert memory.get_thread("conversation:bob:c1").resource_id == "bob"
+    wm = "/api/memory/threads/{}/working-memory"
+    for taken, missing in (("bob-thread", "nope-thread"), ("conversation:bob:c1", "conversation:bob:c2")):
+        for method, path, body in (("GET", "/api/memory/threads/{}/messages", None), ("GET", wm, None),
+                                   ("PUT", wm, {"workingMemory": "# Alice\n"})):
+            for query in ("?resourceId=alice", ""):
+                seen = [answer(server, users.alice, method, path.format(quote(thread, safe="")) + query, body)
+                        for thread in (taken, missing)]
+                assert seen[0][0] in (200, 404) and "zebra" not in seen[0][1], (method, path, seen[0])
+                assert seen[0] == (seen[1][0], seen[1][1].replace(missing, taken), seen[1][2]), (method, path, seen)
+    assert memory.get_working_memory(resource_id="bob") == f"# Bob\n{BOB_SECRET}\n"
+    assert memory.get_working_memory(resource_id="alice") == "# Alice\n"
+    assert memory.get_thread("nope-thread") is None and memory.get_thread("conversation:bob:c2") is None
+    # A chat turn would create the thread if it were missing: under Bob's id it is refused, reading nothing.
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        client(server, users.alice).chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "what is my PIN?"}],
+            metadata={"thread_id": "bob-thread"})
+    assert refused.value.code == "thread_ownership" and "zebra" not in str(refused.value.body)
+    assert "bob'" not in refused.value.message.replace("bob-thread", "")
+
+
+def test_a_header_that_says_where_a_turn_goes_is_refused_when_sent_twice_with_different_values(server, users, memory,
+                                                                                              model):
+    """``x-resource-id: alice`` then ``x-resource-id: bob`` ran Alice's turn (the first copy), silently; a proxy or
+    client library in front that checked or meant the other copy disagreed with the gateway about whose memory the
+    turn used. A header that chooses the thread, resource, conversation or idempotency key is now refused when sent
+    twice with different values (400 naming it), before anything runs; twice with one value is one value."""
+    def send(extra: list[tuple[str, str]]) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+        body = json.dumps({"model": "chat", "messages": [{"role": "user", "content": "hello"}]}).encode()
+        conn.putrequest("POST", "/v1/chat/completions")
+        for name, value in [("content-type", "application/json"), ("authorization", f"Bearer {users.desk}"),
+                            ("content-length", str(len(body))), *extra]:
+            conn.putheader(name, value)
+        conn.endheaders(body)
+        response = conn.getresponse()
+        answer = response.status, json.loads(response.read())
+        conn.close()
+        return answer
+
+    calls = len(model.requests)
+    for name, first, second in (("x-resource-id", "alice", "carol"), ("x-thread-id", "t-a", "t-b"),
+                                ("x-conversation-id", "c-a", "c-b"), ("Idempotency-Key", "k-a", "k-b")):
+        extra = [(name, first), (name, second)] + ([] if name == "x-resource-id" else [("x-resource-id", "alice")])
+        status, data = send(extra)
+        assert (status, data["error"]["param"]) == (400, name.lower()), (name, data)
+        assert "sent 2 times with different values" in data["error"]["message"]
+    assert len(model.requests) == calls and memory.list_threads(resource_id="alice").total == 0
+    assert memory.list_threads(resource_id="carol").total == 0
+    status, data = send([("x-resource-id", "alice"), ("x-resource-id", "alice"), ("x-thread-id", "t-same")])
+    assert status == 200 and data["memory"]["resource_id"] == "alice" and data["memory"]["thread_id"] == "t-same"

@@ -125,9 +125,11 @@ def test_stdio_server_bound_to_one_resource(db: Path) -> None:
 
     for refusal in ("read_bob", "remember_bob"):
         assert "bob" in seen[refusal] and "zebra-4321-quartz" not in seen[refusal]
-        # The thread's id is named (the client gave it), its owner is not: another user's identifier.
-        assert 'belongs to another resource, not "ada"' in seen[refusal], seen[refusal]
-        assert 'resource "bob"' not in seen[refusal]
+        assert 'resource "bob"' not in seen[refusal] and "resource 'bob'" not in seen[refusal]
+    # The thread's id is named (the client gave it), its owner is not: another user's identifier. Reading it
+    # answers as for a thread that does not exist; taking its id for a new thread is refused.
+    assert "No thread 'bob-secret' for resource 'ada'" in seen["read_bob"], seen["read_bob"]
+    assert 'belongs to another resource, not "ada"' in seen["remember_bob"], seen["remember_bob"]
     assert "bound to resource 'ada'" in seen["search_bob"]
 
     assert seen["wm_before"]["workingMemory"] is None and seen["wm_before"]["template"] == TEMPLATE
@@ -502,8 +504,10 @@ def test_a_thread_without_an_owner_is_nobodys_over_stdio(db: Path) -> None:
             return results, transcript
 
     results, transcript = anyio.run(main)
-    for result in results:
-        assert "has no owner" in _error(result) and "kiwi" not in _error(result)
+    # Read and searched: as a thread that does not exist; remember (a new message into it): refused, saying why.
+    assert ["No thread 'orphan' for resource 'ada'" in _error(r) for r in results] == [True, True, False], results
+    assert "has no owner" in _error(results[2])
+    assert all("kiwi" not in _error(r) for r in results)
     assert transcript.startswith("refused") and "kiwi" not in transcript
     with open_store(db, read_only=True) as store:
         assert [m.text for m in Memory(store).recall(thread_id="orphan", per_page=False)] == ["orphaned secret kiwi-777"]
@@ -715,7 +719,7 @@ def test_http_tokens_of_a_tokens_file_reach_only_their_own_resources(db: Path, t
     for tool in ("search_memory", "list_threads", "read_thread", "get_working_memory", "update_working_memory",
                  "remember"):
         assert "may not use resource 'bob'" in seen[f"{tool}_bob"], (tool, seen[f"{tool}_bob"])
-    assert "belongs to another resource" in seen["read_thread_own"]
+    assert "No thread 'bob-secret' for resource 'ada'" in seen["read_thread_own"]
     assert seen["resources"] == ["memory://threads/ada-t"] and "transcript_bob_error" in seen
     assert "zebra-4321-quartz" not in json.dumps(seen)
     assert {r["threadId"] for r in seen["search_own"]["results"]} == {"ada-t"}  # none of Bob's, though they match
@@ -936,7 +940,8 @@ def test_http_a_token_reads_its_own_resources_delegations_and_no_one_elses(db: P
         assert [t["id"] for t in seen["threads"]["threads"]] == [children[own]]
         assert secrets[other] not in json.dumps(seen) and seen["transcript_other"] != "read"
         assert all("may not use resource" in r for r in seen["refused"][:4]), seen["refused"]
-        assert "belongs to another resource" in seen["refused"][4]
+        expected = f"No thread {children[other]!r} for resource {delegation_resource(own, 'helper')!r}"
+        assert expected in seen["refused"][4], seen["refused"][4]
         assert "not a delegation resource as the engine names them" in seen["refused"][5]
     with open_store(db, read_only=True) as store:  # nothing written by the refused update
         memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "template": TEMPLATE}))
@@ -1605,3 +1610,134 @@ def test_http_a_session_is_used_only_by_the_token_that_opened_it(db: Path, tmp_p
         assert "zebra" not in answer.text
     assert bobs.status_code == 200 and "zebra-4321-quartz" in bobs.text  # Bob's session goes on
     assert ended.status_code == 200 and gone.status_code == 404
+
+
+def test_a_client_cannot_tell_another_users_thread_from_one_that_does_not_exist(db: Path, embedder: Any) -> None:
+    """Through the MCP server bound to ada, Bob's thread answered "belongs to another resource" where a missing
+    thread answered "No thread", by read_thread, search_memory and the transcript; remember into Bob's
+    ``conversation:bob:<id>`` said which of those ids exist. Now every tool answers both alike (but for the id),
+    and remember refuses a thread id of another's conversation before looking it up."""
+    with open_store(db) as store:
+        Memory(store, MemoryOptions(), embedder=embedder).save_messages(
+            [Message.user("Bob's conversation: zebra-4321-quartz", thread_id="conversation:bob:c1", resource_id="bob")])
+
+    async def ask(client: Client, tool: str, args: dict[str, Any]) -> str:
+        if tool == "transcript":
+            try:
+                read = await client.read_resource(f"memory://threads/{args['thread']}")
+                return "read: " + " ".join(getattr(c, "text", "") for c in read.contents)
+            except Exception as exc:  # the SDK raises the server's error
+                return str(exc)
+        result = await client.call_tool(tool, args)
+        return ("error: " if result.is_error else "ok: ") + " ".join(getattr(c, "text", "") for c in result.content)
+
+    calls = [("read_thread", {}), ("search_memory", {"query": "PIN"}), ("get_working_memory", {}),
+             ("update_working_memory", {"working_memory": "# User\n- Name: Ada\n- Allergies:\n"}), ("transcript", {}),
+             ("remember", {"text": "hello"})]
+
+    async def main() -> list[tuple[str, str, str, str]]:
+        seen = []
+        async with Client(_params(db, "--resource", "ada")) as client:
+            for taken, missing in (("bob-secret", "nope-thread"), ("conversation:bob:c1", "conversation:bob:c2")):
+                for tool, args in calls:
+                    if tool == "remember" and taken == "bob-secret":
+                        continue  # taking another's id for a new thread is refused (it says the id is in use)
+                    seen.append((tool, taken, await ask(client, tool, {**args, "thread": taken}),
+                                 (await ask(client, tool, {**args, "thread": missing})).replace(missing, taken)))
+        return seen
+
+    for tool, taken, got, expected in anyio.run(main):
+        assert got == expected, (tool, taken, got, expected)
+        assert "zebra" not in got and "resource 'bob'" not in got and "Bob" not in got, (tool, got)
+    with open_store(db, read_only=True) as store:
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "template": TEMPLATE}))
+        assert memory.get_working_memory(resource_id="bob") == "# User\n- Name: Bob\n- Allergies: peanuts\n"
+        assert memory.get_thread("nope-thread") is None and memory.get_thread("conversation:bob:c2") is None
+        assert len(memory.recall(thread_id="conversation:bob:c1", per_page=False).messages) == 1
+
+
+def test_search_memory_refuses_a_query_longer_than_recall_embeds(db: Path) -> None:
+    """search_memory took any query up to the body limit (a 2 MB one was searched, its terms cut, and repeated
+    whole in the answer and the trace). A query past ``MAX_QUERY_CHARS`` (what recall embeds of a query: one
+    number) is now a tool error naming the limit; one of exactly that length is searched."""
+    from core.recall.text import MAX_EMBED_CHARS, MAX_QUERY_CHARS
+
+    assert MAX_QUERY_CHARS == MAX_EMBED_CHARS
+
+    async def main() -> tuple[str, str, Any]:
+        async with Client(_params(db, "--resource", "ada")) as client:
+            long = _error(await client.call_tool("search_memory", {"query": "peanut " * 300}))
+            huge = _error(await client.call_tool("search_memory", {"query": "x" * 2_000_000}))
+            fits = _data(await client.call_tool("search_memory", {"query": ("peanut " * 300)[:MAX_QUERY_CHARS]}))
+            return long, huge, fits
+
+    long, huge, fits = anyio.run(main)
+    assert f"The query is 2,100 characters long; search_memory takes at most {MAX_QUERY_CHARS:,}" in long, long
+    assert "The query is 2,000,000 characters long" in huge and len(huge) < 500
+    assert fits["resource"] == "ada" and len(fits["query"]) == MAX_QUERY_CHARS
+
+
+def test_http_a_sessions_owner_is_forgotten_when_the_session_ends_or_expires(tmp_path: Path) -> None:
+    """`SessionOwners` kept a string per session for the server's life unless its client ended it (DELETE): a client
+    that just went away left one behind each time. Now an owner goes when the session does (DELETE, the SDK's idle
+    timeout, noticed as the next session opens or as the SDK answers 404), and at most ``limit`` are kept: past it
+    the oldest is forgotten, which ends that session (refused, 404), never opens it to another token."""
+    import time
+
+    import httpx2
+
+    from core.embedding.hashing import HashingEmbedder
+    from core.gateway import GatewayServer
+    from core.gateway.guard import GuardPolicy
+    from core.gateway.tokens import TokensFile, entry_for, new_token
+    from core.mcp_server.server import SessionOwners, build_server, http_app
+    from core.mcp_server.tools import Binding, MemoryTools
+
+    ada, bob = new_token(), new_token()
+    policy = GuardPolicy(tokens=TokensFile(None, (entry_for("ada-app", ["ada"], ada), entry_for("bob-app", ["bob"], bob))))
+    version = "2025-06-18"
+
+    def headers(token: str, session: str | None = None) -> dict[str, str]:
+        sent = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream", "Mcp-Protocol-Version": version}
+        return {**sent, "Mcp-Session-Id": session} if session else sent
+
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    with open_store(tmp_path / "memory.db") as store:
+        tools = MemoryTools(Memory(store, MemoryOptions(), embedder=HashingEmbedder()), Binding(None, any_resource=True))
+        app = http_app(build_server(tools), policy, session_idle_timeout=1.0)
+        owners: SessionOwners = app.app
+        with GatewayServer(app, lifespan="on") as server, httpx2.Client(timeout=60) as http:
+            url = server.url + "/mcp"
+
+            def open_session(token: str) -> str:
+                opened = http.post(url, headers=headers(token), json={
+                    "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+                session = opened.headers["mcp-session-id"]
+                http.post(url, headers=headers(token, session), json={"jsonrpc": "2.0",
+                                                                      "method": "notifications/initialized"})
+                return session
+
+            first = open_session(ada)
+            assert owners.owners == {first: "ada-app"}
+            assert http.delete(url, headers=headers(ada, first)).status_code == 200
+            assert owners.owners == {}
+            # Bob's client goes away without ending its session; the SDK ends it after its idle timeout.
+            idle = open_session(bob)
+            deadline = time.monotonic() + 120  # (a bounded wait for the SDK's reaper, not a timing assumption)
+            while idle in owners.live() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert idle not in owners.live() and idle in owners.owners
+            kept = open_session(ada)  # noting a session forgets those the SDK no longer has
+            assert owners.owners == {kept: "ada-app"}
+            refused = http.post(url, headers=headers(bob, idle), json=listing)
+            assert refused.status_code == 404 and owners.owners == {kept: "ada-app"}
+            # The bound: past it the oldest owner goes, and its session with it (never to another token).
+            owners.limit = 1
+            newest = open_session(bob)
+            assert owners.owners == {newest: "bob-app"}
+            for token in (ada, bob):
+                answer = http.post(url, headers=headers(token, kept), json=listing)
+                assert answer.status_code == 404 and "Session not found for this token" in answer.text
+            assert http.post(url, headers=headers(bob, newest), json=listing).status_code == 200

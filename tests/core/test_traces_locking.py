@@ -128,3 +128,24 @@ def test_the_reads_of_one_reading_block_open_the_file_once_and_wait_once_when_bu
         holder.release()
     with reader.reading():
         assert not reader.list_traces().busy  # a block after a busy one opens again
+
+
+def test_a_connection_of_this_process_with_other_settings_is_waited_out_as_busy(trace_file: Path) -> None:
+    """DuckDB refuses a second connection to a file inside one process when the first has other settings
+    (read-write against read-only, another ``threads``) with a ConnectionException, not a lock error:
+    ``open_duckdb`` raised it as it came, so the Studio's Traces pane showed "Traces could not be read" and
+    read no more. It is a holder to wait out now: busy while the other connection is open, read once closed."""
+    from core.traces.spans import TraceFilters
+    from core.traces.store import DuckDBObservabilityStore
+
+    outside = duckdb.connect(str(trace_file))  # kept open outside open_duckdb, read-write
+    try:
+        with pytest.raises(StoreBusy):
+            with open_duckdb(trace_file, read_only=True, budget_s=0.05):
+                pass
+        reader = DuckDBObservabilityStore(trace_file, read_only=True, read_budget_s=0.05)
+        assert reader.list_traces(filters=TraceFilters()).busy  # what the pane is told: busy, retried
+    finally:
+        outside.close()
+    with open_duckdb(trace_file, read_only=True, budget_s=0.05) as con:
+        assert con.execute("SELECT 1").fetchone() == (1,)

@@ -165,6 +165,27 @@ def test_non_json_numbers_from_a_model_are_refused(store, raw):
     assert memory.get_working_memory(resource_id="u") == {"name": "Ada", "score": 2.5}
 
 
+def test_an_integer_beyond_a_double_is_refused_as_import_refuses_it(store):
+    """An integer of 4,000 digits (a model's tool call, an MCP client's update, an in-process caller) was stored
+    whole: Mastra reads it as Infinity. Refused by import's rule (``stored_text.number_beyond_double``), naming it."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "score": {"type": "number"}}}
+    memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": schema}))
+    memory.update_working_memory(resource_id="u", working_memory={"name": "Ada", "score": 2.5})
+    huge = int("1" + "0" * 4000)
+    result = memory.apply_working_memory_tool(thread_id=None, resource_id="u",
+                                              args=json.loads('{"memory": {"score": 1%s}}' % ("0" * 4000)))
+    assert not result.success and "10000000000000000000…(4,001 digits) is beyond what a double" in result.message
+    for call in (lambda: memory.update_working_memory(resource_id="u", working_memory={"name": "Ada", "score": huge}),
+                 lambda: memory.merge_working_memory(resource_id="u", patch={"score": -huge}),
+                 lambda: memory.update_working_memory(resource_id="u", working_memory={"name": "Ada",
+                                                                                         "score": 10 ** 20_000})):
+        with pytest.raises(WorkingMemoryError, match="beyond what a double holds"):
+            call()
+    assert memory.get_working_memory(resource_id="u") == {"name": "Ada", "score": 2.5}
+    memory.update_working_memory(resource_id="u", working_memory={"name": "Ada", "score": 10 ** 307})
+    assert memory.get_working_memory(resource_id="u")["score"] == 10 ** 307
+
+
 def test_merge_working_memory_api(schema_memory):
     m = schema_memory
     m.update_working_memory(resource_id="u", working_memory={"name": "A", "tone": "calm"})

@@ -28,28 +28,31 @@ TURNS = [
 WM_AT = {"Please remember that I am vegetarian.": "# Ana\n- diet: vegetarian\n- trip: Porto, May 3-6"}
 
 
-def reply(messages: list[dict[str, Any]], tools: Any) -> Any:
+def reply(messages: list[dict[str, Any]], tools: Any, wm_at: dict[str, str] = WM_AT) -> Any:
     last = messages[-1]
     if last.get("role") == "tool":
         return "Noted, I will keep that in mind."
     text = str(last.get("content") or "")
-    if text in WM_AT:
-        return ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": WM_AT[text]}),))
+    if text in wm_at:
+        return ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": wm_at[text]}),))
     return f"About '{text[:24]}': here is my answer number {len(messages)}."
 
 
 WM_FIX = "# Ana\n- diet: vegan (no eggs, no dairy)\n- trip: Porto, May 3-6"  # the value a user fixes by hand
 
 
-def build_replay_db(path: Path, *, last_messages: int = 4, wm_fix_after: int | None = None) -> dict[str, Any]:
+def build_replay_db(path: Path, *, last_messages: int = 4, wm_fix_after: int | None = None,
+                    agent_wm_at: dict[str, str] | None = None) -> dict[str, Any]:
     """``wm_fix_after``: after that many turns, the working memory is fixed by hand (``WM_FIX``, written as
-    the Studio writes it: author "studio"); the later turns run with the fix."""
+    the Studio writes it: author "studio"); the later turns run with the fix. ``agent_wm_at``: more turns (by
+    their text) at which the agent itself updates its working memory to the value given."""
+    wm_at = {**WM_AT, **(agent_wm_at or {})}
     store = open_store(path)
     clock = FixedClock(datetime(2026, 5, 1, 9, 0, tzinfo=timezone.utc), step_ms=60_000)
     memory = Memory(store, MemoryOptions(last_messages=last_messages,
                                          working_memory={"enabled": True, "scope": "thread"}),
                     clock=clock, name="travel")
-    agent = Agent("travel-agent", instructions="You plan trips. Be brief.", model=ScriptedModel(reply, name="trip"),
+    agent = Agent("travel-agent", instructions="You plan trips. Be brief.", model=ScriptedModel(lambda m, t: reply(m, t, wm_at), name="trip"),
                   memory=memory)
     results = []
     for number, text in enumerate(TURNS):

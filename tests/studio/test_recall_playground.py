@@ -579,3 +579,28 @@ def test_a_message_edited_without_recall_is_counted_once_in_the_banner(qtbot, pa
     text = pane.banner.label.text()
     assert "1 other message of this scope is not keyword-indexed yet" in text
     assert "1 message edited since it was keyword-indexed" in text
+
+
+LONG = ("Yesterday I repaired the old bicycle in the garage, and the chain finally runs smoothly again. "
+        "Then we cooked a large dinner for the whole family - everyone loved the pumpkin soup. "
+        "Tomorrow I will visit the museum downtown with my friends.")
+
+
+def test_the_header_counts_piece_vectors_and_why_not_names_the_winning_piece(qtbot, pane, session):
+    """An index with piece vectors (``core.recall.pieces``): the header says how many long messages have
+    them, and "why not?" says which piece a vector-only search scored the message by."""
+    store = session.store
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    index.set_pieces(True)  # (the hashing embedder's default is off)
+    msg = Message.user(LONG, id="t-food-9", thread_id="t-food", resource_id="ada", created_at=T0 + timedelta(seconds=9))
+    store.memory.save_messages([msg])
+    assert index.index_messages([msg]).ok
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "visit the museum downtown")
+    assert f"8 vectors from {HashingEmbedder(64).model_id} (1 long message also as piece vectors), searched" in \
+        pane.summary.text()
+    with qtbot.waitSignal(pane.explained, timeout=15_000) as blocker:
+        pane.why_edit.setText("t-food-9")
+        pane.why_btn.click()
+    assert "best of 5 pieces" in blocker.args[0].placements["vector"].why
+    assert "Tomorrow I will visit the museum downtown with my friends." in pane.explain_view.toPlainText()

@@ -9,6 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
+from PySide6.QtCore import Qt
+
 import pytest
 
 from core.llm import LoopbackServer
@@ -143,3 +145,85 @@ def test_a_setting_changed_before_the_rebuild_arrives_is_sent(qtbot: Any, pane: 
         sent = server.chat_requests()[-1]
     assert sent["temperature"] == 0.2 and "vegan (no eggs, no dairy)" in _text(sent["messages"])
     assert rerun.setting_edits["temperature"].text() == "0.2"
+
+
+AGENT_WM = "# Ana\n- diet: vegan (no eggs, no dairy)\n- trip: Porto, May 3-6\n- day trip: Braga"
+
+
+@pytest.fixture(scope="module")
+def mixed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Fixed by hand after turn 5, then the agent itself updates its working memory at turn 7: turns 1-5 differ
+    from today's memory by the hand edit (among other things), turns 6-7 only by the agent's own update."""
+    folder = tmp_path_factory.mktemp("replay-today-mixed")
+    build_replay_db(folder / "replay.db", wm_fix_after=FIXED_AFTER, agent_wm_at={TURNS[6]: AGENT_WM})
+    return folder
+
+
+@pytest.fixture
+def mixed_session(mixed_template: Path, tmp_path: Path, qapp: Any) -> Iterator[StudioSession]:
+    shutil.copytree(mixed_template, tmp_path / "data")
+    yield from studio_session(tmp_path / "data" / "replay.db")
+
+
+def test_the_what_if_against_todays_memory_says_which_turns_a_hand_edit_changes(
+        no_leaked_widgets: None, qtbot: Any, mixed_session: StudioSession, prefs: Preferences) -> None:
+    """"Compare with: the memory as it is now" listed every turn whose working memory differs from today's,
+    the agent's own later updates among them, with nothing to tell them from the turns a hand fix changes, and
+    its token column was headed "Tokens what-if". The Cause column says which now, "Only hand edits" (on by
+    default) lists the turns a hand edit changes, the summary counts the others, and the column is "Tokens now"."""
+    from studio.widgets.replay_what_if import COL_TOKENS_WHAT_IF
+
+    pane = shown_pane(qtbot, mixed_session, prefs, Selection(RESOURCE, THREAD))
+    panel = pane.what_if
+    pane.tabs.setCurrentWidget(panel)
+    assert not panel.hand_only_box.isVisible()  # (with the options, nothing is a hand edit)
+    panel.against_combo.setCurrentIndex(panel.against_combo.findData("today"))
+    assert panel.hand_only_box.isVisible() and panel.hand_only_box.isChecked()
+    with qtbot.waitSignal(panel.finished, timeout=60_000):
+        panel.run_btn.click()
+    header = panel.model.headerData(COL_TOKENS_WHAT_IF, Qt.Orientation.Horizontal)
+    assert header == "Tokens now"
+    cause = _column(panel, "Cause")
+    assert not panel.table.isColumnHidden(cause)
+    rows = panel.model.rows()
+    assert [r.number for r in rows] == [1, 2, 3, 4, 5]
+    assert {panel.model.index(i, cause).data() for i in range(len(rows))} == {"hand edit"}
+    summary = panel.summary.text()
+    assert "7 of 8 turns' prompts differ" in summary
+    assert "5 by a hand edit since (turns 1, 2, 3, 4, 5), listed; 2 only by what the thread did since" in summary
+
+    panel.hand_only_box.setChecked(False)  # every turn that differs, each saying why
+    rows = panel.model.rows()
+    assert [r.number for r in rows] == [1, 2, 3, 4, 5, 6, 7]
+    causes = [panel.model.index(i, cause).data() for i in range(len(rows))]
+    assert causes == ["hand edit"] * 5 + ["the thread"] * 2
+    assert all(r.reasons == "working memory changed" for r in rows[5:])
+    assert "the Cause column says which" in panel.summary.text()
+
+    panel.against_combo.setCurrentIndex(panel.against_combo.findData("options"))
+    assert not panel.hand_only_box.isVisible()
+    with qtbot.waitSignal(panel.finished, timeout=60_000):
+        panel.run_btn.click()
+    assert panel.model.headerData(COL_TOKENS_WHAT_IF, Qt.Orientation.Horizontal) == "Tokens what-if"
+    assert panel.table.isColumnHidden(cause) and len(panel.model.rows()) == 8
+
+
+def _column(panel: Any, title: str) -> int:
+    model = panel.model
+    return next(c for c in range(model.columnCount()) if model.headerData(c, Qt.Orientation.Horizontal) == title)
+
+
+def test_rerun_says_what_the_chosen_prompt_sends_before_anything_runs(qtbot: Any, pane: ReplayPane) -> None:
+    """Re-Run's hint before a run was one text for its three prompts ("re-run this call with its recorded
+    tools…"), silent on "with the memory as it is now" being a reconstruction: it follows the choice now."""
+    from studio.widgets.replay_rerun import IDLE_HINTS, RECEIVED, TODAY
+
+    _go_to(qtbot, pane, 4)
+    rerun = pane.rerun
+    pane.tabs.setCurrentWidget(rerun)
+    assert rerun.status.text() == IDLE_HINTS[RECEIVED] and "as the model received it" in rerun.status.text()
+    rerun.prompt_combo.setCurrentIndex(rerun.prompt_combo.findData(TODAY))
+    assert rerun.status.text() == IDLE_HINTS[TODAY] and "A reconstruction" in rerun.status.text()
+    rerun.prompt_combo.setCurrentIndex(rerun.prompt_combo.findData(RECEIVED))
+    assert rerun.status.text() == IDLE_HINTS[RECEIVED]
+    assert len(set(IDLE_HINTS.values())) == 3

@@ -292,3 +292,117 @@ def test_every_dialog_on_a_small_screen_scrolls_to_its_buttons(qtbot: Any, tmp_p
             problems.append(f"{name}: its lowest control ({lowest.objectName() or type(lowest).__name__}) is out of reach")
         dialog.close()
     assert problems == [], "\n".join(problems)
+
+
+@pytest.mark.parametrize("theme", [None, "light"])
+@pytest.mark.parametrize("width", [720, 900, 1100])
+def test_the_thread_list_gives_way_to_the_panes_in_a_narrow_window(demo_dir: Path, tmp_path: Path, make_window: Any,
+                                                                   qtbot: Any, qapp: Any, width: int,
+                                                                   theme: str | None) -> None:
+    """At 720 px wide the thread list kept its least of 340 px (and the 380 px it starts at): the pane beside
+    it had ~320 px and was cut sideways. The list now takes at most 36 % of a narrow window (at least 30 %, at
+    most 340 px of least), its date column going while its titles would have too little room (each row's
+    tooltip says it); from 1,100 px it is as it was, 380 px with its three columns (in the themed app too)."""
+    from studio.theme import apply_theme
+
+    from .conftest import theme_restored
+
+    with theme_restored(qapp):
+        if theme is not None:
+            apply_theme(qapp, theme)
+        _thread_list_at(demo_dir, tmp_path, make_window, qtbot, width)
+
+
+def _thread_list_at(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int) -> None:
+    window = _window(demo_dir, tmp_path, make_window, qtbot, width)
+    window.resize(width, 800)
+    tree = window.resources.tree
+    qtbot.waitUntil(lambda: window.left.width() <= max(380 if width >= 1100 else 0, int(window.split.width() * 0.36)),
+                    timeout=5_000)
+    left, split = window.left.width(), window.split.width()
+    assert window.width() == width
+    if width >= 1100:
+        assert left == 380 and not tree.isColumnHidden(2)
+    else:
+        assert int(split * 0.30) <= left <= int(split * 0.36)
+        assert window.left.minimumWidth() < 340
+    assert window.tabs.width() >= split - left - window.split.handleWidth() - 1
+    titles = tree.viewport().width() - sum(tree.header().sectionSize(c) for c in (1, 2) if not tree.isColumnHidden(c))
+    assert titles >= tree.fontMetrics().horizontalAdvance("x") * 18  # (the titles keep room to be read)
+    if width == 720:
+        assert tree.isColumnHidden(2)  # (at 900 px it depends on the font: the titles keep their room either way)
+    window.session.pool.wait(20_000)
+
+
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
+@pytest.mark.parametrize("width", [720, 900, 1100])
+def test_the_inspector_traces_and_observations_splitters_never_cut_a_part(demo_dir: Path, tmp_path: Path,
+                                                                          make_window: Any, qtbot: Any, qapp: Any,
+                                                                          width: int, theme: str | None) -> None:
+    """The Prompt Inspector's, Traces' and Observations' side-by-side splitters gave their parts less than their
+    least widths in a narrow window, so each part was cut at its edge (the span tree's legend and the span's
+    facts at 900 px, the observation log at 720 px, the request side's buttons). Narrower than the parts need
+    side by side, they stack now, as Replay's turn does, and the page scrolls; every part of every splitter shown
+    has at least its least width and height, and at 1,100 px they stay side by side."""
+    from PySide6.QtWidgets import QSplitter
+
+    from studio.theme import apply_theme
+    from studio.widgets.scroll_fit import least_size
+
+    from .conftest import theme_restored
+
+    with theme_restored(qapp):
+        if theme is not None:  # (the app as launched is themed: 10 pt, the theme's style sheet)
+            apply_theme(qapp, theme)
+        _splitters_never_cut_a_part(demo_dir, tmp_path, make_window, qtbot, width, least_size)
+
+
+def _splitters_never_cut_a_part(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int,
+                                least_size: Any) -> None:
+    from PySide6.QtWidgets import QSplitter
+
+    window = _window(demo_dir, tmp_path, make_window, qtbot, width)
+    window.resize(width, 800)
+    problems: list[str] = []
+    stacked: dict[str, bool] = {}
+    for name, selection in (("prompt", Selection("li-wei", "liwei-shanghai")),
+                            ("traces", Selection("li-wei", "liwei-shanghai")),
+                            ("observations", Selection("sam", "sam-standup"))):
+        window.resources.set_selection(selection)
+        window.show_tab(name)
+        pane = window.panes[name]
+        if name == "prompt":
+            qtbot.waitUntil(lambda: pane.preview is not None and not pane.busy, timeout=30_000)
+        elif name == "traces":
+            qtbot.waitUntil(lambda: bool(pane.spans) and not pane.loading, timeout=30_000)
+        else:
+            qtbot.waitUntil(lambda: pane.gen_model.rowCount() > 0, timeout=30_000)
+        window.session.pool.wait(20_000)
+        qtbot.waitUntil(lambda: pane.height() >= _least_height(pane), timeout=5_000)
+        qtbot.wait(100)
+        for split in pane.findChildren(QSplitter):
+            if not split.isVisible():
+                continue
+            # (stacked, a part has the pane's whole width: a least width beyond it is no splitter's doing)
+            whole = bool(split.property("stacksWhenNarrow")) and split.orientation() == Qt.Orientation.Vertical
+            if split.property("stacksWhenNarrow"):
+                stacked[name] = whole
+            for i in range(split.count()):
+                part = split.widget(i)
+                if part.isHidden():
+                    continue
+                least = least_size(part)
+                if (part.width() < least.width() and not whole) or part.height() < least.height():
+                    problems.append(f"{name}: part {i} {part.width()}x{part.height()}, least {least.width()}x"
+                                    f"{least.height()} ({split.orientation().name})")
+        if name == "prompt":  # (the request side scrolls up and down only: it is never narrower than its content)
+            request = pane.request_view.parentWidget()
+            if pane.side_tabs.isVisible() and request.width() < request.minimumSizeHint().width():
+                problems.append(f"prompt: the request cut at {request.width()} px of {request.minimumSizeHint().width()}")
+    assert problems == [], "\n".join(problems)
+    assert set(stacked) == {"prompt", "traces", "observations"}
+    if width == 1100:
+        assert not any(stacked.values())  # (side by side as before where they fit)
+    if width == 720:
+        assert all(stacked.values())
+    window.session.pool.wait(20_000)

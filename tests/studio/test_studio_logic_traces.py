@@ -250,3 +250,19 @@ def test_demo_traces_lay_out_and_carry_the_prompt(tmp_path: Path) -> None:
         sent = gens[0].input["messages"]
         assert [m.role for m in transcript.messages] == [m["role"] for m in sent]
         assert transcript.messages[-1].text == sent[-1]["content"]
+
+
+def test_a_failed_list_read_says_what_happened_and_what_to_do() -> None:
+    """The banner of a runs list that could not be read said DuckDB's words alone; it says now what to check,
+    that the pane reads again by itself and when, and that Reload tries now (the broken file's own advice kept)."""
+    from studio.logic.traces_layout import read_error_notice
+
+    plain = read_error_notice("IO Error: Permission denied.", broken=False, location="/d/observability.duckdb",
+                              retry_s=8)
+    assert plain.level == "error"
+    assert plain.text.startswith("Traces could not be read: IO Error: Permission denied. Check that the trace "
+                                 "file (/d/observability.duckdb) exists and can be read by you")
+    assert plain.text.endswith("The pane tries again by itself (next in 8 s); Reload (F5) tries now.")
+    broken = read_error_notice("not a valid DuckDB database file", broken=True, location=None, retry_s=2)
+    assert "holds traces only (no conversation)" in broken.text and "Check that" not in broken.text
+    assert "next in 2 s" in broken.text

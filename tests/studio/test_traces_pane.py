@@ -657,3 +657,30 @@ def test_at_a_1100_px_window_the_lists_fit_with_the_names_and_the_timeline_reada
     assert isinstance(title, ElidedLabel)
     title.setText("llm: '" + "a-very-long-model-name/" * 8 + "'")
     assert title.elided() and title.toolTip() == title.text()
+
+
+def test_a_first_read_that_fails_is_retried_until_the_list_shows(no_leaked_widgets, qtbot, make_session, demo_db):
+    """The pane's first read of the runs list ended in an error (not a busy file): it kept no source to watch,
+    its poll returned early without one, and the pane read no more until File > Reload, under a banner that
+    said "Traces could not be read: …" and nothing else. It reads again by itself now, waiting longer after
+    each failure; the banner says so; once the file can be read the list shows and the banner goes."""
+    trace_file = demo_db.parent / "observability.duckdb"
+    good = trace_file.with_name("good.duckdb")
+    shutil.copyfile(trace_file, good)
+    trace_file.write_bytes(b"not a duckdb file " * 500)
+    pane = TracesPane(make_session(demo_db))
+    qtbot.addWidget(pane)
+    pane.resize(1200, 800)
+    pane.show()
+    qtbot.waitUntil(lambda: pane.banner.isVisible() and "could not be read" in pane.banner.label.text(),
+                    timeout=WAIT)
+    assert "tries again by itself" in pane.banner.label.text() and "Reload (F5) tries now" in pane.banner.label.text()
+    first = pane._gen
+    qtbot.waitUntil(lambda: pane._gen > first and not pane.loading and pane.banner.isVisible(),
+                    timeout=WAIT)  # read again, by itself, and failed again
+    assert "next in 4 s" in pane.banner.label.text()  # (a longer wait after the second failure)
+    assert pane.traces == [] and pane.source is None
+    good.replace(trace_file)  # the file can be read now
+    qtbot.waitUntil(lambda: len(pane.traces) == 17, timeout=WAIT)
+    assert pane.trace_model.rowCount() == 17 and not pane.banner.isVisible()
+    assert pane.source is not None and pane.source.location.endswith("observability.duckdb")

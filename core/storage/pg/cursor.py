@@ -21,8 +21,9 @@ from psycopg import pq
 from core.storage.pg.adapt import qmark_to_format
 
 
-def rows(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    """Every row of ``sql`` (empty for a statement that returns none)."""
+def rows(conn: sa.Connection, sql: str, params: Sequence[Any] = (), binary: bool = False) -> list[tuple[Any, ...]]:
+    """Every row of ``sql`` (empty for a statement that returns none). ``binary``: the server sends the
+    values in their binary form (a ``bytea`` as its bytes, not hex text: a read of many vectors)."""
     statement = qmark_to_format(sql)
     values = tuple(params)
     raw = conn.connection.driver_connection
@@ -32,7 +33,7 @@ def rows(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> list[tupl
         if listeners:
             for listener in listeners:
                 listener(conn, cursor, statement, values, None, False)
-        cursor.execute(statement, values)  # () too: psycopg then reads the doubled ``%`` as one
+        cursor.execute(statement, values, binary=binary or None)  # () too: psycopg then reads the doubled ``%`` as one
         return cursor.fetchall() if cursor.description is not None else []
 
 

@@ -1,0 +1,196 @@
+"""Piece vectors (``core.recall.pieces``): what they cost at save and at a vector-only search.
+
+    .venv/bin/python bench/recall_pieces.py               # both parts
+    .venv/bin/python bench/recall_pieces.py --only cost   # embedding CPU and ingest rate with the USE model
+    .venv/bin/python bench/recall_pieces.py --only search # search latency on a LoCoMo-length synthetic set
+
+``cost``: the USE model's CPU time embedding what a save embeds, without pieces (the passages) and with
+them (passages + pieces, one call, as ``RecallIndex.stage`` does), on LoCoMo's public messages (threaded
+by session, "<speaker>: <text> [image: ...]") and on ``recall_speed.py``'s synthetic messages (12 words,
+no punctuation: no pieces); raw model, no cache, one call per set, the two sets alternated over
+``--rounds`` rounds, CPU medians. Then ``index_messages`` (batches of 64) on each with pieces on and
+off: messages per second of wall time and per 2 cores of CPU time (item 3c: >= 1,000 with the model).
+
+``search``: 10,000 messages whose texts are LoCoMo's (cycled; a thread per session), vectors looked
+up (``recall_speed.TableEmbedder``, USE's model id so USE's settings apply), so about as many messages
+have pieces as in LoCoMo; each mode's p50 over ``--queries`` queries (top 10, resource scope, query
+embedding excluded), pieces on and off alternated over five rounds, best p50 of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+
+from core.messages import Message  # noqa: E402
+from core.recall import RecallIndex, pieces  # noqa: E402
+from core.recall.text import passage_text  # noqa: E402
+from core.storage import open_store  # noqa: E402
+
+import recall_locomo as rl  # noqa: E402
+import recall_speed as rs  # noqa: E402
+
+
+def locomo_threads(limit: int | None = None) -> list[list[tuple[str, str, datetime]]]:
+    """LoCoMo's public messages as threads (one per conversation and session): (id, stored text, time)."""
+    msgs = rl.load_jsonl(rl.default_data() / "locomo_public_messages.jsonl")
+    by: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for m in msgs:
+        by[(m["conv_id"], m["session"])].append(m)
+    out = []
+    for key in sorted(by):
+        rows = sorted(by[key], key=lambda r: r["seq"])
+        out.append([(f'{key[0]}:{m["id"]}', rl.stored_text(m),
+                     datetime.fromisoformat(m["createdAt"]).replace(tzinfo=timezone.utc) + timedelta(seconds=m["seq"]))
+                    for m in rows])
+    return out[:limit] if limit else out
+
+
+def texts_of(threads: list[list[tuple[str, str, datetime]]]) -> tuple[list[str], list[str]]:
+    """(the passages a save embeds, the pieces it adds)."""
+    passages_: list[str] = []
+    extra: list[str] = []
+    for rows in threads:
+        prev = ""
+        for _, text, _ in rows:
+            passages_.append(passage_text(prev, text))
+            extra += pieces.cut(text).texts(text)
+            prev = text
+    return passages_, extra
+
+
+def synthetic_threads(n: int) -> list[list[tuple[str, str, datetime]]]:
+    rng = np.random.default_rng(1)
+    msgs = rs.synthetic_messages(n, "t", "u", rng)
+    return [[(m.id, m.text, m.created_at) for m in msgs]]
+
+
+def cost(rounds: int) -> None:
+    from core.embedding import default_embedder
+
+    model = default_embedder("use")
+    inner = model.inner
+    inner.embed(["warm up"])
+    counts = getattr(inner, "token_counts", None)
+    for label, threads in (("LoCoMo public (2,760 messages)", locomo_threads()),
+                           ("recall_speed synthetic (2,000 messages)", synthetic_threads(2000))):
+        plain, extra = texts_of(threads)
+        n = len(plain)
+        cpu: dict[str, list[float]] = {"passages": [], "passages + pieces": []}
+        for r in range(rounds):
+            order = list(cpu) if r % 2 == 0 else list(reversed(cpu))
+            for which in order:
+                batch = plain if which == "passages" else plain + extra
+                c = time.process_time()
+                inner.embed(batch)
+                cpu[which].append(time.process_time() - c)
+        a, b = statistics.median(cpu["passages"]), statistics.median(cpu["passages + pieces"])
+        tokens = ""
+        if callable(counts):
+            ta, tb = sum(counts(plain)), sum(counts(plain + extra))
+            tokens = f"; tokens {ta:,} -> {tb:,} (x{tb / ta:.2f})"
+        with_pieces = sum(1 for rows in threads for _, t, _ in rows if pieces.cut(t).spans)
+        print(f"USE embedding CPU at save, {label}: passages {a:.2f} s, passages + {len(extra):,} pieces "
+              f"({with_pieces:,} messages with pieces) {b:.2f} s: x{b / a:.2f}{tokens} "
+              f"(rounds {' '.join(f'{x:.2f}/{y:.2f}' for x, y in zip(cpu['passages'], cpu['passages + pieces']))})",
+              flush=True)
+        for on in (True, False):
+            tmp = Path(tempfile.mkdtemp(prefix="pieces-cost-"))
+            store = open_store(tmp / "m.db")
+            msgs = []
+            for i, rows in enumerate(threads):
+                store.memory.create_thread(thread_id=f"t{i}", resource_id="u")
+                msgs += [(Message.user if j % 2 == 0 else Message.assistant)(
+                    text, id=mid, thread_id=f"t{i}", resource_id="u", created_at=when)
+                    for j, (mid, text, when) in enumerate(rows)]
+            for start in range(0, len(msgs), 1000):
+                store.memory.save_messages(msgs[start:start + 1000])
+            model.clear()
+            index = RecallIndex.for_store(store, model)
+            index.ensure_tables()
+            index.set_pieces(on)
+            wall, c = time.perf_counter(), time.process_time()
+            for start in range(0, len(msgs), 64):
+                assert index.index_messages(msgs[start:start + 64]).ok
+            wall, c = time.perf_counter() - wall, time.process_time() - c
+            print(f"  ingest with USE, pieces {'on ' if on else 'off'}: {n / wall:,.0f} messages/s wall, "
+                  f"{2 * n / c:,.0f}/s per 2 cores of CPU time; messages with pieces {index.piece_counts()}",
+                  flush=True)
+            store.close()
+
+
+def search(n: int, queries: int) -> None:
+    threads = locomo_threads()
+    tmp = Path(tempfile.mkdtemp(prefix="pieces-search-"))
+    store = open_store(tmp / "m.db")
+    msgs: list[Message] = []
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    k = 0
+    while len(msgs) < n:
+        for i, rows in enumerate(threads):
+            tid = f"t{k}-{i}"
+            store.memory.create_thread(thread_id=tid, resource_id="u")
+            msgs += [(Message.user if j % 2 == 0 else Message.assistant)(
+                text, id=f"{k}-{mid}", thread_id=tid, resource_id="u", created_at=t0 + timedelta(seconds=len(msgs) + j))
+                for j, (mid, text, _) in enumerate(rows)]
+            if len(msgs) >= n:
+                break
+        k += 1
+    msgs = msgs[:n]
+    for start in range(0, n, 1000):
+        store.memory.save_messages(msgs[start:start + 1000])
+    emb = rs.TableEmbedder(rs.FUSION_IDS["use"])
+    index = RecallIndex.for_store(store, emb)
+    assert index.pieces
+    for start in range(0, n, 256):
+        assert index.index_messages(msgs[start:start + 256]).ok
+    counted = index.piece_counts()
+    with store.db.read() as conn:
+        rows = conn.exec_driver_sql(f"SELECT count(*) FROM {pieces.table_name(rs.DIM)}").scalar()
+    print(f"search at {n:,} LoCoMo-length messages: {counted} messages with pieces, {rows:,} piece rows", flush=True)
+    rng = np.random.default_rng(3)
+    qs = [rs.words(rng, 6) for _ in range(queries)]
+    for q in qs:
+        emb.fixed[q.lower()] = emb.embed([q])[0]  # (the same vector each time it is asked)
+        emb.fixed[q] = emb.fixed[q.lower()]
+    best: dict[str, list[float]] = defaultdict(list)
+    for r in range(5):
+        for on in ((True, False) if r % 2 == 0 else (False, True)):
+            index.pieces = on
+            index.vectors.reads_pieces = on  # type: ignore[attr-defined]
+            for mode in ("vector", "hybrid"):
+                times, _ = rs.time_searches(index, qs, mode)
+                best[f"{mode} pieces {'on' if on else 'off'}"].append(statistics.median(times))
+    for key, vals in best.items():
+        print(f"  {key}: best p50 {min(vals):.2f} ms (rounds {' '.join(f'{v:.2f}' for v in vals)})", flush=True)
+    store.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", choices=("cost", "search"), default=None)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--queries", type=int, default=100)
+    args = ap.parse_args()
+    if args.only in (None, "search"):
+        search(args.n, args.queries)
+    if args.only in (None, "cost"):
+        cost(args.rounds)
+
+
+if __name__ == "__main__":
+    main()
