@@ -3,6 +3,7 @@
     .venv/bin/python bench/recall_pieces.py               # both parts
     .venv/bin/python bench/recall_pieces.py --only cost   # embedding CPU and ingest rate with the USE model
     .venv/bin/python bench/recall_pieces.py --only search # search latency on a LoCoMo-length synthetic set
+    .venv/bin/python bench/recall_pieces.py --only turns  # an agent's save-then-search loop on that set
 
 ``cost``: the USE model's CPU time embedding what a save embeds, without pieces (the passages) and with
 them (passages + pieces, one call, as ``RecallIndex.stage`` does), on LoCoMo's public messages (threaded
@@ -15,6 +16,9 @@ off: messages per second of wall time and per 2 cores of CPU time (item 3c: >= 1
 up (``recall_speed.TableEmbedder``, USE's model id so USE's settings apply), so about as many messages
 have pieces as in LoCoMo; each mode's p50 over ``--queries`` queries (top 10, resource scope, query
 embedding excluded), pieces on and off alternated over five rounds, best p50 of each.
+
+``turns``: the same set, then an agent's loop (``turns``' docstring): per turn a saved pair and a
+vector-only search, its ms and the pieces' bytes it read again.
 """
 
 from __future__ import annotations
@@ -132,7 +136,9 @@ def cost(rounds: int) -> None:
             store.close()
 
 
-def search(n: int, queries: int) -> None:
+def locomo_index(n: int) -> tuple[Any, Any, RecallIndex, list[list[tuple[str, str, datetime]]]]:
+    """(store, embedder, index, LoCoMo's threads): ``n`` messages whose texts are LoCoMo's (cycled; a
+    thread per session) saved and indexed with pieces, vectors looked up (USE's model id)."""
     threads = locomo_threads()
     tmp = Path(tempfile.mkdtemp(prefix="pieces-search-"))
     store = open_store(tmp / "m.db")
@@ -157,15 +163,25 @@ def search(n: int, queries: int) -> None:
     assert index.pieces
     for start in range(0, n, 256):
         assert index.index_messages(msgs[start:start + 256]).ok
+    return store, emb, index, threads
+
+
+def fixed_queries(emb: Any, count: int, seed: int = 3) -> list[str]:
+    rng = np.random.default_rng(seed)
+    qs = [rs.words(rng, 6) for _ in range(count)]
+    for q in qs:
+        emb.fixed[q.lower()] = emb.embed([q])[0]  # (the same vector each time it is asked)
+        emb.fixed[q] = emb.fixed[q.lower()]
+    return qs
+
+
+def search(n: int, queries: int) -> None:
+    store, emb, index, _ = locomo_index(n)
     counted = index.piece_counts()
     with store.db.read() as conn:
         rows = conn.exec_driver_sql(f"SELECT count(*) FROM {pieces.table_name(rs.DIM)}").scalar()
     print(f"search at {n:,} LoCoMo-length messages: {counted} messages with pieces, {rows:,} piece rows", flush=True)
-    rng = np.random.default_rng(3)
-    qs = [rs.words(rng, 6) for _ in range(queries)]
-    for q in qs:
-        emb.fixed[q.lower()] = emb.embed([q])[0]  # (the same vector each time it is asked)
-        emb.fixed[q] = emb.fixed[q.lower()]
+    qs = fixed_queries(emb, queries)
     best: dict[str, list[float]] = defaultdict(list)
     for r in range(5):
         for on in ((True, False) if r % 2 == 0 else (False, True)):
@@ -179,15 +195,76 @@ def search(n: int, queries: int) -> None:
     store.close()
 
 
+def turns(n: int, count: int, queries: int) -> None:
+    """An agent's loop on the 10k set: each turn saves a user + assistant pair of LoCoMo's texts to one
+    thread (``save_messages`` then ``index_messages``, as ``Memory`` does), then runs a vector-only search
+    (one of ``queries`` fixed queries, in turn: each was searched once before the loop, so its messages'
+    pieces were read once), and the same search without pieces (the two in alternating order). Per
+    turn: the search's wall ms and the pieces' bytes it read from the table (``piece_table.read``'s
+    answers: passage and piece vectors), and the messages it asked the table for."""
+    from core.recall import piece_table
+
+    store, emb, index, threads = locomo_index(n)
+    read_bytes = [0, 0]  # (bytes, messages asked)
+    plain_read = piece_table.read
+
+    def counted_read(conn: Any, table: str, info: Any, model_id: str, message_ids: Any) -> Any:
+        got = plain_read(conn, table, info, model_id, message_ids)
+        read_bytes[0] += sum(p.passage.nbytes + p.vectors.nbytes for p in got.values())
+        read_bytes[1] += len(message_ids)
+        return got
+
+    piece_table.read = counted_read  # type: ignore[assignment]
+    qs = fixed_queries(emb, queries)
+    for q in qs:  # (warm: every query's re-scored messages read once)
+        index.search(q, resource_id="u", mode="vector", top_k=10)
+    texts = [t for rows in threads for _, t, _ in rows]
+    store.memory.create_thread(thread_id="agent", resource_id="u")
+    t0 = datetime(2027, 1, 1, tzinfo=timezone.utc)
+    ms: list[float] = []
+    plain_ms: list[float] = []  # (the same turn's search without pieces)
+    saves: list[float] = []
+    moved: list[int] = []
+    asked: list[int] = []
+    for t in range(count):
+        pair = [Message.user(texts[(2 * t) % len(texts)], id=f"a{t}u", thread_id="agent", resource_id="u",
+                             created_at=t0 + timedelta(seconds=2 * t)),
+                Message.assistant(texts[(2 * t + 1) % len(texts)], id=f"a{t}a", thread_id="agent", resource_id="u",
+                                  created_at=t0 + timedelta(seconds=2 * t + 1))]
+        w = time.perf_counter()
+        store.memory.save_messages(pair)
+        assert index.index_messages(pair).ok
+        saves.append((time.perf_counter() - w) * 1000)
+        for on in ((True, False) if t % 2 == 0 else (False, True)):  # (the first pays the scope's new rows)
+            index.pieces = on
+            index.vectors.reads_pieces = on  # type: ignore[attr-defined]
+            read_bytes[:] = [0, 0]
+            w = time.perf_counter()
+            index.search(qs[t % len(qs)], resource_id="u", mode="vector", top_k=10)
+            (ms if on else plain_ms).append((time.perf_counter() - w) * 1000)
+            if on:
+                moved.append(read_bytes[0])
+                asked.append(read_bytes[1])
+    print(f"turns at {n:,} LoCoMo-length messages, {count} turns ({len(qs)} queries in turn): vector-only search "
+          f"p50 {statistics.median(ms):.2f} ms (p90 {sorted(ms)[int(0.9 * len(ms))]:.2f}), pieces read per search "
+          f"p50 {statistics.median(moved) / 1e6:.2f} MB (mean {statistics.mean(moved) / 1e6:.2f}) of "
+          f"{statistics.median(asked):.0f} messages asked (mean {statistics.mean(asked):.1f}); without pieces "
+          f"p50 {statistics.median(plain_ms):.2f} ms; save p50 {statistics.median(saves):.2f} ms", flush=True)
+    store.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", choices=("cost", "search"), default=None)
+    ap.add_argument("--only", choices=("cost", "search", "turns"), default=None)
+    ap.add_argument("--turns", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=100)
     args = ap.parse_args()
     if args.only in (None, "search"):
         search(args.n, args.queries)
+    if args.only in (None, "turns"):
+        turns(args.n, args.turns, min(args.queries, 20))
     if args.only in (None, "cost"):
         cost(args.rounds)
 

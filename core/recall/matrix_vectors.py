@@ -17,7 +17,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from core.recall import copies, ivf_packs, ivf_store, matrix, piece_table, pieces, vector_table
-from core.recall.piece_cache import PieceCache
+from core.recall.piece_cache import Generation, PieceCache
 from core.recall.ivf_store import IvfMeta, IvfScope
 from core.recall.matrix import ScopeVectors, VectorSet
 from core.recall.schema import ensure_vector_table, quoted, vector_table_name
@@ -50,6 +50,7 @@ class MatrixVectors:
         self._metas: dict[str, IvfMeta] = {}  # resource -> partition metadata (centroids), for writers
         self._sizes: dict[str, int] = {}  # resource -> rows, counted once per process, then kept up to date
         self.pieces_table: str | None = None  # the pieces table (``piece_table``), once found or made
+        self._pieces_counted = False  # its updates and deletes are counted (its rewrite triggers)
         # Whether this index reads pieces (the index sets it: ``RecallIndex.pieces``); then each scope's
         # "has pieces" answer is kept while the pieces table's write counter stands still.
         self.reads_pieces = False
@@ -69,17 +70,20 @@ class MatrixVectors:
             # migration may create it later).
             self._has_state = True if has_table(conn, STATE_TABLE) else None
             self.pieces_table = pieces.table_name(self.dim) if piece_table.exists(conn, self.dim) else None
+            self._pieces_counted = (self.pieces_table is not None
+                                    and piece_table.has_rewrite_counter(conn, self.pieces_table))
 
     def ensure(self, db: "Database") -> None:
         """Create the table (or adopt Mastra's) when missing or not yet in our shape, in a transaction
         of its own that commits before the caller's write uses it."""
         if (self.info is not None and self.info.has_model_id and self.info.has_our_indexes
-                and self.pieces_table is not None):
+                and self.pieces_table is not None and self._pieces_counted):
             return
         with db.write() as conn:
             ensure_vector_table(conn, self.dim)
             self.info = vector_table.inspect(conn, self.table, self.dim)
             self.pieces_table = piece_table.ensure(conn, self.dim)
+            self._pieces_counted = piece_table.has_rewrite_counter(conn, self.pieces_table)
 
     # -- writing (inside the caller's write transaction) -------------------------------------------
     def upsert(self, conn: sa.Connection, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:
@@ -261,12 +265,21 @@ class MatrixVectors:
         load: tuple[str | None, str | None] = (resource_id, None) if resource_id is not None else (None, thread_id)
         with self._lock:
             if self.reads_pieces and self.pieces_table is not None:
+                table, info = self.pieces_table, self.info
                 marks: list[int | None] = []
-                counters = vector_table.change_counters(conn, self.info, self._has_state, marks,
-                                                        piece_table.writes_key(self.pieces_table))
-                self._piece_mark = marks[0] if marks else None
-                # (the pieces' cache is exact for this connection while both counters stand: ``piece_cache``)
-                self._piece_cache.saw(conn, None if self._piece_mark is None else (counters, self._piece_mark))
+                counters = vector_table.change_counters(
+                    conn, info, self._has_state, marks,
+                    (piece_table.writes_key(table), piece_table.rewrites_key(table)), newest_of=table)
+                self._piece_mark, piece_rewrites, piece_newest = marks
+                # The pieces' cache: exact for this connection by ``piece_cache``'s rule.
+                if self._piece_mark is None or piece_newest is None:
+                    self._piece_cache.saw(conn, None)
+                else:
+                    newest = (counters[0], piece_newest)
+                    stands = ((counters[1], piece_rewrites) if piece_rewrites is not None
+                              else (counters[1], self._piece_mark, newest))  # (no rewrite triggers: any write)
+                    self._piece_cache.saw(conn, Generation(stands, newest),
+                                          lambda since: piece_table.added_since(conn, table, info.name, since))
             else:
                 counters = vector_table.change_counters(conn, self.info, self._has_state)
                 self._piece_cache.saw(conn, None)

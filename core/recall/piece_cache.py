@@ -2,17 +2,31 @@
 a vector-only search re-scores its best ``pieces.RESCORED`` messages by their pieces, and reading those
 rows' blobs again every search was its cost (about 1.6 MB at LoCoMo length).
 
-Exact by its generation: the vector table's change counters and the pieces table's write counter
-(``<pieces table>:writes``) as a connection's ``scope`` read them, in one statement. Every write of
-either table moves one of them (the triggers, ``piece_table._bump``), so an entry is answered only to a
-connection that saw the generation it was read under, in the same ``Database.read()``; a new
-generation empties the cache; a connection that saw another one (an older read transaction) reads the
-table and fills nothing. With no generation (the counters not kept: no recall state table, a Mastra
-table without triggers) or outside a ``Database.read()`` (a write) nothing is cached.
+An entry (a message's pieces with its passage vector and text, or that it has none usable) depends only
+on that message's rows: its passage row in the vector table (``vector_id``) and its rows in the pieces
+table. The rule, one ``Generation`` read by a connection's ``scope`` in one statement:
 
-Each entry holds a message's ``MessagePieces`` (its passage vector and text as stored with the pieces)
-or that it has none usable (so the next search asks nothing of it); least recently used messages go
-first once the held vectors pass ``MAX_BYTES``.
+- ``stands``: both tables' rewrite counters, which triggers bump on every update and delete of a row
+  (whoever runs it: another process, Mastra, a reindex, a forget). When either moves, the cache empties.
+- ``newest``: both tables' ``max(rowid)``. While no row was deleted (the counters stand), an inserted row
+  gets a rowid above every row present, so the rows above the cache's ``newest`` are exactly the ones
+  inserted since; their messages' entries are dropped (``piece_table.added_since``, one statement) and
+  every other entry stands. A save appends a turn's rows: the next search reads those few ids, not the
+  pieces of the 200 messages it re-scores.
+
+So a message's entry goes when its passage row is rewritten or deleted (an edit, a reindex, the message
+after an inserted one re-embedded), when its pieces are replaced or deleted (an edit, ``--pieces off``,
+forget, a thread delete, ``drop_stale_copies``: the delete moves the counter) and when it gains a row
+(pieces given to an old message by ``reindex``, which a kept "none" would hide).
+
+An entry is answered only to a connection whose ``scope`` read the cache's generation in the same
+``Database.read()``; one that read an older one (an older read transaction) reads the table and fills
+nothing. With no generation (the counters not kept: no recall state table, a Mastra table without
+triggers) or outside a ``Database.read()`` (a write) nothing is cached. A pieces table made before its
+rewrite triggers (``piece_table.has_rewrite_counter``; the next write adds them) has every counter in
+``stands``: any write empties the cache.
+
+The least recently used messages go first once the held vectors pass ``MAX_BYTES``.
 """
 
 from __future__ import annotations
@@ -20,7 +34,8 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Hashable, Iterable, Sequence
 
 import sqlalchemy as sa
 
@@ -34,29 +49,52 @@ def _size(entry: MessagePieces | None) -> int:
     return 0 if entry is None else int(entry.passage.nbytes + entry.vectors.nbytes) + 64 * (len(entry.spans) + 1)
 
 
+@dataclass(frozen=True)
+class Generation:
+    """The counters a connection's ``scope`` read: ``stands`` must not move for an entry to stay;
+    ``newest`` (the vector table's and the pieces table's ``max(rowid)``) only grows by inserts."""
+    stands: Hashable
+    newest: tuple[int, int]
+
+
 class PieceCache:
     def __init__(self, max_bytes: int = MAX_BYTES) -> None:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, MessagePieces | None] = OrderedDict()
         self._bytes = 0
-        self._generation: Hashable | None = None
+        self._generation: Generation | None = None
         # connection -> (its ``Database.read()``, the generation its ``scope`` read there)
-        self._seen: weakref.WeakKeyDictionary[sa.Connection, tuple[int, Hashable]] = weakref.WeakKeyDictionary()
+        self._seen: weakref.WeakKeyDictionary[sa.Connection, tuple[int, Generation]] = weakref.WeakKeyDictionary()
 
-    def saw(self, conn: sa.Connection, generation: Hashable | None) -> None:
+    def saw(self, conn: sa.Connection, generation: Generation | None,
+            added: Callable[[tuple[int, int]], Iterable[str]] | None = None) -> None:
         """``conn`` read these counters (``MatrixVectors.scope``); None: they are not kept. Outside a
-        ``Database.read()`` (a write, which may change what it read) the cache is not used."""
+        ``Database.read()`` (a write, which may change what it read) the cache is not used. ``added``:
+        the messages of rows inserted above a ``newest`` (read on ``conn``, only when entries are held)."""
         token = read_token(conn)
         with self._lock:
             if generation is None or token is None:
                 self._seen.pop(conn, None)
                 return
             self._seen[conn] = (token, generation)
-            if generation != self._generation:
-                self._entries.clear()
-                self._bytes = 0
-                self._generation = generation
+            held = self._generation
+            if held == generation:
+                return
+            if held is not None and held.stands == generation.stands:
+                pairs = list(zip(generation.newest, held.newest))
+                if all(a >= b for a, b in pairs) and added is not None:  # only inserts since: their messages' entries go
+                    if self._entries:
+                        for mid in added(held.newest):
+                            if mid in self._entries:
+                                self._bytes -= _size(self._entries.pop(mid))
+                    self._generation = generation
+                    return
+                if all(a <= b for a, b in pairs):
+                    return  # an older read transaction: it reads the table, the entries stay
+            self._entries.clear()
+            self._bytes = 0
+            self._generation = generation
 
     def clear(self) -> None:
         with self._lock:

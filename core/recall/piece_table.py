@@ -4,7 +4,10 @@ Mastra or by the scans.
 
 Every write (``write``, ``delete_where``) bumps the recall state key ``<table>:writes`` once, which a
 search reads in the statement that reads the vector table's change counters (``counters``): a process
-knows without reading the table whether a scope it found without pieces may have gained some.
+knows without reading the table whether a scope it found without pieces may have gained some. Triggers
+bump ``<table>:rewrites`` on every update and delete of a row, whoever runs it (as the vector table's):
+with the table's ``max(rowid)`` it tells a process's piece cache (``piece_cache``) which writes were
+only inserts.
 """
 
 from __future__ import annotations
@@ -31,8 +34,12 @@ def writes_key(table: str) -> str:
     return f"{table}:writes"
 
 
+def rewrites_key(table: str) -> str:
+    return f"{table}:rewrites"
+
+
 def ensure(conn: sa.Connection, dim: int) -> str:
-    """Create the pieces table of a dimension (and its write counter) when missing."""
+    """Create the pieces table of a dimension (its write counter, its rewrite triggers) when missing."""
     table = pieces.table_name(dim)
     q = quoted(table)
     conn.exec_driver_sql(
@@ -44,7 +51,28 @@ def ensure(conn: sa.Connection, dim: int) -> str:
         conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {quoted(table + '_' + key)} ON {q} ({key})")
     if has_table(conn, STATE_TABLE):
         conn.exec_driver_sql(f"INSERT OR IGNORE INTO {STATE_TABLE} (key, value) VALUES (?, 0)", (writes_key(table),))
+        conn.exec_driver_sql(f"INSERT OR IGNORE INTO {STATE_TABLE} (key, value) VALUES (?, 0)", (rewrites_key(table),))
+        for event, suffix in (("UPDATE", "au"), ("DELETE", "ad")):  # (not ``_ms_``: that names a vector table's)
+            conn.exec_driver_sql(
+                f"CREATE TRIGGER IF NOT EXISTS {quoted(table + '_rewrites_' + suffix)} AFTER {event} ON {q} "
+                f"BEGIN UPDATE {STATE_TABLE} SET value = value + 1 WHERE key = '{rewrites_key(table)}'; END"
+            )
     return table
+
+
+def has_rewrite_counter(conn: sa.Connection, table: str) -> bool:
+    """Whether the table's updates and deletes are counted (``ensure`` of this version made it or came by)."""
+    return has_table(conn, STATE_TABLE) and driver_sql.first(
+        conn, f"SELECT 1 FROM {STATE_TABLE} WHERE key = ?", (rewrites_key(table),)) is not None
+
+
+def added_since(conn: sa.Connection, table: str, vector_table: str, newest: tuple[int, int]) -> set[str]:
+    """The messages of the vector table's rows (by ``vector_id``) and of the pieces' rows inserted since
+    ``newest`` (each table's ``max(rowid)`` then): rows above them, both tables' rowids being handed out
+    above every row present while no row was deleted (``piece_cache``)."""
+    return {str(r[0]) for r in driver_sql.rows(
+        conn, f"SELECT vector_id FROM {quoted(vector_table)} WHERE rowid > ? "
+              f"UNION SELECT message_id FROM {quoted(table)} WHERE rowid > ?", newest)}
 
 
 def exists(conn: sa.Connection, dim: int) -> bool:

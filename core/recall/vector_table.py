@@ -352,27 +352,32 @@ def triggered_counters(conn: sa.Connection, table: str) -> tuple[int, int | None
 
 
 def change_counters(conn: sa.Connection, info: TableInfo, has_state: bool | None = None,
-                    marks: list[int | None] | None = None, mark_key: str | None = None) -> tuple[int, int]:
+                    marks: list[int | None] | None = None, mark_keys: Sequence[str] = (),
+                    newest_of: str | None = None) -> tuple[int, int]:
     """(appends, rewrites): the newest rowid (a new row always gets a rowid above the others) and the
     count the table's update/delete triggers bump; a Mastra table without triggers is scanned.
     ``has_state``: whether the recall state table exists, when the caller knows (else looked up).
-    ``mark_key``: another recall state value read in the same statement, appended to ``marks`` (None
-    when it was not read: a scanned table, or no such value)."""
+    ``mark_keys``: other recall state values read in the same statement, then ``newest_of``'s (another
+    table's) ``max(rowid)``, appended to ``marks`` in that order (None when not read: a scanned table,
+    or no such value)."""
+    extra = len(mark_keys) + (newest_of is not None)
     if info.has_our_indexes and (has_table(conn, STATE_TABLE) if has_state is None else has_state):
-        if mark_key is not None and marks is not None:
+        if extra and marks is not None:
+            values = "".join(f", (SELECT value FROM {STATE_TABLE} WHERE key = ?)" for _ in mark_keys)
+            newest = f", coalesce((SELECT max(rowid) FROM {quoted(newest_of)} NOT INDEXED), 0)" if newest_of is not None else ""
             row = driver_sql.first(
                 conn,
                 f"SELECT (SELECT max(rowid) FROM {quoted(info.name)} NOT INDEXED), "
-                f"(SELECT value FROM {STATE_TABLE} WHERE key = ?), (SELECT value FROM {STATE_TABLE} WHERE key = ?)",
-                (f"{info.name}:rewrites", mark_key),
+                f"(SELECT value FROM {STATE_TABLE} WHERE key = ?){values}{newest}",
+                (f"{info.name}:rewrites", *mark_keys),
             )
-            newest, rewrites, mark = row if row is not None else (0, None, None)
-            marks.append(None if mark is None else int(mark))
-            return int(newest or 0), int(rewrites or 0)
-        newest, rewrites = triggered_counters(conn, info.name)
-        return newest, rewrites or 0
+            got = tuple(row) if row is not None else (0, None) + (None,) * extra
+            marks.extend(None if v is None else int(v) for v in got[2:])
+            return int(got[0] or 0), int(got[1] or 0)
+        newest_row, rewrites = triggered_counters(conn, info.name)
+        return newest_row, rewrites or 0
     if marks is not None:
-        marks.append(None)
+        marks.extend([None] * extra)
     # No triggers: max(rowid) sees appends, count sees deletes; an in-place update is missed until restart.
     row = conn.exec_driver_sql(f"SELECT max(rowid), count(vector_id) FROM {quoted(info.name)} NOT INDEXED").first()
     return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
