@@ -293,3 +293,17 @@ def test_the_cache_answers_only_within_the_read_whose_counters_it_saw(store):
     got: list[dict] = []
     assert piece_reads(store, lambda: got.append(searched_read())) == 0
     assert {k: v.spans for k, v in got[0].items()} == {k: v.spans for k, v in filled.items()}
+
+
+def test_a_read_whose_counters_are_older_than_the_cache_reads_the_table_and_leaves_the_cache(store, db_path):
+    index = RecallIndex.for_store(store, Counting())  # (pieces off: the hashing embedder's default)
+    assert index.index_messages(seed(store)).ok
+    index.set_pieces(True)
+    assert index.index_pieces(["t-0"]) == (1, {})
+    answers(index)  # (t-3 kept as having none)
+    with store.db.read() as old:
+        index.vector_set(old, "u", None)  # (this read's counters: before the next write)
+        in_another_process(db_path, lambda s, ix: ix.index_pieces(["t-3"]))
+        answers(index)  # (another connection: the cache moves on, t-3's pieces read)
+        assert piece_reads(store, lambda: index.vectors.read_pieces(old, ["t-0", "t-3"])) == 1
+    assert asked(store, lambda: answers(index)) == set()
