@@ -23,8 +23,8 @@ An entry is answered only to a connection whose ``scope`` read the cache's gener
 ``Database.read()``; one that read an older one (an older read transaction) reads the table and fills
 nothing. With no generation (the counters not kept: no recall state table, a Mastra table without
 triggers) or outside a ``Database.read()`` (a write) nothing is cached. A pieces table made before its
-rewrite triggers (``piece_table.has_rewrite_counter``; the next write adds them) has every counter in
-``stands``: any write empties the cache.
+rewrite triggers (``piece_table.has_rewrite_counter``; the next writer's ``ensure`` adds them) has every
+counter in ``stands``, its write counter too: any write of ours empties the cache.
 
 The least recently used messages go first once the held vectors pass ``MAX_BYTES``.
 """
