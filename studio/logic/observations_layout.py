@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from core.edits.observations import is_observation_line
 from core.observational import OMRecord, ThreadHints
-from core.observational.records import split_chunks
+from core.observational.records import Chunk, split_chunks
 from core.observational.resource_scope import chunk_thread
 from core.timeutil import parse_iso
 from studio.logic.dates import format_datetime
@@ -41,6 +41,7 @@ PRIORITY_MARKS: dict[str, tuple[str, str, str]] = {
     "✅": ("done", "#3FB68B", "done"),
 }
 MARK_URL = "priority:"
+REFLECTION_COLOUR = "#8E7CC3"  # a reflection's heading: apart from the observer's grey ones, readable on both themes
 _MARK_RE = re.compile("|".join(map(re.escape, PRIORITY_MARKS)))
 
 
@@ -163,19 +164,89 @@ def token_bars(record: OMRecord) -> tuple[TokenBar, TokenBar]:
 class LogSection:
     heading: str
     lines: tuple[str, ...]
+    reflection: bool = False  # the reflector's output (a reflection generation's first stretch), not the observer's
 
 
-def log_sections(active_observations: str, thread_titles: Mapping[str, str] | None = None) -> list[LogSection]:
+@dataclass(frozen=True)
+class Reflection:
+    """Where a reflection generation's log holds the reflector's output: its first ``end`` characters; the rest
+    is the observer's (chunks appended since, and lines the reflector did not see when it ran in the background).
+    ``at``: when it was written; ``replaced``: what it replaced, in words (said when the generation before it is
+    not stored); ``exact``: False where the split is the first chunk's end only (see ``reflection_of``)."""
+
+    at: str | None
+    end: int
+    replaced: str
+    exact: bool = True
+
+    @property
+    def heading(self) -> str:
+        when = f" at {format_when(self.at)}" if self.at else ""
+        split = "" if self.exact else " (where it ends is not recorded: its first chunk)"
+        return f"Reflection{when}: the reflector's rewrite{split} · replaced {self.replaced}"
+
+
+def reflection_of(record: OMRecord, previous: OMRecord | None) -> Reflection | None:
+    """The reflector's part of ``record``'s log (None: not a reflection generation). ``previous``: the generation
+    before it, when stored. A reflection prepared in the background keeps its text on the generation it replaced
+    (``bufferedReflection``) with how many of that log's lines it covers; the new log starts with that text. A
+    reflection made in the turn is the whole new log until the observer appends a chunk (after a
+    message-boundary line): its first chunk."""
+    if record.origin_type != "reflection":
+        return None
+    log = record.active_observations
+    at = record.last_reflection_at or record.created_at
+    before = previous if previous is not None and previous.generation_count == record.generation_count - 1 else None
+    prepared = (before.buffered_reflection or "").rstrip() if before is not None else ""
+    if before is not None and prepared and log.startswith(prepared):
+        seen = before.active_observations.splitlines()[:before.reflected_line_count or None]
+        count = len([ln for ln in seen if is_observation_line(ln)])
+        return Reflection(at, len(prepared),
+                          f"the first {count:,} observation{'s' if count != 1 else ''} of generation "
+                          f"{before.generation_count} (prepared in the background)")
+    first = split_chunks(log)
+    end = log.find(first[0].text) + len(first[0].text) if first else len(log)
+    if before is None:
+        replaced = (f"generation {record.generation_count - 1}, which is not stored here" if record.generation_count
+                    else "no earlier generation stored")
+    else:
+        count = len(observation_lines(before.active_observations))
+        replaced = (f"generation {before.generation_count}'s log ({count:,} observation{'s' if count != 1 else ''}, "
+                    f"{before.observation_token_count:,} tokens)")
+    # Exact only where the generation before says the reflection ran in the turn: one prepared in the background
+    # whose text was edited since, or whose generation before is not stored, may end inside the first chunk.
+    return Reflection(at, end, replaced, exact=before is not None and not prepared)
+
+
+def log_sections(active_observations: str, thread_titles: Mapping[str, str] | None = None,
+                 reflection: Reflection | None = None) -> list[LogSection]:
     """One section per chunk; the heading says when the chunk was observed (the boundary time) and,
-    in a resource-scoped log, which thread it came from (``thread_titles``: id → title)."""
-    out: list[LogSection] = []
-    for n, chunk in enumerate(split_chunks(active_observations), start=1):
-        when = f" · after {format_when(chunk.boundary)}" if chunk.boundary else ""
-        source = chunk_source(chunk.text, thread_titles)
-        origin = f" · from {source}" if source else ""
-        lines = tuple(ln.rstrip() for ln in chunk.text.splitlines() if not _THREAD_TAG_RE.match(ln.strip()))
-        out.append(LogSection(f"Chunk {n}{when}{origin}", lines))
+    in a resource-scoped log, which thread it came from (``thread_titles``: id → title). ``reflection``:
+    the log is a reflection generation's, its reflector's part a section of its own and every other chunk
+    said to be the observer's."""
+    if reflection is None:
+        return [_section(n, chunk, thread_titles) for n, chunk in enumerate(split_chunks(active_observations), 1)]
+    head, rest = active_observations[:reflection.end], active_observations[reflection.end:]
+    out = [LogSection(reflection.heading, _lines(head), reflection=True)] if head.strip() else []
+    for n, chunk in enumerate(split_chunks(rest), start=2 if out else 1):
+        section = _section(n, chunk, thread_titles)
+        if chunk.boundary:
+            out.append(LogSection(section.heading + " · the observer's", section.lines))
+        else:  # (the reflection's chunk goes on: its lines as stored, a sub-point's indent kept)
+            lines = _lines(rest[:rest.find(chunk.text) + len(chunk.text)].strip("\n"))
+            out.append(LogSection(section.heading + " · the observer's lines the reflector did not see", lines))
     return out
+
+
+def _lines(text: str) -> tuple[str, ...]:
+    return tuple(ln.rstrip() for ln in text.splitlines() if not _THREAD_TAG_RE.match(ln.strip()))
+
+
+def _section(n: int, chunk: Chunk, thread_titles: Mapping[str, str] | None) -> LogSection:
+    when = f" · after {format_when(chunk.boundary)}" if chunk.boundary else ""
+    source = chunk_source(chunk.text, thread_titles)
+    origin = f" · from {source}" if source else ""
+    return LogSection(f"Chunk {n}{when}{origin}", _lines(chunk.text))
 
 
 _THREAD_TAG_RE = re.compile(r"^</?thread\b[^>]*>$")
@@ -190,17 +261,20 @@ def chunk_source(text: str, titles: Mapping[str, str] | None = None) -> str | No
     return f"thread {thread} ({title})" if title else f"thread {thread}"
 
 
-def log_paragraphs(active_observations: str, thread_titles: Mapping[str, str] | None = None) -> Iterator[str]:
+def log_paragraphs(active_observations: str, thread_titles: Mapping[str, str] | None = None,
+                   reflection: Reflection | None = None) -> Iterator[str]:
     """The log as HTML paragraphs, made as they are asked for: a pane can show a long log a slice at a
-    time (``ObservationLogView.show_log``) instead of all of it in one go."""
-    sections = log_sections(active_observations, thread_titles)
+    time (``ObservationLogView.show_log``) instead of all of it in one go. A reflection's part is headed
+    in bold in its own colour, the observer's chunks in grey as in any log."""
+    sections = log_sections(active_observations, thread_titles, reflection)
     if not sections:
         yield f"<p><i>{html.escape(EMPTY_LOG_TEXT)}</i></p>"
         return
     for i, section in enumerate(sections):
         if i:
             yield "<hr/>"
-        yield f"<p style='color: gray; font-size: small;'>{html.escape(section.heading)}</p>"
+        style = f"color: {REFLECTION_COLOUR}; font-weight: bold;" if section.reflection else "color: gray;"
+        yield f"<p style='{style} font-size: small;'>{html.escape(section.heading)}</p>"
         for line in section.lines:
             if not line.strip():
                 continue
@@ -219,6 +293,8 @@ class LogText:
 
     paragraphs: tuple[str, ...]
     lines: tuple[str, ...] = ()
+    reflection: Reflection | None = None  # a reflection generation's: where the reflector's output ends
+    reflected: int = 0  # of ``lines``, how many (the first) are the reflector's; the rest are the observer's
 
 
 def observation_lines(active_observations: str) -> tuple[str, ...]:
@@ -226,15 +302,21 @@ def observation_lines(active_observations: str) -> tuple[str, ...]:
     return tuple(ln.strip() for ln in active_observations.splitlines() if is_observation_line(ln))
 
 
-def log_text(record: OMRecord, thread_titles: Mapping[str, str] | None = None, *, current: bool) -> LogText:
-    """``record``'s ``LogText``; only the current generation lists its lines (only it can be edited)."""
-    return LogText(tuple(log_paragraphs(record.active_observations, thread_titles)),
-                   observation_lines(record.active_observations) if current else ())
+def log_text(record: OMRecord, thread_titles: Mapping[str, str] | None = None, *, current: bool,
+             previous: OMRecord | None = None) -> LogText:
+    """``record``'s ``LogText``; only the current generation lists its lines (only it can be edited).
+    ``previous``: the generation before it (what a reflection replaced)."""
+    reflection = reflection_of(record, previous)
+    log = record.active_observations
+    reflected = len(observation_lines(log[:reflection.end])) if reflection is not None and current else 0
+    return LogText(tuple(log_paragraphs(log, thread_titles, reflection)),
+                   observation_lines(log) if current else (), reflection, reflected)
 
 
 def log_texts(history: Sequence[OMRecord], thread_titles: Mapping[str, str] | None = None) -> dict[str, LogText]:
     """Every generation's ``LogText`` by record id (``history`` newest first: the first is current)."""
-    return {r.id: log_text(r, thread_titles, current=i == 0) for i, r in enumerate(history)}
+    return {r.id: log_text(r, thread_titles, current=i == 0, previous=history[i + 1] if i + 1 < len(history) else None)
+            for i, r in enumerate(history)}
 
 
 def log_html(active_observations: str, thread_titles: Mapping[str, str] | None = None) -> str:
@@ -291,6 +373,8 @@ __all__ = [
     "GenerationRow",
     "LogSection",
     "LogText",
+    "REFLECTION_COLOUR",
+    "Reflection",
     "Lookup",
     "TokenBar",
     "empty_text",
@@ -303,6 +387,7 @@ __all__ = [
     "log_text",
     "log_texts",
     "observation_lines",
+    "reflection_of",
     "log_sections",
     "lookups_for",
     "subtitle",

@@ -54,6 +54,7 @@ from studio.widgets.a11y import named
 PAGE_EMPTY, PAGE_CONTENT = range(2)
 
 
+STACKED_LOG_LINES = 24  # lines of text the log and its observation list share with the generations above them
 GENERATION_SAMPLES = {"Gen": "00", "Created": "2026-09-14 15:39:00", "Updated": "2026-09-14 15:39:00",
                       "Tokens": "000,000"}
 GENERATION_COLUMNS: list[Column[GenerationRow]] = [
@@ -181,7 +182,10 @@ class ObservationsPane(QWidget):
         # Narrower than the generations and the log need side by side, the log goes under them (it was cut
         # at the pane's edge); each side's least height is what its layout needs at the width it has (stacked,
         # the buffer's wrapped lines took its table's rows: the hint counts a wrapped label's least lines).
-        stack_when_narrow(split, share=50)
+        # Stacked, the log had what was left under the generations and the buffer: two lines of it and one
+        # observation row at 720 x 800; it asks a reading's worth of lines there, and the page scrolls to it.
+        stack_when_narrow(split, share=50, stacked=lambda s: log_split.setMinimumHeight(
+            STACKED_LOG_LINES * log_split.fontMetrics().lineSpacing() if s else 0))
         for part in (left, right):
             least_height_at_width(part, grow=True)
         cl.addWidget(split, 1)
@@ -300,9 +304,11 @@ class ObservationsPane(QWidget):
                                  f"{record.origin_type})")
         text = self.view.texts.get(record.id)
         if text is None:  # a view made without its texts: take the log apart here
-            text = log_text(record, self.view.thread_titles, current=row == 0)
+            history = self.view.history
+            text = log_text(record, self.view.thread_titles, current=row == 0,
+                            previous=history[row + 1] if row + 1 < len(history) else None)
         self.log_view.show_log(text.paragraphs)
         lookup = self.view.lookup
         self.line_editor.set_record(record, current=row == 0, thread_id=lookup.thread_id if lookup else None,
                                     resource_id=record.resource_id or self.selection.resource_id or "",
-                                    lines=text.lines)
+                                    lines=text.lines, reflected=text.reflected)

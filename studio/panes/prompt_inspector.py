@@ -84,6 +84,8 @@ from studio.widgets.a11y import label_for, named
 DEBOUNCE_MS = 250
 MAX_LINE_CHARS = 2**31 - 1  # QLineEdit's own limit is 32,767 characters
 MIN_FRAGMENT_ROWS = 4  # the fragment table keeps at least this many rows in sight
+STACKED_FRAGMENT_ROWS = 6  # the fragment table's rows in sight while the request tabs are under the detail
+STACKED_REQUEST_LINES = 14  # lines of text the request tabs keep under the fragment's detail (stacked)
 MIGRATE_COMMAND = "file.migrate"
 OBSERVATIONS_COMMAND = "view.tab.observations"  # an observation block's record is edited there
 MIGRATE_HINT_TEXT = "memory-studio migrate"  # recall errors that only a migration fixes say this
@@ -221,10 +223,9 @@ class PromptInspectorPane(QWidget):
         self.fragment_model: RecordTableModel[FragmentRow] = RecordTableModel(FRAGMENT_COLUMNS, self)
         self.fragment_table = named(record_table_view(self.fragment_model), "Prompt fragments")
         ul.addWidget(self.fragment_table)
-        # The prompt's fragments are what this pane is for: never squeezed below a few rows.
-        self.fragment_table.setMinimumHeight(self.fragment_table.horizontalHeader().sizeHint().height()
-                                             + MIN_FRAGMENT_ROWS * self.fragment_table.verticalHeader()
-                                             .defaultSectionSize() + 2 * self.fragment_table.frameWidth())
+        # The prompt's fragments are what this pane is for: never squeezed below a few rows (asked through the
+        # table's own watch, which had set its 3 rows again, a sideways bar's height over it, at 720 px).
+        keep_rows_in_sight(self.fragment_table, MIN_FRAGMENT_ROWS)
         split.addWidget(upper)
 
         lower = QSplitter(Qt.Orientation.Horizontal)
@@ -321,7 +322,8 @@ class PromptInspectorPane(QWidget):
         # detail (they were cut at the pane's edge); the table's least height is taken at the width it has.
         # (the request scrolls up and down only: side by side the tabs need its least width, not a scroll area's)
         stack_when_narrow(lower, share=55, needs={1: lambda: max(request.minimumSizeHint().width() + 8,
-                                                                 self.side_tabs.minimumSizeHint().width())})
+                                                                 self.side_tabs.minimumSizeHint().width())},
+                          stacked=self._stacked)
         least_height_at_width(upper)
         # The detail asks at least its hint, and more where its wrapped header and sources need more lines at the
         # width it has (with the theme's 10 pt font at a 900 px window they left its text 40 px of its 56)
@@ -346,6 +348,14 @@ class PromptInspectorPane(QWidget):
         self.fragment_table.customContextMenuRequested.connect(self._fragment_menu)
         self.edit_btn.clicked.connect(self._edit_selected)
         self.pin_btn.clicked.connect(self.pin_selected)
+
+    def _stacked(self, stacked: bool) -> None:
+        """The request tabs went under the fragment's detail (``stacked``) or beside it again. Stacked, the
+        tabs had their least, two lines of the request, and the fragment table 3 rows at 720 x 800: both ask
+        a reading's worth there, and the page scrolls to them."""
+        keep_rows_in_sight(self.fragment_table, STACKED_FRAGMENT_ROWS if stacked else MIN_FRAGMENT_ROWS)
+        lines = STACKED_REQUEST_LINES * self.side_tabs.fontMetrics().lineSpacing()
+        self.side_tabs.setMinimumHeight(lines if stacked else 0)
 
     def _register_commands(self) -> None:
         self.commands = CommandRegistry(self)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
@@ -60,6 +60,7 @@ from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.fitted_label import FittedLabel
+from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.fork_dialog import ForkDialog
 from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import alive_only, pane_header, pane_layout, status_label
@@ -69,6 +70,22 @@ from studio.widgets.replay_what_if import WhatIfPanel
 from studio.widgets.a11y import label_for, named
 
 STEP_DEBOUNCE_MS = 10  # coalesces a dragged slider's burst of values into one rebuild
+STEP_WIDTH = 260  # px of the turn's "Turn n of N · date" where there is room
+SLIDER_LEAST = 80  # px the turn slider keeps in a narrow pane
+CALL_LEAST_CHARS = 16  # the model-call list's least width, in characters (28 where there is room)
+
+
+class _StepLabel(QLabel):
+    """"Turn n of N · date": as wide as ``STEP_WIDTH`` where there is room (stepping, the slider beside it keeps
+    its length), on two lines where there is not (a 720 px window: it asked 260 px in one line)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.setWordWrap(True)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        hint = super().sizeHint()
+        return QSize(max(hint.width(), STEP_WIDTH), hint.height())
 
 
 class ReplayPane(QWidget):
@@ -110,10 +127,15 @@ class ReplayPane(QWidget):
         self.thread_combo.setMinimumContentsLength(16)
         self.trace_btn = QToolButton()
         self.fork_btn = QToolButton()
-        head.addWidget(label_for("Thread", self.thread_combo))
-        head.addWidget(self.thread_combo)
-        head.addWidget(self.trace_btn)
-        head.addWidget(self.fork_btn)
+        # The thread, Open Trace and Fork… in a flow beside the title: in one row they asked 468-523 px, more than
+        # a 720 px window gives the pane, which was read sideways (or cut, built there).
+        tools = QWidget()
+        flow = FlowLayout(tools)
+        flow.setContentsMargins(0, 0, 0, 0)
+        flow.addWidget(labelled("Thread", self.thread_combo))
+        flow.addWidget(self.trace_btn)
+        flow.addWidget(self.fork_btn)
+        head.addWidget(tools)
         root.addLayout(head)
 
         steps = QHBoxLayout()
@@ -123,9 +145,9 @@ class ReplayPane(QWidget):
         named(self.slider, "Turn")
         self.slider.setRange(0, 0)
         self.slider.setPageStep(1)
-        self.step_label = QLabel("")
+        self.slider.setMinimumWidth(SLIDER_LEAST)  # (squeezed, the turn's label wraps first: a handle alone is no slider)
+        self.step_label = _StepLabel("")
         self.step_label.setObjectName("replayStep")
-        self.step_label.setMinimumWidth(260)  # its text is short and bounded ("Turn n of N · date")
         for w in (self.first_btn, self.prev_btn, self.slider, self.next_btn, self.last_btn, self.step_label):
             steps.addWidget(w, 1 if w is self.slider else 0)
         root.addLayout(steps)
@@ -135,6 +157,8 @@ class ReplayPane(QWidget):
         self.call_combo.setObjectName("replayCall")
         self.call_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.call_combo.setMinimumContentsLength(28)
+        # (narrower where the pane is: a 720 px window's; a label cut short ends in "…", whole in its list)
+        self.call_combo.setMinimumWidth(self.call_combo.fontMetrics().averageCharWidth() * CALL_LEAST_CHARS)
         self.call_label = label_for("Model call", self.call_combo)
         calls.addWidget(self.call_label)
         calls.addWidget(self.prev_call_btn)

@@ -74,7 +74,7 @@ from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.fitted_tabs import FittedTabs
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.price_editor import PriceEditor
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView, keep_rows_in_sight
+from studio.widgets.record_table import LEAST_ROWS, RIGHT, Column, RecordTableModel, RowTableView, keep_rows_in_sight
 from studio.widgets.scroll_fit import least_height_at_width, stack_when_narrow
 from studio.widgets.timeline import (
     ROW_ROLE,
@@ -130,6 +130,9 @@ SPAN_SAMPLES = {"Type": "processor", "Duration": "00.00 ms"}
 SPAN_SHARES = {"Span": 1.0}
 SPAN_FLOORS = {"Span": "processor: working-m…"}  # below this, the Type column goes first
 SPAN_OPTIONAL = ("Type",)
+# Spans the tree keeps in sight with the detail under it (a 900 px window): at its 3 rows of least, a run's tree
+# was read 3 spans at a time, and a run of one model call has 8 to 12; the page scrolls to the detail instead.
+STACKED_SPAN_ROWS = 8
 SPAN_TIMELINE_SHARE, SPAN_TIMELINE_PX = 0.3, 110  # the waterfall: at least this share of the tree and this wide
 # The span detail's tabs: title, the shorter one used while the titles don't fit, tooltip.
 SPAN_TABS = (("Messages", "Msgs", "Messages: the chat messages a model call was sent"),
@@ -303,7 +306,8 @@ class TracesPane(QWidget):
         # goes under the tree (it was cut at its edge, the tree's Timeline out of sight); each part asks the
         # least height its wrapped lines need at the width it has, not at its least width.
         # (side by side the tree needs its legend on one line; stacked, the legend wraps where it must)
-        stack_when_narrow(lower, share=55, needs={0: lambda: legend.sizeHint().width()})
+        stack_when_narrow(lower, share=55, needs={0: lambda: legend.sizeHint().width()},
+                          stacked=lambda s: keep_rows_in_sight(self.tree, STACKED_SPAN_ROWS if s else LEAST_ROWS))
         for part in (upper, tree_box, detail):
             least_height_at_width(part)
         split.addWidget(lower)

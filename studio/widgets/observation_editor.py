@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, QSize, Qt, Signal
-from PySide6.QtGui import QIcon, QPixmap
+from PySide6.QtGui import QFont, QIcon, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QDialog,
     QDialogButtonBox,
     QHBoxLayout,
@@ -46,13 +47,16 @@ from studio.widgets.scroll_fit import dialog_body
 
 
 LINE_ROLE = Qt.ItemDataRole.UserRole + 1  # the line exactly as stored
+REFLECTED = "from the reflection: the reflector's rewrite of earlier observations"
+OBSERVED = "from the observer, after the reflection"
 _ICONS: dict[int, QIcon] = {}  # id of the mark's image (one per mark and theme) -> its icon
 
 
-def _shown(line: str) -> tuple[str, str | None, str]:
+def _shown(line: str, whose: str = "") -> tuple[str, str | None, str]:
     """A row as shown: the priority drawn as an icon (no emoji font needed; the mark's name here, its icon
     made for the theme in force when drawn), the rest as text; the tooltip holds the whole line (a row is
-    one line, cut at the list's width) and what the mark means."""
+    one line, cut at the list's width), what the mark means and ``whose`` (in a reflection generation: the
+    reflector's line or the observer's)."""
     text, mark, meaning = line, None, ""
     for emoji, (name, _colour, what) in PRIORITY_MARKS.items():
         if emoji in text:
@@ -60,7 +64,14 @@ def _shown(line: str) -> tuple[str, str | None, str]:
             text = text.replace(emoji, "").replace("*  ", "* ")
             break
     text = text.lstrip("*- ").strip()
-    return text, mark, plain_tip(f"{text}\n({meaning})" if meaning else text)
+    notes = "".join(f"\n({n})" for n in (meaning, whose) if n)
+    return text, mark, plain_tip(text + notes)
+
+
+def _italic() -> QFont:
+    font = QFont(QApplication.font())
+    font.setItalic(True)
+    return font
 
 
 def _icon(mark: str) -> QIcon:
@@ -86,10 +97,12 @@ class ObservationLinesModel(QAbstractListModel):
         super().__init__(parent)
         self._lines: list[str] = []
         self.made: dict[int, tuple[str, str | None, str]] = {}  # row -> (text, mark, tooltip), as asked
+        self.reflected = 0  # the first rows that are a reflection's output, not the observer's
 
-    def set_lines(self, lines: list[str]) -> None:
+    def set_lines(self, lines: list[str], reflected: int = 0) -> None:
+        """``reflected``: how many of the first lines are a reflection's output (each row's tooltip says whose)."""
         self.beginResetModel()
-        self._lines, self.made = lines, {}
+        self._lines, self.made, self.reflected = lines, {}, reflected
         self.endResetModel()
 
     def line(self, row: int) -> str | None:
@@ -104,11 +117,14 @@ class ObservationLinesModel(QAbstractListModel):
             return None
         if role == LINE_ROLE:
             return self._lines[row]
+        if role == Qt.ItemDataRole.FontRole:  # (a reflection's line in italics: the note under the list says so)
+            return _italic() if row < self.reflected else None
         if role not in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.DecorationRole, Qt.ItemDataRole.ToolTipRole):
             return None
         shown = self.made.get(row)
         if shown is None:
-            shown = self.made[row] = _shown(self._lines[row])
+            shown = self.made[row] = _shown(self._lines[row], REFLECTED if row < self.reflected else
+                                            OBSERVED if self.reflected else "")
         text, mark, tooltip = shown
         if role == Qt.ItemDataRole.DisplayRole:
             return text
@@ -193,9 +209,9 @@ class ObservationLinesEditor(QWidget):
         self.delete_btn.clicked.connect(self.delete_current)
 
     def set_record(self, record: OMRecord | None, *, current: bool, thread_id: str | None, resource_id: str,
-                   lines: Sequence[str] | None = None) -> None:
+                   lines: Sequence[str] | None = None, reflected: int = 0) -> None:
         """``lines``: the record's observation lines when the caller has them (taken apart on a worker);
-        otherwise they are taken from the record here."""
+        otherwise they are taken from the record here. ``reflected``: how many of the first are a reflection's."""
         self.record = record if current else None
         self.thread_id, self.resource_id = thread_id, resource_id
         shown: list[str] = []
@@ -205,8 +221,12 @@ class ObservationLinesEditor(QWidget):
             self.note.setText("An earlier generation: only the current one can be edited.")
         else:
             shown = list(lines if lines is not None else observation_lines(record.active_observations))
-            self.note.setText(f"{len(shown):,} observation(s) in the current generation")
-        self.model.set_lines(shown)
+            if reflected:
+                self.note.setText(f"{len(shown):,} observation(s): {reflected:,} from the reflection (in italics), "
+                                  f"{len(shown) - reflected:,} from the observer")
+            else:
+                self.note.setText(f"{len(shown):,} observation(s) in the current generation")
+        self.model.set_lines(shown, reflected if current else 0)
         self._update()
 
     def set_current_row(self, row: int) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
+import shiboken6
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QObject, Qt
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QAbstractItemView, QApplication, QHeaderView, QTableView, QWidget
@@ -192,14 +193,25 @@ def keep_rows_in_sight(view: QAbstractItemView, rows: int = LEAST_ROWS) -> None:
     watched = view.property("leastRows") is not None
     view.setProperty("leastRows", rows)  # (asked again, the last number asked holds)
 
-    def fit(*_range: int) -> None:
+    model = view.model()
+
+    def fit(*_args: object) -> None:
+        if not shiboken6.isValid(view):  # (a model outlives its view: a tree widget's own, cleared as it goes)
+            return
         sideways = bar.maximum() > 0 and view.horizontalScrollBarPolicy() != Qt.ScrollBarPolicy.ScrollBarAlwaysOff
-        view.setMinimumHeight(head + int(view.property("leastRows")) * row + 2 * view.frameWidth()
+        # A tree's row is as tall as its delegate says once it has rows (the span tree's icons made its rows
+        # 24 px where the font's line and padding said 23: 8 rows asked showed 7 and a half).
+        shown = view.sizeHintForRow(0) if not isinstance(view, QTableView) and model is not None \
+            and model.rowCount() else -1
+        view.setMinimumHeight(head + int(view.property("leastRows")) * max(row, shown) + 2 * view.frameWidth()
                               + (bar.sizeHint().height() if sideways else 0))
 
     fit()
     if not watched:
         bar.rangeChanged.connect(fit)
+        if model is not None and not isinstance(view, QTableView):
+            model.modelReset.connect(fit)
+            model.rowsInserted.connect(fit)
 
 
 def record_table_view(

@@ -21,7 +21,6 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QHBoxLayout,
     QLabel,
     QLineEdit,
     QPushButton,
@@ -67,6 +66,7 @@ DIFFERENCE_COLUMNS: list[Column[tuple[str, str, str]]] = [
     Column("Original", lambda r: r[1], tooltip=lambda r: r[1]),
     Column("Re-run", lambda r: r[2], tooltip=lambda r: r[2]),
 ]
+MODEL_CHARS = 26  # the model's label in sight ("Scripted (offline) — no language model"; whole on hover)
 CHANGED_STYLE = "QLineEdit { font-weight: bold; }"
 RECEIVED, TODAY, WHAT_IF = "received", "today", "what-if"  # the prompt choices
 # What Re-Run does while nothing has run yet, for the prompt chosen (one text for the three said "with its
@@ -112,15 +112,21 @@ class RerunPanel(QWidget):
     def _build(self) -> None:
         root = QVBoxLayout(self)
         root.setContentsMargins(0, 4, 0, 0)
-        row = QHBoxLayout()
+        # A flow, not one row: the model, the prompt, the call and Re-Run asked 568 px side by side; at a 720 px
+        # window the pane was read sideways (or, built there, its combos were cut to 111 px over their text).
+        # Each control keeps its label and its width, and a row that runs out of room goes on the next line.
+        bar = QWidget()
+        bar.setObjectName("rerunBar")
+        row = FlowLayout(bar)
+        row.setContentsMargins(0, 0, 0, 0)
         self.model_combo = QComboBox()
-        row.addWidget(label_for("Model", self.model_combo))
         self.model_combo.setObjectName("rerunModel")
         self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.model_combo.setMinimumContentsLength(12)
-        row.addWidget(self.model_combo, 1)
+        self.model_combo.setMinimumContentsLength(MODEL_CHARS)
+        self.model_combo.currentIndexChanged.connect(
+            lambda _i: self.model_combo.setToolTip(self.model_combo.currentText()))  # (a long label, whole)
+        row.addWidget(labelled("Model", self.model_combo))
         self.prompt_combo = QComboBox()
-        row.addWidget(label_for("Prompt", self.prompt_combo))
         self.prompt_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.prompt_combo.setMinimumContentsLength(22)  # "With the memory as it is now" (nearly) whole
         self.prompt_combo.addItem("As the model received it", RECEIVED)
@@ -129,13 +135,14 @@ class RerunPanel(QWidget):
         self.prompt_combo.setItemData(1, "The turn rebuilt from today's data: working memory as it is today, "
                                          "messages as stored now (a fix made since is in). A reconstruction, "
                                          "not what the model received.", Qt.ItemDataRole.ToolTipRole)
-        row.addWidget(self.prompt_combo)
+        row.addWidget(labelled("Prompt", self.prompt_combo))
         self.call_label = QLabel("")
+        self.call_label.hide()  # (shown where the turn made more than one call)
         row.addWidget(self.call_label)
         self.run_btn = QPushButton("Re-Run")
         self.run_btn.setObjectName("rerunButton")
         row.addWidget(self.run_btn)
-        root.addLayout(row)
+        root.addWidget(bar)
 
         # Settings as recorded, editable; each field holds the value as sent (JSON), empty: not sent.
         box = QWidget()
@@ -277,6 +284,7 @@ class RerunPanel(QWidget):
         self.call = call
         n = len(self.step.calls) if self.step is not None else 0
         self.call_label.setText(f"Model call {call + 1} of {n}" if n > 1 else "")
+        self.call_label.setVisible(n > 1)
         self._refill()
 
     def _refill(self) -> None:

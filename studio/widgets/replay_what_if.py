@@ -56,6 +56,7 @@ from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_
 from studio.widgets.a11y import named
 
 AS_RECORDED = "as recorded"
+PROGRESS_WIDTH = 120  # px of the run's progress bar beside its buttons (in a flow it has no stretch to take)
 IDLE_TEXT = {
     "options": "Change options, then Run What-If: every turn is rebuilt with them.",
     "today": "Run What-If: every turn is rebuilt with the memory as it is now (today's working memory, messages "
@@ -191,7 +192,10 @@ class WhatIfPanel(QWidget):
             flow.addWidget(self.option_cells[-1])
         root.addWidget(box)
 
-        row = QHBoxLayout()
+        bar = QWidget()
+        bar.setObjectName("whatIfBar")
+        row = FlowLayout(bar)
+        row.setContentsMargins(0, 0, 0, 0)
         self.run_btn = QPushButton("Run What-If")
         self.run_btn.setObjectName("runWhatIf")
         self.cancel_btn = QPushButton("Cancel")
@@ -210,12 +214,19 @@ class WhatIfPanel(QWidget):
         self.checks_btn.setObjectName("whatIfChecks")
         self.checks_btn.setToolTip("Run the memory checks (the Checks tab) as they stand and with these options, "
                                    "and mark each check they would break")
+        # A flow, as Re-Run's bar: the three buttons and the progress side by side asked 496 px, and Replay's pane
+        # was read sideways at a 720 px window whichever tab it showed (a tab widget is as wide as its widest page).
         row.addWidget(self.run_btn)
         row.addWidget(self.checks_btn)
         row.addWidget(self.cancel_btn)
-        row.addWidget(self.progress, 1)
-        row.addWidget(self.progress_label)
-        root.addLayout(row)
+        progress = QWidget()
+        pl = QHBoxLayout(progress)
+        pl.setContentsMargins(0, 0, 0, 0)
+        pl.addWidget(self.progress, 1)
+        pl.addWidget(self.progress_label)
+        self.progress.setMinimumWidth(PROGRESS_WIDTH)
+        row.addWidget(progress)
+        root.addWidget(bar)
         root.addWidget(self.summary)
 
         split = QSplitter(Qt.Orientation.Vertical)

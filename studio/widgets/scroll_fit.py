@@ -170,9 +170,10 @@ def least_height_at_width(widget: QWidget, *, grow: bool = False, shrink: bool =
 class _StackWhenNarrow(QObject):
     """``stack_when_narrow``'s watcher."""
 
-    def __init__(self, split: QSplitter, share: int, needs: Mapping[int, Callable[[], int]]) -> None:
+    def __init__(self, split: QSplitter, share: int, needs: Mapping[int, Callable[[], int]],
+                 stacked: Callable[[bool], None] | None) -> None:
         super().__init__(split)
-        self.split, self.share, self.needs = split, share, dict(needs)
+        self.split, self.share, self.needs, self.stacked = split, share, dict(needs), stacked
 
     def side_by_side_least(self) -> int:
         """The width the parts need side by side: their least widths and the handles between them."""
@@ -195,36 +196,51 @@ class _StackWhenNarrow(QObject):
         want = Qt.Orientation.Horizontal if width >= self.side_by_side_least() else Qt.Orientation.Vertical
         if want != split.orientation():
             split.setOrientation(want)
+            if self.stacked is not None:  # (first: a part's least height stacked counts in the sizes below)
+                self.stacked(want == Qt.Orientation.Vertical)
             whole = width if want == Qt.Orientation.Horizontal else height
             first = whole * self.share // 100
             split.setSizes([first, max(whole - first, 0)])
         self._fit_least()
 
     def _fit_least(self) -> None:
-        """Stacked, its least height is its parts' one above the other, said outright: a page's least height is
-        taken at the width it has (``LeastSizeHolder``), where a layout counted less than that and the stacked
-        parts were cut (the Observations pane's buffer at 720 px)."""
+        """Its least width is its widest part's. Stacked, its least height is its parts' one above the other, said
+        outright: a page's least height is taken at the width it has (``LeastSizeHolder``), where a layout counted
+        less than that and the stacked parts were cut (the Observations pane's buffer at 720 px)."""
         split = self.split
+        parts = [split.widget(i) for i in range(split.count())]
+        shown = [p for p in parts if p is not None and not p.isHidden()]
         if split.orientation() == Qt.Orientation.Vertical:
-            parts = [split.widget(i) for i in range(split.count())]
-            shown = [p for p in parts if p is not None and not p.isHidden()]
             least = sum(least_size(p).height() for p in shown) + split.handleWidth() * max(len(shown) - 1, 0)
         else:
             least = 0
         if split.minimumHeight() != least:
             split.setMinimumHeight(least)
+        # Its least width is its widest part's, stacked or not: side by side it asked its parts' widths added
+        # up, a page scrolls sideways to give it that, and it then never had less to stack at (the Observations
+        # pane made narrow from a wide window, 720 x 800, read sideways with its parts side by side).
+        widest = max((least_size(p).width() for p in shown), default=0)
+        if split.minimumWidth() != widest:
+            split.setMinimumWidth(widest)
 
 
-def stack_when_narrow(split: QSplitter, share: int = 50, needs: Mapping[int, Callable[[], int]] | None = None) -> None:
+def stack_when_narrow(split: QSplitter, share: int = 50, needs: Mapping[int, Callable[[], int]] | None = None,
+                      stacked: Callable[[bool], None] | None = None) -> None:
     """``split`` (horizontal) puts its parts one under the other while it is narrower than their least widths
     side by side, and side by side again once it is wide enough (``share``: the first part's percentage of
     the length after a switch). Side by side in a narrower splitter, each part had less than its least width
     and was cut at its edge (the Traces pane's span tree at a 900 px window: its Timeline out of sight); Replay's
     turn view stacks in the same way. Stacked, the page scrolls below the parts' least heights. ``needs``: the
     width side by side of a part (by index) whose least width says less than it needs (a scroll area whose
-    content scrolls up and down only), asked at each resize; none of it changes a least size."""
-    watcher = _StackWhenNarrow(split, share, needs or {})
+    content scrolls up and down only), asked at each resize; none of it changes a least size. The splitter's
+    least width is its widest part's, side by side too (it stacks rather than have a page scroll sideways to give
+    it its parts' widths added up). ``stacked``: told
+    True when the parts go one under the other and False when they go side by side again, before the sizes
+    are shared out (a pane asks more rows of a list stacked, where the list no longer has the whole height:
+    the Traces pane's span tree showed 3 rows at 900 x 800)."""
+    watcher = _StackWhenNarrow(split, share, needs or {}, stacked)
     split.installEventFilter(watcher)
+    watcher._fit_least()  # (now: a pane's least width is taken when it is built, before its first resize)
     split.setProperty("stacksWhenNarrow", True)  # (followed from its first resize: the sizes set in code stay)
 
 

@@ -385,3 +385,14 @@ def theme_restored(app: QApplication) -> Iterator[None]:
         app.setFont(font)
         app.setStyleSheet(sheet)
         app.setProperty("studioTheme", name)
+
+
+@pytest.fixture
+def themed(qapp: QApplication, request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """The theme of the test's ``theme`` parameter (None: the app left unthemed, as tests start), the
+    application's own restored after it."""
+    from studio.theme import apply_theme
+
+    theme = request.node.callspec.params["theme"]
+    with theme_restored(qapp):
+        yield apply_theme(qapp, theme) if theme is not None else None

@@ -92,6 +92,55 @@ def test_a_reflection_shows_as_a_new_generation_and_the_old_log_stays_readable(
     assert "Jonas is on holiday" in pane.log_view.toPlainText()
 
 
+def test_a_reflections_lines_are_marked_apart_from_the_observers_and_looking_writes_nothing(
+        no_leaked_widgets, qtbot, make_session, demo_db):
+    """A reflection's output was shown as the log's "Chunk 1", like any observer chunk: nothing said that the
+    reflector had rewritten generation 0 there, when, or that the chunk after it was the observer's. Its part is
+    now headed as the reflection (its time, what it replaced), the observer's chunk after it as the observer's,
+    and in the list of lines the reflection's are in italics, each row's tooltip saying whose it is."""
+    from PySide6.QtCore import Qt
+
+    from studio.logic.observations_layout import format_when
+
+    from .om_reflections import OBSERVED_AT, REFLECTED_AT, reflect_in_turn
+
+    reflect_in_turn(demo_db)
+    before = file_state(demo_db)
+    pane = open_pane(qtbot, make_session, demo_db)
+    qtbot.waitUntil(lambda: not pane.log_view.filling, timeout=WAIT)
+    log = pane.log_view.toPlainText()
+    heading = f"Reflection at {format_when(REFLECTED_AT)}: the reflector's rewrite · replaced generation 0's log ("
+    assert heading in log and "297 tokens)" in log
+    assert f"Chunk 2 · after {format_when(OBSERVED_AT)} · the observer's" in log
+    assert log.index(heading) < log.index("blocked on staging") < log.index("Chunk 2") < log.index("back on track")
+    lines = pane.line_editor.list
+    model = lines.model()
+    assert model.rowCount() == 2
+    first, second = model.index(0, 0), model.index(1, 0)
+    assert "blocked on staging" in first.data() and first.data(Qt.ItemDataRole.FontRole).italic()
+    assert "from the reflection" in first.data(Qt.ItemDataRole.ToolTipRole)
+    assert second.data(Qt.ItemDataRole.FontRole) is None
+    assert "from the observer" in second.data(Qt.ItemDataRole.ToolTipRole)
+    assert "1 from the reflection" in pane.line_editor.note.text()
+    pane.gen_table.selectRow(1)  # generation 0: the observer's only, headed as before
+    qtbot.waitUntil(lambda: not pane.log_view.filling, timeout=WAIT)
+    assert "Reflection" not in pane.log_view.toPlainText() and "observer's" not in pane.log_view.toPlainText()
+    assert file_state(demo_db) == before  # (looking never changes data)
+
+
+def test_a_reflection_prepared_in_the_background_shows_the_lines_it_did_not_see_as_the_observers(
+        no_leaked_widgets, qtbot, make_session, demo_db):
+    from .om_reflections import reflect_in_background
+
+    covered, unseen = reflect_in_background(demo_db)
+    pane = open_pane(qtbot, make_session, demo_db)
+    qtbot.waitUntil(lambda: not pane.log_view.filling, timeout=WAIT)
+    log = pane.log_view.toPlainText()
+    assert (f"replaced the first {covered} observations of generation 0 (prepared in the background)" in log)
+    assert log.index("blocked on staging") < log.index("the observer's") < log.index("Jonas is on holiday")
+    assert pane.line_editor.model.reflected == 1 and pane.line_editor.model.rowCount() == 1 + unseen
+
+
 def test_empty_state_for_a_thread_without_observational_memory(no_leaked_widgets, qtbot, make_session, demo_db):
     pane = open_pane(qtbot, make_session, demo_db, Selection("ada", "ada-groceries"))
     assert pane.stack.currentIndex() == PAGE_EMPTY and pane.empty_label.text() == EMPTY_TEXT

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
 
 from studio.selection import Selection
 
-from .conftest import seeded_demo_folder, theme_restored
+from .conftest import seeded_demo_folder
 
 WIDTHS = [1100, 1440]
 THEMES = ["dark", "light"]
@@ -23,15 +23,6 @@ TIP = Qt.ItemDataRole.ToolTipRole
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return seeded_demo_folder(tmp_path_factory, "demo-columns")
-
-
-@pytest.fixture
-def themed(qapp: Any, request: pytest.FixtureRequest) -> Iterator[str]:
-    """The theme of the test's ``theme`` parameter, the application's own restored after it."""
-    from studio.theme import apply_theme
-
-    with theme_restored(qapp):
-        yield apply_theme(qapp, request.node.callspec.params["theme"])
 
 
 def _window(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int) -> Any:

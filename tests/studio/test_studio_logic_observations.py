@@ -18,7 +18,10 @@ from studio.logic.observations_layout import (
     hint_rows,
     log_html,
     log_sections,
+    log_text,
+    log_texts,
     lookups_for,
+    reflection_of,
     subtitle,
     thresholds,
     token_bars,
@@ -116,3 +119,64 @@ def test_every_priority_emoji_has_a_marker_and_done_is_distinct() -> None:
     page = log_html("Date: Sep 14, 2026\n* 🔴 a\n* 🟡 b\n* 🟢 c\n* ✅ d")
     for name in ("high", "medium", "low", "done"):
         assert f'src="priority:{name}"' in page
+
+
+REFLECTED = "Date: Sep 14, 2026\n* 🔴 (09:05) Sam: blocked on staging; Priya can grant access."
+LATER = "Date: Sep 16, 2026\n* 🟡 (08:00) Sam asked Priya."
+
+
+def test_a_reflection_made_in_the_turn_is_its_logs_first_chunk_the_observers_chunks_after_it() -> None:
+    """Generation 1 (a reflection) holds the reflector's rewrite, then what the observer appended after it; its
+    heading says when it was written and what it replaced (generation 0's log: its observations and tokens)."""
+    before = record(activeObservations=append_chunk(FIRST, SECOND, "2026-09-15T10:05:00.000Z"))
+    after = record(id="r2", generationCount=1, originType="reflection", lastReflectionAt="2026-09-16T07:00:00.000Z",
+                   activeObservations=append_chunk(REFLECTED, LATER, "2026-09-16T08:01:00.000Z"))
+    reflection = reflection_of(after, before)
+    assert reflection is not None and reflection.exact
+    assert after.active_observations[:reflection.end] == REFLECTED
+    sections = log_sections(after.active_observations, reflection=reflection)
+    assert [(s.heading, s.reflection) for s in sections] == [
+        ("Reflection at 2026-09-16 07:00:00: the reflector's rewrite · replaced generation 0's log "
+         "(3 observations, 40 tokens)", True),
+        ("Chunk 2 · after 2026-09-16 08:01:00 · the observer's", False)]
+    assert sections[0].lines == tuple(REFLECTED.splitlines()) and sections[1].lines == tuple(LATER.splitlines())
+    page = log_html(after.active_observations)  # (without a reflection: as any log)
+    assert "Reflection" not in page and "observer" not in page
+    text = log_text(after, current=True, previous=before)
+    assert text.reflected == 1 and len(text.lines) == 2
+    assert "replaced generation 0" in "".join(text.paragraphs)
+    assert any("font-weight: bold" in p and "Reflection at" in p for p in text.paragraphs)
+    # The initial generation is the observer's only: headed as before.
+    assert reflection_of(before, None) is None
+    assert [s.heading for s in log_sections(before.active_observations, reflection=None)] == [
+        "Chunk 1", "Chunk 2 · after 2026-09-15 10:05:00"]
+
+
+def test_a_reflection_prepared_in_the_background_is_the_text_it_kept_the_unseen_lines_the_observers() -> None:
+    """Prepared in the background over generation 0's first lines, the reflection's text is kept on generation 0
+    (``bufferedReflection``, with how many lines it covers); generation 1's log starts with it and goes on with
+    the lines it did not see, in the same chunk (no boundary line): those are said to be the observer's."""
+    log = FIRST + "\n* 🟡 (09:30) Sam will ask Priya."
+    before = record(activeObservations=log, bufferedReflection=REFLECTED, reflectedObservationLineCount=2)
+    after = record(id="r2", generationCount=1, originType="reflection", lastReflectionAt="2026-09-16T07:00:00.000Z",
+                   activeObservations=REFLECTED + "\n" + "\n".join(log.splitlines()[2:]))
+    reflection = reflection_of(after, before)
+    assert reflection is not None and reflection.exact and reflection.end == len(REFLECTED)
+    sections = log_sections(after.active_observations, reflection=reflection)
+    assert sections[0].heading == ("Reflection at 2026-09-16 07:00:00: the reflector's rewrite · replaced the first "
+                                   "1 observation of generation 0 (prepared in the background)")
+    assert sections[1].heading == "Chunk 2 · the observer's lines the reflector did not see"
+    assert sections[1].lines == ("  * -> Priya can grant it", "* 🟡 (09:30) Sam will ask Priya.")
+    texts = log_texts([after, before])
+    assert texts["r2"].reflected == 1 and texts["r1"].reflection is None
+
+
+def test_a_reflection_whose_generation_before_is_not_stored_says_so_and_that_its_end_is_a_guess() -> None:
+    after = record(id="r2", generationCount=3, originType="reflection", lastReflectionAt=None,
+                   createdAt="2026-09-16T07:00:00.000Z", activeObservations=append_chunk(REFLECTED, LATER, "x"))
+    reflection = reflection_of(after, None)
+    assert reflection is not None and not reflection.exact
+    assert reflection.heading == ("Reflection at 2026-09-16 07:00:00: the reflector's rewrite (where it ends is not "
+                                  "recorded: its first chunk) · replaced generation 2, which is not stored here")
+    # An earlier generation that is not the one just before (one lost between) is not taken for it.
+    assert "not stored" in reflection_of(after, record(generationCount=1)).replaced  # type: ignore[union-attr]
