@@ -284,7 +284,8 @@ async def put_working_memory(request: Request) -> Response:
             data, text = answer(value)
             return {"kind": "json", "status": 200, "body": data, "headers": {"ETag": _etag(text)}}
 
-        writes = [] if claim is None else [gateway.keeper.saved_with(claim, kept, thread_id=thread_id)]
+        # The key's row names the thread only when this resource's (``written_through``): never another's id.
+        writes = [] if claim is None else [gateway.keeper.saved_with(claim, kept, thread_id=written_through)]
         try:
             memory.update_working_memory(thread_id=written_through, resource_id=resource_id,
                                          working_memory=body["workingMemory"], author=author, expected=expected,
@@ -303,8 +304,9 @@ async def put_working_memory(request: Request) -> Response:
     digest = request_hash(route=PUT_WM_ROUTE, thread=thread_id, resource=asked, agent=request.query_params.get("agentId"),
                           body=body, if_match=if_match)
     scope = scope_of(caller, asked, PUT_WM_ROUTE)
+    # No thread yet: the path's may be another resource's; ``write`` names it once it saw whose (``written_through``).
     got = await _run(request, lambda: gateway.keeper.claim(memory.store.db, scope=scope, key=key, digest=digest,
-                                                           resource_id=asked, thread_id=thread_id))
+                                                           resource_id=asked, thread_id=None))
     if isinstance(got, Replay):
         return replay_json(got.outcome)
     claim: Claim = got
