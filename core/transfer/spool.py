@@ -38,12 +38,16 @@ class RowSpool:
     def __init__(self, what: str = "rows") -> None:
         self.what = what
         try:
-            self._folder = tempfile.mkdtemp(prefix="memory-studio-import-")
-            self._path = os.path.join(self._folder, "rows")
-            self._out: Any = open(self._path, "wb")  # noqa: SIM115 - closed by ``close``
+            self._folder = tempfile.mkdtemp(prefix="memory-studio-import-")  # readable by its owner only
         except OSError as exc:
             raise self._failed(exc) from None
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._folder, True)
+        self._path = os.path.join(self._folder, "rows")
+        try:
+            self._out: Any = open(self._path, "wb")  # noqa: SIM115 - closed by ``close``
+        except OSError as exc:
+            self._cleanup()
+            raise self._failed(exc) from None
         self._pending: list[Any] = []
         self._count = 0
 

@@ -475,6 +475,13 @@ def test_a_working_memory_key_through_another_resources_thread_keeps_no_trace_of
     assert forget_resource(memory.store, "bob").removed.get("idempotency keys", 0) == 0
     status, again, headers = call(server, "PUT", path, {"workingMemory": "# Alice"}, _as(users, "alice", "wm-a"))
     assert status == 200 and again == first and headers["idempotent-replayed"] == "true"
+    # A chat turn of alice's refused in a thread of another's (a 4xx kept for its key) names no thread either.
+    client(server).chat.completions.create(model="echo", messages=[user("hi")],
+                                           metadata={"thread_id": "t-eve", "resource_id": "eve"})
+    with pytest.raises(openai.PermissionDeniedError):
+        client(server, users["alice"]).chat.completions.create(
+            model="echo", messages=[user("mine?")], metadata={"thread_id": "t-eve"}, extra_headers={KEY: "k-eve"})
+    assert [r for r in key_rows(memory) if r[0] == "k-eve"] == [("k-eve", "done", "alice", None)]
     assert memory.get_working_memory(thread_id="t-bob", resource_id="alice") == "# Alice"
     # Through a thread of alice's own, the row names it (deleting the thread deletes the key, as for a turn).
     client(server).chat.completions.create(model="echo", messages=[user("hi")],

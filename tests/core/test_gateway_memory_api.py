@@ -192,6 +192,12 @@ def test_a_conditional_header_sent_on_several_lines_is_one_list(server, memory):
     # Neither line names the value now: refused, whichever line held which tag.
     status, data, now = raw_wm(server, "PUT", path, {"workingMemory": "x"}, (("If-Match", first), ("If-Match", '"b"')))
     assert status == 412 and data["error"]["param"] == "If-Match" and now == after
+    # Under an Idempotency-Key every line is part of the request: the same key without the second line is another one.
+    lines = (("Idempotency-Key", "k-lines"), ("If-Match", '"a"'), ("If-Match", after or ""))
+    status, _, after = raw_wm(server, "PUT", path, {"workingMemory": "# Profile\n- Name: Ada L.\n"}, lines)
+    assert status == 200
+    status, data, _ = raw_wm(server, "PUT", path, {"workingMemory": "# Profile\n- Name: Ada L.\n"}, lines[:2])
+    assert status == 422 and data["error"]["code"] == "idempotency_key_reused"
     # * beside tags means nothing: 400 naming the header and its lines, for both headers; nothing written.
     for name in ("If-Match", "If-None-Match"):
         status, data, _ = raw_wm(server, "PUT", path, {"workingMemory": "x"}, ((name, "*"), (name, after or "")))
