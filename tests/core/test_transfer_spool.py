@@ -125,3 +125,12 @@ def test_the_rows_held_in_memory_are_refused_once_they_pass_what_fits(tmp_path):
     assert "big.json is 20.0 GB" in message and "all of its rows but its messages" in message
     assert "1.5 GB of its text" in message and "about 2.2 GB of memory" in message and "Nothing was imported" in message
     check_fits(20_000_000_000, "big.json", available=2_000_000_000, held=1_000_000_000)  # fits: no error
+
+
+def test_no_section_checked_before_the_messages_names_a_message():
+    """``check_file`` notes each message's thread as it checks the messages (read once from disk): a section
+    checked before them that named a message would find none."""
+    import core.transfer.importer  # noqa: F401 - every section registered
+    from core.transfer.sections import sections_before_messages_ask_no_message
+
+    assert sections_before_messages_ask_no_message()
