@@ -29,7 +29,12 @@ then runs the first and answers the others from what it kept (Stripe's semantics
 - kept outcomes expire (``ttl``, 24 hours unless set): an expired key is a new key. Expired rows are
   deleted after a response has been sent, at most once per ``sweep_every`` per process and database,
   so no separate job is needed and no request waits for it. ``forget`` deletes a resource's rows,
-  deleting a thread deletes the rows of its turns; export and import leave them out.
+  deleting a thread deletes the rows of its turns; export and import leave them out. A kept outcome names a
+  thread (``thread_id``) only when its request wrote through it as its owner: a kept failure names none
+  (``fail``), and a working-memory write names its thread only once its transaction saw that the thread is the
+  asking resource's. So no key keeps another resource's thread id, goes when that thread is deleted or its
+  resource forgotten, or is counted by that ``forget``. (A chat turn's row names the thread it asked for while
+  it runs: a repeat that takes the key over continues that thread, and is refused as the first was.)
 
 Times are the gateway processes' clocks (milliseconds since the epoch): processes sharing a database
 should keep their clocks in step (NTP); a skew shortens or lengthens leases by as much.
@@ -247,21 +252,25 @@ class Keeper:
                 "AND state = 'running'", (lease, claim.scope, claim.key, claim.holder)).rowcount
         return bool(n)
 
-    def complete(self, claim: Claim, outcome: Mapping[str, Any], *, thread_id: str | None = None) -> None:
+    def complete(self, claim: Claim, outcome: Mapping[str, Any], *, thread_id: str | None = None,
+                 wrote: bool = True) -> None:
         """Keep ``outcome`` for the key (its expiry counted from now)."""
         with claim.db.write() as conn:
-            n = self._complete(conn, claim, outcome, thread_id)
+            n = self._complete(conn, claim, outcome, thread_id, wrote=wrote)
         if not n:
             log.warning("an idempotent request finished after another took its key over (its lease ran out); "
                         "its outcome was not kept")
 
-    def _complete(self, conn: Any, claim: Claim, outcome: Mapping[str, Any], thread_id: str | None) -> int:
+    def _complete(self, conn: Any, claim: Claim, outcome: Mapping[str, Any], thread_id: str | None, *,
+                  wrote: bool = True) -> int:
+        """Keep ``outcome``; ``wrote`` False (a kept failure): the row then names no thread (see ``fail``)."""
         expires = _now_ms() + int(self.settings.ttl * 1000)
         text = json.dumps(outcome, ensure_ascii=False, separators=(",", ":"))
+        thread = "COALESCE(?, thread_id)" if wrote else "?"
         return int(conn.exec_driver_sql(
             f"UPDATE {IDEMPOTENCY_TABLE} SET state = 'done', outcome = ?, holder = NULL, expires_at = ?, "
-            "thread_id = COALESCE(?, thread_id) WHERE scope = ? AND idem_key = ? AND holder = ?",
-            (text, expires, thread_id, claim.scope, claim.key, claim.holder)).rowcount or 0)
+            f"thread_id = {thread} WHERE scope = ? AND idem_key = ? AND holder = ?",
+            (text, expires, thread_id if wrote else None, claim.scope, claim.key, claim.holder)).rowcount or 0)
 
     def saved_with(self, claim: Claim, outcome: Outcome, *, thread_id: str | None = None) -> SavedOutcome:
         """A staged write keeping ``outcome`` for the key in the transaction that saves what the request did
@@ -314,9 +323,12 @@ class Keeper:
             renewer.join()
 
     def fail(self, claim: Claim, exc: BaseException) -> None:
-        """A failure: kept when the same request would fail so again (``kept_status``), else the key is given back."""
+        """A failure: kept when the same request would fail so again (``kept_status``), else the key is given back.
+        A kept failure wrote through no thread, so its row names none: the thread its request named may be another
+        resource's (refused, or answered as one not stored yet), and a row naming it would go when that resource
+        deletes the thread or is forgotten, telling a repeat (which then runs again) that the id was in use there."""
         if kept_status(exc) is not None:
-            self.complete(claim, error_outcome(exc))
+            self.complete(claim, error_outcome(exc), wrote=False)
         else:
             self.release(claim)
 

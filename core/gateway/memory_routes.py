@@ -18,7 +18,9 @@ Both answer an ``ETag`` naming the stored value (a hash of its text; ``"none"`` 
 with ``If-Match: <that ETag>`` writes only if the value is still the one read, and answers 412
 ``precondition_failed`` (with the value's ETag now) when an agent or another client changed it meanwhile,
 so a read-edit-write client never overwrites a change it did not see; ``If-Match: *`` writes only over an
-existing value. Without ``If-Match`` a PUT replaces the value as Mastra's API does.
+existing value, ``If-None-Match: *`` only where there is none. A GET with ``If-None-Match: <that ETag>`` is
+answered 304 while the value is unchanged. A conditional header sent on several lines is one comma-joined list
+(``core.gateway.conditional``, which reads them all). Without them a PUT replaces the value as Mastra's API does.
 
 ``agentId=`` picks whose memory is meant when the agents do not share one. Every route needs
 ``resourceId=`` (400 without it; a tokens file's token with one resource may leave it out): a call
@@ -45,7 +47,6 @@ delegations=True)``); another resource's delegation is 403, a malformed one 400 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -56,6 +57,7 @@ from starlette.routing import Route
 
 from core.gateway import cursors
 from core.gateway.access import caller_of, no_such_thread, sees_thread
+from core.gateway.conditional import IF_MATCH, IF_NONE_MATCH, Conditions, etag, precondition_failed
 from core.gateway.errors import GatewayError, bad_request
 from core.gateway.idempotency import Claim, Replay, key_of, request_hash, scope_of
 from core.gateway.openai_routes import holding, read_json, replay_json, sweep_task
@@ -206,6 +208,7 @@ async def list_messages(request: Request) -> Response:
 async def get_working_memory(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
     asked = _resource(request, "working memory")
+    conditions = Conditions.of(request.headers)
     memory = _memory(request, asked, working_memory=True)
 
     def read() -> tuple[dict[str, Any], str | None]:
@@ -221,7 +224,9 @@ async def get_working_memory(request: Request) -> Response:
                 "scope": value.scope, "threadExists": thread is not None, "resourceId": asked}, value.text
 
     data, text = await _run(request, read)
-    return JSONResponse(data, headers={"ETag": _etag(text)})
+    if not conditions.allow(text, reading=True):
+        return Response(status_code=304, headers={"ETag": etag(text)})  # If-None-Match: the client's copy is current
+    return JSONResponse(data, headers={"ETag": etag(text)})
 
 
 #: The working-memory write as idempotency keys are scoped to it.
@@ -251,7 +256,7 @@ async def put_working_memory(request: Request) -> Response:
     caller = caller_of(request.scope)
     author = "gateway" if caller.name is None else f"gateway: {caller.name}"
 
-    if_match = request.headers.get("if-match")
+    conditions = Conditions.of(request.headers)
     gateway: Gateway = request.app.state.gateway
 
     def write(claim: Claim | None = None) -> tuple[dict[str, Any], str | None]:
@@ -268,12 +273,12 @@ async def put_working_memory(request: Request) -> Response:
                                "(metadata.thread_id) first, then write its working memory. Nothing was written.",
                                type="not_found_error", code="not_found")
         expected: str | None | object = ...
-        if if_match is not None:
-            # The value read now must be the one the client read; the write then checks that it still is, in
-            # its own transaction (``expected``), so a change in between is refused too.
+        if conditions.any:
+            # The value read now must meet the client's conditions (If-Match: the one it read; If-None-Match: *,
+            # none); the write then checks that it is still that value, in its own transaction (``expected``), so
+            # a change in between is refused too.
             current = memory.working_memory_service.get(opts, thread_id=written_through, resource_id=resource_id).text
-            if not _matches(if_match, current):
-                raise _precondition_failed(current)
+            conditions.allow(current, reading=False)
             expected = current
 
         def answer(value: Any) -> tuple[dict[str, Any], str | None]:
@@ -282,58 +287,39 @@ async def put_working_memory(request: Request) -> Response:
 
         def kept(value: Any) -> dict[str, Any]:
             data, text = answer(value)
-            return {"kind": "json", "status": 200, "body": data, "headers": {"ETag": _etag(text)}}
+            return {"kind": "json", "status": 200, "body": data, "headers": {"ETag": etag(text)}}
 
-        writes = [] if claim is None else [gateway.keeper.saved_with(claim, kept, thread_id=thread_id)]
+        # The key's row names the thread only when this resource's (``written_through``): never another's id.
+        writes = [] if claim is None else [gateway.keeper.saved_with(claim, kept, thread_id=written_through)]
         try:
             memory.update_working_memory(thread_id=written_through, resource_id=resource_id,
                                          working_memory=body["workingMemory"], author=author, expected=expected,
                                          _writes=writes)
         except ConcurrentUpdateError as exc:
-            raise _precondition_failed(exc.current) from None
+            raise precondition_failed(exc.current, IF_MATCH if conditions.if_match is not None else IF_NONE_MATCH) \
+                from None
         return answer(memory.working_memory_service.get(opts, thread_id=written_through, resource_id=resource_id))
 
     if key is None:
         data, text = await _run(request, write)
-        return JSONResponse(data, headers={"ETag": _etag(text)})
+        return JSONResponse(data, headers={"ETag": etag(text)})
 
-    # With an Idempotency-Key (core.gateway.idempotency): the same thread, resource, memory, value and If-Match
+    # With an Idempotency-Key (core.gateway.idempotency): the same thread, resource, memory, value and conditions
     # are the same request; its answer (or a 4xx it met, as a 412) is kept and answered to repeats. The answer is
     # kept in the write's own transaction, so a process that dies after the write has kept it too.
     digest = request_hash(route=PUT_WM_ROUTE, thread=thread_id, resource=asked, agent=request.query_params.get("agentId"),
-                          body=body, if_match=if_match)
+                          body=body, **conditions.digest())
     scope = scope_of(caller, asked, PUT_WM_ROUTE)
+    # No thread yet: the path's may be another resource's; ``write`` names it once it saw whose (``written_through``).
     got = await _run(request, lambda: gateway.keeper.claim(memory.store.db, scope=scope, key=key, digest=digest,
-                                                           resource_id=asked, thread_id=thread_id))
+                                                           resource_id=asked, thread_id=None))
     if isinstance(got, Replay):
         return replay_json(got.outcome)
     claim: Claim = got
 
     async with holding(gateway.keeper, claim, gateway.memory_limiter):
         data, text = await _run(request, lambda: gateway.keeper.run(claim, lambda: write(claim)))
-    return JSONResponse(data, headers={"ETag": _etag(text)}, background=sweep_task(gateway, claim))
-
-
-def _etag(text: str | None) -> str:
-    """The ETag of a stored working-memory text: a hash of its bytes, ``"none"`` when there is none."""
-    return '"none"' if text is None else '"' + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32] + '"'
-
-
-def _matches(if_match: str, current: str | None) -> bool:
-    """Whether an ``If-Match`` header holds the current value's ETag (a list of them, weak ones compared by
-    their tag; ``*``: any existing value)."""
-    tags = [t.strip() for t in if_match.split(",") if t.strip()]
-    if "*" in tags:
-        return current is not None
-    return _etag(current) in {t[2:] if t.startswith("W/") else t for t in tags}
-
-
-def _precondition_failed(current: str | None) -> GatewayError:
-    """412 with the value's ETag now, so the client can read it again and redo its change."""
-    return GatewayError(412, "The working memory changed since you read it (an agent or another client wrote it), so "
-                             "your value was not written. Read it again (GET gives its ETag), redo your change on what "
-                             "it holds now, and send it with that ETag in If-Match.",
-                        code="precondition_failed", param="If-Match", headers={"ETag": _etag(current)})
+    return JSONResponse(data, headers={"ETag": etag(text)}, background=sweep_task(gateway, claim))
 
 
 def _wm_options(memory: Memory) -> Any:

@@ -40,7 +40,8 @@ from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.stored_text import NumberBeyondDouble, json_double, json_whole
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import sections
-from core.transfer.stream_json import load_pieces
+from core.transfer.spool import RowSpool
+from core.transfer.stream_json import HeldTooMuch, load_pieces
 from core.transfer.errors import ExportFormatError, ExportWriteError, TransferError
 from core.terminal_text import printable
 from core.stored_text import json_text
@@ -234,9 +235,11 @@ _NOT_AN_EXPORT = (
 _CHOOSE = "Choose the .json file written by 'memory-studio export'."
 
 
-#: What import holds at its peak, as a multiple of the file's size: the rows parsed from it and a piece of its
-#: text (measured: 1.14 for a 1.0 GB export; docs/ARCHITECTURE.md, Figures), with a margin.
+#: What import holds of rows it keeps in memory, as a multiple of their text's size (measured: 1.14 for a 1.0 GB
+#: export held whole; docs/ARCHITECTURE.md, Figures), with a margin.
 MEMORY_PER_FILE_BYTE = 1.5
+#: The lists of an export kept on disk while import reads them (``core.transfer.spool``): nearly all of a file.
+SPOOLED = ("messages",)
 #: The same for a file read whole (one the piece reader does not take, to say what is wrong with it; a pipe):
 #: its text and the rows parsed from it (measured: 2.06).
 WHOLE_TEXT_PER_FILE_BYTE = 2.5
@@ -254,19 +257,25 @@ def available_memory() -> int | None:
     return None
 
 
-def check_fits(size: int, name: str = "the file", available: int | None = None) -> None:
-    """Refuse, before reading a byte, a file whose import needs more memory than the machine has available
-    (``available``: default ``available_memory()``; not known: no check). Import holds every row of the
-    file at once (one transaction writes them all)."""
+def check_fits(size: int, name: str = "the file", available: int | None = None, *, held: int | None = None) -> None:
+    """Refuse a file whose import needs more memory than the machine has available (``available``: default
+    ``available_memory()``; not known: no check). Import holds every row of the file at once (one transaction
+    writes them all), except the rows of its ``SPOOLED`` lists; ``held``: the size of the text of the rows it
+    holds, when the file is read in pieces (``load`` refuses it as soon as they pass what fits), else the
+    whole file counts."""
     available = available_memory() if available is None else available
-    need = int(size * MEMORY_PER_FILE_BYTE)
+    need = int((size if held is None else held) * MEMORY_PER_FILE_BYTE)
     if available is None or need <= available:
         return
+    what = (f"import holds all of its rows at once, about {MEMORY_PER_FILE_BYTE:g} times the file's size"
+            if held is None else
+            f"import holds all of its rows but its messages at once, and those of its other lists passed "
+            f"{_size(held)} of its text, about {MEMORY_PER_FILE_BYTE:g} times that in memory")
     raise ExportFormatError(
-        f"{name} is {_size(size)}; importing it needs about {_size(need)} of memory (import holds all of its rows "
-        f"at once, about {MEMORY_PER_FILE_BYTE:g} times the file's size), and this machine has {_size(available)} "
-        "available. Nothing was imported. Close other programs and import again, or export the resource's threads "
-        "one at a time ('memory-studio export --thread ID -o FILE') and import each file.")
+        f"{name} is {_size(size)}; importing it needs about {_size(need)} of memory ({what}), and this machine "
+        f"has {_size(available)} available. Nothing was imported. Close other programs and import again, or "
+        "export the resource's threads one at a time ('memory-studio export --thread ID -o FILE') and import "
+        "each file.")
 
 
 def _check_whole_fits(size: int, name: str, available: int | None = None) -> None:
@@ -300,11 +309,19 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
         if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a pipe is read (process substitution); a device never ends
             raise ExportFormatError(f"{name} is not a regular file (a device or a socket). {_CHOOSE}")
         if stat.S_ISREG(mode):
-            check_fits(p.stat().st_size, name)
-            # In pieces: the text is never held whole beside the rows. A file it does not take (any problem)
-            # is read whole below, whose errors say what is wrong; a pipe cannot be read twice, so it is too.
-            with p.open("rb") as fh:
-                data = load_pieces(fh, _not_json, parse_float=json_double, parse_int=json_whole)
+            # In pieces: the text is never held whole beside the rows, and the rows of the SPOOLED lists (its
+            # messages) are kept on disk, so what is held is the other lists' rows, refused once they pass what
+            # fits. A file it does not take (any problem) is read whole below, whose errors say what is wrong; a
+            # pipe cannot be read twice, so it is too.
+            available = available_memory()
+            limit = None if available is None else int(available / MEMORY_PER_FILE_BYTE)
+            try:
+                with p.open("rb") as fh:
+                    data = load_pieces(fh, _not_json, parse_float=json_double, parse_int=json_whole, spool=SPOOLED,
+                                       held_limit=limit)
+            except HeldTooMuch as exc:
+                check_fits(p.stat().st_size, name, available, held=exc.held)
+                raise  # (it always refuses: the limit is what fits)
             if data is None:
                 _check_whole_fits(p.stat().st_size, name)
         raw = p.read_bytes() if data is None else b""
@@ -416,28 +433,25 @@ def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None
     if version < 1:
         raise ExportFormatError(f"{name} has an unknown export format version {version}.")
     for key in LIST_KEYS:
-        if not isinstance(data.get(key, []), list):
+        if not isinstance(data.get(key, []), (list, RowSpool)):
             raise ExportFormatError(f"{name}: \"{key}\" must be a list.")
     _require(data, "resources", ("id", "createdAt"), name)
     _require(data, "threads", ("id", "resourceId", "createdAt"), name)
-    _require(data, "messages", ("id", "threadId", "role", "type", "createdAt", "content"), name)
+    # The messages (nearly all of a file, read from disk: ``SPOOLED``) are read once for their three checks, whose
+    # problems are raised in the order the checks have always been made.
+    required, twice, orphan = _message_problems(data, name)
+    if required is not None:
+        raise required
     for key, fields in UNIQUE_KEYS.items():
-        # One row per key: a second one would be matched against the first as if it were the target's row.
-        seen: set[Any] = set()
-        for item in data.get(key, []):
-            values = tuple(item.get(f) for f in fields) if isinstance(item, dict) else ()
-            if not all(isinstance(v, str) for v in values) or not values:
-                continue  # the section's rules say what is wrong with it
-            if values in seen:
-                shown = repr(values[0]) if len(values) == 1 else repr(values)
-                raise ExportFormatError(printable(f"{name}: {key} lists {'/'.join(fields)} {shown} twice; keep one of "
-                                                  "them. Nothing was imported."))
-            seen.add(values)
-    thread_ids = {t["id"] for t in data.get("threads", [])}
-    for m in data.get("messages", []):
-        if m["threadId"] not in thread_ids:
-            raise ExportFormatError(printable(f"{name}: message {m['id']} belongs to thread {m['threadId']}, "
-                                              "which is not in the file."))
+        if key == "messages":
+            if twice is not None:
+                raise twice
+            continue
+        problem = _repeated(data.get(key, []), key, fields, name)
+        if problem is not None:
+            raise problem
+    if orphan is not None:
+        raise orphan
     for entry in data.get("workingMemory", []):
         if not isinstance(entry, dict) or entry.get("scope") not in ("resource", "thread") \
                 or not isinstance(entry.get("ownerId"), str) or not isinstance(entry.get("versions", []), list):
@@ -504,8 +518,63 @@ def check_one_resource(data: Mapping[str, Any], name: str = "the file") -> None:
 
 def _require(data: Mapping[str, Any], key: str, fields: tuple[str, ...], name: str) -> None:
     for i, item in enumerate(data.get(key, [])):
-        if not isinstance(item, dict):
-            raise ExportFormatError(f"{name}: {key}[{i}] is not an object.")
-        for f in fields:
-            if not isinstance(item.get(f), str) or (f == "id" and not item[f]):
-                raise ExportFormatError(f"{name}: {key}[{i}] needs a string \"{f}\".")
+        problem = _missing(item, i, key, fields, name)
+        if problem is not None:
+            raise problem
+
+
+def _missing(item: Any, i: int, key: str, fields: tuple[str, ...], name: str) -> ExportFormatError | None:
+    """Why row ``i`` of list ``key`` lacks what every such row has, or None."""
+    if not isinstance(item, dict):
+        return ExportFormatError(f"{name}: {key}[{i}] is not an object.")
+    for f in fields:
+        if not isinstance(item.get(f), str) or (f == "id" and not item[f]):
+            return ExportFormatError(f"{name}: {key}[{i}] needs a string \"{f}\".")
+    return None
+
+
+class _Once:
+    """The first row whose key (``fields``) an earlier row of the list had (one row per key: a second one would be
+    matched against the first as if it were the target's row)."""
+
+    def __init__(self, key: str, fields: tuple[str, ...], name: str) -> None:
+        self.key, self.fields, self.name = key, fields, name
+        self.seen: set[Any] = set()
+
+    def repeated(self, item: Any) -> ExportFormatError | None:
+        values = tuple(item.get(f) for f in self.fields) if isinstance(item, dict) else ()
+        if not all(isinstance(v, str) for v in values) or not values:
+            return None  # the section's rules say what is wrong with it
+        if values in self.seen:
+            shown = repr(values[0]) if len(values) == 1 else repr(values)
+            return ExportFormatError(printable(f"{self.name}: {self.key} lists {'/'.join(self.fields)} {shown} twice; "
+                                               "keep one of them. Nothing was imported."))
+        self.seen.add(values)
+        return None
+
+
+def _repeated(rows: Any, key: str, fields: tuple[str, ...], name: str) -> ExportFormatError | None:
+    once = _Once(key, fields, name)
+    return next((p for p in map(once.repeated, rows) if p is not None), None)
+
+
+_MESSAGE_FIELDS = ("id", "threadId", "role", "type", "createdAt", "content")
+
+
+def _message_problems(data: Mapping[str, Any], name: str) -> tuple[ExportFormatError | None, ...]:
+    """In one pass over the messages: the first lacking a field (then nothing else is asked), the first id listed
+    twice, the first of a thread the file does not hold."""
+    thread_ids = {t["id"] for t in data.get("threads", [])}
+    once = _Once("messages", UNIQUE_KEYS["messages"], name)
+    twice: ExportFormatError | None = None
+    orphan: ExportFormatError | None = None
+    for i, m in enumerate(data.get("messages", [])):
+        missing = _missing(m, i, "messages", _MESSAGE_FIELDS, name)
+        if missing is not None:
+            return missing, None, None
+        if twice is None:
+            twice = once.repeated(m)
+        if orphan is None and m["threadId"] not in thread_ids:
+            orphan = ExportFormatError(printable(f"{name}: message {m['id']} belongs to thread {m['threadId']}, "
+                                                 "which is not in the file."))
+    return None, twice, orphan

@@ -31,6 +31,8 @@ The whole import is one write transaction: if anything fails, nothing is written
 
 from __future__ import annotations
 
+import collections
+import itertools
 import json
 import logging
 from typing import Any, Iterable, Mapping
@@ -142,6 +144,7 @@ class _Importer:
         self.elsewhere: dict[str, str] = {}  # message id -> its thread here, of the file's messages left out
         self.version_ids: dict[int, int] = {}  # exported version id -> id in the target
         self.observation_records: dict[str, str] = {}  # observation record id -> lookup key, of records kept
+        self._message_counts: collections.Counter[str] | None = None  # thread id -> its messages in the file
 
     def run(self) -> ImportReport:
         for name in ("mastra_threads", "mastra_messages", "mastra_resources"):
@@ -192,6 +195,12 @@ class _Importer:
             bool(self.conn.exec_driver_sql('SELECT 1 FROM mastra_threads WHERE "resourceId" = ? LIMIT 1',
                                            (resource_id,)).first())
 
+    def _messages_of(self, thread_id: str) -> int:
+        """How many of the file's messages are in ``thread_id`` (counted in one pass over them, when first asked)."""
+        if self._message_counts is None:
+            self._message_counts = collections.Counter(m["threadId"] for m in self.data.get("messages", []))
+        return self._message_counts[thread_id]
+
     def _exec(self, sql: str, params: Any = ()) -> None:
         if not self.report.dry_run:
             self.conn.exec_driver_sql(sql, params)
@@ -238,7 +247,7 @@ class _Importer:
         old = existing[0]
         if old["resourceId"] != row["resourceId"]:
             self.blocked.add(tid)
-            n = sum(1 for m in self.data.get("messages", []) if m["threadId"] == tid)
+            n = self._messages_of(tid)
             self._conflict(
                 "threads", tid,
                 f"belongs to resource {old['resourceId']} here but to {row['resourceId']} in the file; a thread "
@@ -258,40 +267,47 @@ class _Importer:
             self._wrote("threads")
 
     # -- messages ------------------------------------------------------------------------------
-    def _messages(self, messages: list[Mapping[str, Any]]) -> None:
-        wanted = [m for m in messages if m["threadId"] not in self.blocked]
+    def _messages(self, messages: Iterable[Mapping[str, Any]]) -> None:
+        """Match and write the file's messages a chunk at a time, in the import's transaction: a file's messages
+        (a ``RowSpool``: read from disk) are never all held, nor their rows to write. A message refused later (a
+        new id no client could create) rolls back the chunks written before it with the rest of the import."""
+        wanted = (m for m in messages if m["threadId"] not in self.blocked)
+        written = 0
+        while chunk := list(itertools.islice(wanted, _CHUNK)):
+            written += self._message_chunk(chunk)
+        self._wrote("messages", written)
+
+    def _message_chunk(self, chunk: list[Mapping[str, Any]]) -> int:
         inserts: list[tuple[Any, ...]] = []
         replaces: list[tuple[Any, ...]] = []
-        for start in range(0, len(wanted), _CHUNK):
-            chunk = wanted[start:start + _CHUNK]
-            clause, params = R.in_clause(m["id"] for m in chunk)
-            existing = {r["id"]: r for r in R.select_rows(self.conn, "mastra_messages", f"id IN {clause}", params)}
-            for m in chunk:
-                values = (m["id"], m["threadId"], m["content"], m["role"], m["type"], m["createdAt"],
-                          m.get("resourceId"))
-                old = existing.get(m["id"])
-                if old is None:
-                    self._check_new_id("message", m["id"], "id", m["id"])
-                    inserts.append(values)
-                    continue
-                if old["thread_id"] != m["threadId"]:
-                    self.elsewhere[m["id"]] = old["thread_id"]
-                    self._conflict("messages", m["id"], f"is in thread {old['thread_id']} here, not "
-                                   f"{m['threadId']}; a message never moves to another thread, so it was not "
-                                   "imported (not even with overwrite)", may_overwrite=False)
-                    continue
-                differs = _message_differences(old, m)
-                if not differs:
-                    self._same("messages")
-                elif self._conflict("messages", m["id"], f"differs here ({', '.join(differs)})"):
-                    replaces.append(values)
+        clause, params = R.in_clause(m["id"] for m in chunk)
+        existing = {r["id"]: r for r in R.select_rows(self.conn, "mastra_messages", f"id IN {clause}", params)}
+        for m in chunk:
+            values = (m["id"], m["threadId"], m["content"], m["role"], m["type"], m["createdAt"],
+                      m.get("resourceId"))
+            old = existing.get(m["id"])
+            if old is None:
+                self._check_new_id("message", m["id"], "id", m["id"])
+                inserts.append(values)
+                continue
+            if old["thread_id"] != m["threadId"]:
+                self.elsewhere[m["id"]] = old["thread_id"]
+                self._conflict("messages", m["id"], f"is in thread {old['thread_id']} here, not "
+                               f"{m['threadId']}; a message never moves to another thread, so it was not "
+                               "imported (not even with overwrite)", may_overwrite=False)
+                continue
+            differs = _message_differences(old, m)
+            if not differs:
+                self._same("messages")
+            elif self._conflict("messages", m["id"], f"differs here ({', '.join(differs)})"):
+                replaces.append(values)
         if not self.report.dry_run:
             if inserts:
                 self.conn.exec_driver_sql(_INSERT_MESSAGE, inserts)
             if replaces:
                 self.conn.exec_driver_sql(_REPLACE_MESSAGE, replaces)
-        self._wrote("messages", len(inserts) + len(replaces))
         self.report.message_ids.extend(v[0] for v in [*inserts, *replaces])
+        return len(inserts) + len(replaces)
 
     # -- working-memory versions ---------------------------------------------------------------
     def _versions(self, entries: list[Mapping[str, Any]]) -> None:

@@ -120,15 +120,20 @@ def check_file(data: Mapping[str, Any], name: str, *, max_message_bytes: int | N
     for thread in data.get("threads", []):
         index.thread_owner[thread["id"]] = thread["resourceId"]
     index.resources = {r["id"] for r in data.get("resources", [])}
-    index.message_thread = {m["id"]: m["threadId"] for m in data.get("messages", [])}
     index.observations = {str(o["id"]): o for o in data.get("observations", []) if isinstance(o, Mapping)}
     for sec in SECTIONS.values():
         rows = sec.rows(data) if sec.rows is not None else data.get(sec.key) or []
+        # Which thread each message is in (``message_thread``) is noted as the messages are checked: read from
+        # disk (``core.transfer.spool``), they are read once here. No rule of the messages or of a section
+        # registered before them asks it (``sections_before_messages_ask_no_message``).
+        noting = sec is MESSAGES
         for position, row in enumerate(rows):
             problem = row_problem(sec, row, index)
             if problem is not None:
                 raise ExportFormatError(printable(f"{name}: {describe(sec, position, row)} is refused: {problem}. "
                                                   "Nothing was imported; fix or remove that row."))
+            if noting:
+                index.message_thread[row["id"]] = row["threadId"]
 
 
 def describe(sec: Section, position: int, row: Any) -> str:
@@ -357,6 +362,13 @@ THREADS = register(Section("threads", "mastra_threads", "thread", id_fields=("id
                            check=_thread_rule))
 MESSAGES = register(Section("messages", "mastra_messages", "message", thread_field="threadId",
                             resource_field="resourceId", check=_message_rule))
+
+
+def sections_before_messages_ask_no_message() -> bool:
+    """``check_file`` notes the messages' threads as it checks them: true while no section checked before (or as)
+    them names a message (``message_field``); a test keeps it so."""
+    before = list(SECTIONS.values())[:list(SECTIONS.values()).index(MESSAGES) + 1]
+    return not any(s.message_field for s in before)
 # The current values are written with their resources and threads; the entries are checked here.
 WORKING_MEMORY = register(Section("workingMemory", None, "working-memory value",
                                   id_fields=("ownerId",), check=_working_memory_entry_rule))

@@ -4,7 +4,8 @@
 well, 3.07 GB of RSS for a 1.0 GB export). Here the file is decoded and parsed in pieces of about
 ``CHUNK`` bytes: the top-level object by hand, each of its values, and each row of a list value, by
 the ``json`` module's own decoder (``raw_decode``), so every value is the one ``json.loads`` makes. What
-is held is the parsed document and a piece of text.
+is held is the parsed document and a piece of text; the lists named in ``spool`` are kept on disk as they are
+parsed (``core.transfer.spool.RowSpool``), so of them only a batch of rows is held.
 
 Anything this reader does not take (a file that is not a JSON object, bytes that are not UTF-8, a syntax
 error, a constant that is not JSON, a cut-off file) gives ``None``: the caller then reads the file the
@@ -17,9 +18,11 @@ from __future__ import annotations
 import codecs
 import json
 import re
+from collections.abc import Collection
 from typing import IO, Any, Callable
 
 from core.errors import MemoryStudioError
+from core.transfer.spool import RowSpool, SpoolError
 
 CHUNK = 1 << 20  # bytes read and decoded at a time
 _NUMBER_TAIL = 8  # a value ending this close to the piece's end is parsed again with more (a number's
@@ -31,9 +34,18 @@ class _NotTaken(MemoryStudioError):
     """The file needs the whole-text reader (which says what is wrong with it)."""
 
 
+class HeldTooMuch(MemoryStudioError):
+    """The lists held in memory (all but the spooled ones) passed ``held_limit``: ``held`` characters of text so far."""
+
+    def __init__(self, held: int) -> None:
+        super().__init__(f"{held} characters held")
+        self.held = held
+
+
 class _Pieces:
     def __init__(self, fh: IO[bytes], parse_constant: Callable[[str], Any], chunk: int,
-                 parse_float: Callable[[str], Any] | None = None, parse_int: Callable[[str], Any] | None = None) -> None:
+                 parse_float: Callable[[str], Any] | None = None, parse_int: Callable[[str], Any] | None = None,
+                 held_limit: int | None = None) -> None:
         self.fh = fh
         self.chunk = chunk
         self.decoder = codecs.getincrementaldecoder("utf-8-sig")()  # a byte-order mark is not content
@@ -41,12 +53,17 @@ class _Pieces:
         self.buf = ""
         self.pos = 0
         self.eof = False
+        self.spools: list[RowSpool] = []  # made by ``document``: discarded if the file is not taken
+        self.dropped = 0  # characters parsed and dropped from the buffer before ``buf``
+        self.held = 0  # characters of the rows of lists held in memory (not spooled)
+        self.held_limit = held_limit
 
     def more(self, at_least: int = 0) -> bool:
         """Decode more of the file onto the buffer (dropping what was parsed); False at its end."""
         if self.eof:
             return False
         if self.pos:
+            self.dropped += self.pos
             self.buf, self.pos = self.buf[self.pos:], 0
         raw = self.fh.read(max(self.chunk, at_least))
         self.buf += self.decoder.decode(raw, final=not raw)
@@ -83,14 +100,21 @@ class _Pieces:
             self.pos = end
             return value
 
-    def array(self) -> list[Any]:
+    def array(self, out: Any = None) -> Any:
+        """A list's values, appended to ``out`` (a new list unless given: a ``RowSpool``)."""
         self.take("[")
-        out: list[Any] = []
+        out = [] if out is None else out
         if self.peek() == "]":
             self.pos += 1
             return out
+        counted = isinstance(out, list)
         while True:
+            start = self.dropped + self.pos
             out.append(self.value())
+            if counted:
+                self.held += self.dropped + self.pos - start
+                if self.held_limit is not None and self.held > self.held_limit:
+                    raise HeldTooMuch(self.held)
             char = self.peek()
             self.pos += 1
             if char == "]":
@@ -98,7 +122,12 @@ class _Pieces:
             if char != ",":
                 raise _NotTaken
 
-    def document(self) -> dict[str, Any]:
+    def spooled(self, key: str) -> RowSpool:
+        spool = RowSpool(key)
+        self.spools.append(spool)
+        return self.array(spool).close()  # type: ignore[no-any-return]
+
+    def document(self, spool: Collection[str] = ()) -> dict[str, Any]:
         self.take("{")
         data: dict[str, Any] = {}
         if self.peek() == "}":
@@ -109,7 +138,10 @@ class _Pieces:
                     raise _NotTaken
                 key = self.value()
                 self.take(":")
-                data[key] = self.array() if self.peek() == "[" else self.value()
+                if self.peek() != "[":
+                    data[key] = self.value()
+                else:
+                    data[key] = self.spooled(key) if key in spool else self.array()
                 char = self.peek()
                 self.pos += 1
                 if char == "}":
@@ -123,13 +155,21 @@ class _Pieces:
 
 def load_pieces(fh: IO[bytes], parse_constant: Callable[[str], Any], chunk: int = CHUNK, *,
                 parse_float: Callable[[str], Any] | None = None,
-                parse_int: Callable[[str], Any] | None = None) -> dict[str, Any] | None:
+                parse_int: Callable[[str], Any] | None = None, spool: Collection[str] = (),
+                held_limit: int | None = None) -> dict[str, Any] | None:
     """The JSON object ``fh`` holds, as ``json.loads(text, parse_constant=..., parse_float=..., parse_int=...)``
     makes it, or None when the file is anything else or a ``parse_*`` raised (the whole-text reader then says
-    why). ``chunk``: bytes read at a time."""
+    why). ``chunk``: bytes read at a time. ``spool``: top-level keys whose list is kept on disk, a ``RowSpool``
+    in the document instead of a list (its rows the same values); a spool that cannot be written is
+    ``SpoolError``. ``held_limit``: characters of the other lists' rows held at most (``HeldTooMuch`` past it)."""
+    pieces = _Pieces(fh, parse_constant, chunk, parse_float, parse_int, held_limit)
     try:
-        return _Pieces(fh, parse_constant, chunk, parse_float, parse_int).document()
-    except MemoryError:
+        return pieces.document(spool)
+    except (MemoryError, SpoolError, HeldTooMuch):
+        for made in pieces.spools:
+            made.discard()
         raise
     except Exception:  # _NotTaken, bytes that are not UTF-8, a refused constant, nesting too deep
+        for made in pieces.spools:
+            made.discard()
         return None

@@ -453,3 +453,66 @@ def test_a_keyed_turn_refused_before_it_runs_gives_its_key_back(server, memory, 
     assert model.calls == 0
     with memory.store.db.read() as conn:
         assert [r[0] for r in conn.exec_driver_sql(f"SELECT state FROM {IDEMPOTENCY_TABLE}")] == ["done"]
+
+
+def _as(users: dict[str, str], who: str, key: str) -> dict[str, str]:
+    return {KEY: key, "authorization": f"Bearer {users[who]}"}
+
+
+def test_a_working_memory_key_through_another_resources_thread_keeps_no_trace_of_it(server, memory, users):
+    """A resource-scoped write through bob's thread, asked as alice, writes alice's own working memory (the thread
+    is answered as one not stored yet). Her key's row never names bob's thread, so bob deleting it or being
+    forgotten neither drops nor counts alice's key: her repeat is still answered from it, untouched by bob."""
+    client(server).chat.completions.create(model="echo", messages=[user("hi")],
+                                           metadata={"thread_id": "t-bob", "resource_id": "bob"})
+    memory.update_working_memory(thread_id="t-bob", resource_id="bob", working_memory="# Bob's")
+    path = "/api/memory/threads/t-bob/working-memory?resourceId=alice"
+    status, first, _ = call(server, "PUT", path, {"workingMemory": "# Alice"}, _as(users, "alice", "wm-a"))
+    assert status == 200 and first["threadExists"] is False and first["resourceId"] == "alice"
+    assert [r for r in key_rows(memory) if r[0] == "wm-a"] == [("wm-a", "done", "alice", None)]
+    from core.edits.forget import forget_resource
+
+    assert forget_resource(memory.store, "bob").removed.get("idempotency keys", 0) == 0
+    status, again, headers = call(server, "PUT", path, {"workingMemory": "# Alice"}, _as(users, "alice", "wm-a"))
+    assert status == 200 and again == first and headers["idempotent-replayed"] == "true"
+    # A chat turn of alice's refused in a thread of another's (a 4xx kept for its key) names no thread either.
+    client(server).chat.completions.create(model="echo", messages=[user("hi")],
+                                           metadata={"thread_id": "t-eve", "resource_id": "eve"})
+    with pytest.raises(openai.PermissionDeniedError):
+        client(server, users["alice"]).chat.completions.create(
+            model="echo", messages=[user("mine?")], metadata={"thread_id": "t-eve"}, extra_headers={KEY: "k-eve"})
+    assert [r for r in key_rows(memory) if r[0] == "k-eve"] == [("k-eve", "done", "alice", None)]
+    assert memory.get_working_memory(thread_id="t-bob", resource_id="alice") == "# Alice"
+    # Through a thread of alice's own, the row names it (deleting the thread deletes the key, as for a turn).
+    client(server).chat.completions.create(model="echo", messages=[user("hi")],
+                                           metadata={"thread_id": "t-alice", "resource_id": "alice"})
+    status, _, _ = call(server, "PUT", "/api/memory/threads/t-alice/working-memory?resourceId=alice",
+                        {"workingMemory": "# Alice 2"}, _as(users, "alice", "wm-b"))
+    assert status == 200 and [r for r in key_rows(memory) if r[0] == "wm-b"] == [("wm-b", "done", "alice", "t-alice")]
+
+
+def test_a_per_thread_working_memory_key_through_another_resources_thread_never_reaches_it(store, users):
+    """Per thread, the write through bob's thread is a 404 (a thread not stored yet), kept for alice's key with no
+    thread named. Before, the row named bob's thread: his delete dropped it, and alice's repeat, after she started a
+    thread under the freed id, ran again and wrote there: another answer to one key, decided by bob's action."""
+    memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "scope": "thread"}))
+    tokens = TokensFile(None, (entry_for("alice-app", ["alice"], users["alice"]),
+                               entry_for("bob-app", ["bob"], users["bob"])))
+    agent = Agent("echo", instructions="Echo.", model=ScriptedModel(lambda m, t: "ok"), memory=memory, tracer=False)
+    app = create_app([agent], policy=GuardPolicy(token="shared", tokens=tokens), default_resource="anon")
+    with GatewayServer(app) as server:
+        client(server, users["bob"]).chat.completions.create(model="echo", messages=[user("hi")],
+                                                             metadata={"thread_id": "t-bob"})
+        memory.update_working_memory(thread_id="t-bob", resource_id="bob", working_memory="# Bob's")
+        path = "/api/memory/threads/t-bob/working-memory?resourceId=alice"
+        for n in range(2):
+            status, data, headers = call(server, "PUT", path, {"workingMemory": "# Alice"}, _as(users, "alice", "wm-t"))
+            assert status == 404 and data["error"]["code"] == "not_found"
+            assert headers.get("idempotent-replayed") == (None if n == 0 else "true")
+            assert key_rows(memory) == [("wm-t", "done", "alice", None)]
+        memory.delete_thread("t-bob")
+        client(server, users["alice"]).chat.completions.create(model="echo", messages=[user("mine")],
+                                                               metadata={"thread_id": "t-bob"})
+        status, data, headers = call(server, "PUT", path, {"workingMemory": "# Alice"}, _as(users, "alice", "wm-t"))
+        assert status == 404 and headers.get("idempotent-replayed") == "true"
+        assert memory.get_working_memory(thread_id="t-bob", resource_id="alice") is None

@@ -164,6 +164,71 @@ def test_a_read_edit_write_client_never_overwrites_a_change_it_did_not_see(serve
     assert wm_call(server, "PUT", path, {"workingMemory": "# Profile\n- Name: B\n"})[0] == 200
 
 
+def raw_wm(server: GatewayServer, method: str, path: str, body: Any = None,
+           headers: tuple[tuple[str, str], ...] = ()) -> tuple[int, Any, str | None]:
+    """A call whose headers are sent line by line as given, a name on several lines too (clients fold them)."""
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+    data = b"" if body is None else json.dumps(body).encode()
+    conn.putrequest(method, path)
+    for name, value in (("content-type", "application/json"), ("content-length", str(len(data))), *headers):
+        conn.putheader(name, value)
+    conn.endheaders(data)
+    response = conn.getresponse()
+    status, text, tag = response.status, response.read(), response.getheader("ETag")
+    conn.close()
+    return status, json.loads(text) if text else None, tag
+
+
+def test_a_conditional_header_sent_on_several_lines_is_one_list(server, memory):
+    """If-Match on two lines is the list of both (RFC 9110 section 5.3), as a proxy folding them reads it; it was
+    read by its first line only, so the ETag the client read, on the second line, was refused 412."""
+    chat(server, "hi", "t1", "ada")
+    path = "/api/memory/threads/t1/working-memory?resourceId=ada&agentId=chat"
+    status, _, first = raw_wm(server, "PUT", path, {"workingMemory": "# Profile\n- Name: Ada\n"})
+    assert status == 200 and first is not None
+    status, data, after = raw_wm(server, "PUT", path, {"workingMemory": "# Profile\n- Name: Ada L.\n"},
+                                 (("If-Match", '"stale"'), ("If-Match", first)))
+    assert status == 200 and data["workingMemory"] == "# Profile\n- Name: Ada L.\n" and after != first
+    # Neither line names the value now: refused, whichever line held which tag.
+    status, data, now = raw_wm(server, "PUT", path, {"workingMemory": "x"}, (("If-Match", first), ("If-Match", '"b"')))
+    assert status == 412 and data["error"]["param"] == "If-Match" and now == after
+    # Under an Idempotency-Key every line is part of the request: the same key without the second line is another one.
+    lines = (("Idempotency-Key", "k-lines"), ("If-Match", '"a"'), ("If-Match", after or ""))
+    status, _, after = raw_wm(server, "PUT", path, {"workingMemory": "# Profile\n- Name: Ada L.\n"}, lines)
+    assert status == 200
+    status, data, _ = raw_wm(server, "PUT", path, {"workingMemory": "# Profile\n- Name: Ada L.\n"}, lines[:2])
+    assert status == 422 and data["error"]["code"] == "idempotency_key_reused"
+    # * beside tags means nothing: 400 naming the header and its lines, for both headers; nothing written.
+    for name in ("If-Match", "If-None-Match"):
+        status, data, _ = raw_wm(server, "PUT", path, {"workingMemory": "x"}, ((name, "*"), (name, after or "")))
+        assert status == 400 and data["error"]["param"] == name and "sent on 2 lines" in data["error"]["message"]
+    assert memory.get_working_memory(thread_id="t1", resource_id="ada") == "# Profile\n- Name: Ada L.\n"
+
+
+def test_if_none_match_answers_304_to_a_read_and_never_overwrites_on_a_write(server, memory):
+    """If-None-Match was ignored: a PUT with If-None-Match: * (create, never replace) overwrote the value another
+    client wrote first, and a polling GET read the whole value each time. Now the PUT is 412 over a value, a GET
+    whose ETag still holds is 304 (its lines joined as If-Match's), and a GET's failed If-Match is 412."""
+    chat(server, "hi", "t2", "bea")
+    path = "/api/memory/threads/t2/working-memory?resourceId=bea&agentId=chat"
+    status, data, tag = raw_wm(server, "PUT", path, {"workingMemory": "# Mine\n"}, (("If-None-Match", "*"),))
+    assert status == 200 and data["workingMemory"] == "# Mine\n"
+    status, data, now = raw_wm(server, "PUT", path, {"workingMemory": "# Theirs\n"}, (("If-None-Match", "*"),))
+    assert status == 412 and data["error"]["param"] == "If-None-Match" and now == tag
+    status, data, _ = raw_wm(server, "PUT", path, {"workingMemory": "# Theirs\n"}, (("If-None-Match", tag or ""),))
+    assert status == 412 and memory.get_working_memory(thread_id="t2", resource_id="bea") == "# Mine\n"
+    assert raw_wm(server, "GET", path, headers=(("If-None-Match", tag or ""),)) == (304, None, tag)
+    assert raw_wm(server, "GET", path, headers=(("If-None-Match", '"old"'), ("If-None-Match", f"W/{tag}"))) == \
+        (304, None, tag)
+    status, data, _ = raw_wm(server, "GET", path, headers=(("If-None-Match", '"old"'),))
+    assert status == 200 and data["workingMemory"] == "# Mine\n"
+    status, data, _ = raw_wm(server, "GET", path, headers=(("If-Match", '"old"'),))
+    assert status == 412 and data["error"]["param"] == "If-Match"
+    # An ETag it no longer holds: written.
+    status, data, _ = raw_wm(server, "PUT", path, {"workingMemory": "# Next\n"}, (("If-None-Match", '"old"'),))
+    assert status == 200 and memory.get_working_memory(thread_id="t2", resource_id="bea") == "# Next\n"
+
+
 def test_schema_working_memory_and_choosing_the_agent(server):
     path = "/api/memory/threads/f1/working-memory?resourceId=ada"
     status, data = call(server, "GET", path)

@@ -1,0 +1,115 @@
+"""A list of an export file kept on disk while import reads it, so its rows are never all held at once.
+
+An export's messages are nearly all of it (a 1.0 GB file: 62,000 messages of ~16 KB). ``load`` hands them to a
+``RowSpool`` as the file is parsed (``stream_json``), and every reader after that, the checks of ``validate``
+and the importer's writes, goes through them again from the spool, a batch at a time: what is held is a batch
+and the few small facts the checks keep per row (ids, their threads). Rows are stored with ``marshal``, which
+gives back exactly the values ``json`` made (dicts, lists, strings, numbers, booleans, None) and runs no code.
+
+The spool is a file in a folder of its own under the system's temporary folder (``TMPDIR``), readable by its
+owner only, and deleted when the ``RowSpool`` is (``discard``, or when it is garbage collected). A spool that
+cannot be written (the temporary folder full or not writable) is ``SpoolError``, saying so.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from core.transfer.errors import TransferError
+
+BATCH = 256  # rows per record of the spool: what a reader holds at a time
+
+
+class SpoolError(TransferError):
+    """The rows could not be kept in a temporary file (its folder full or not writable)."""
+
+
+class RowSpool:
+    """The rows of one list of an export file, on disk: ``append`` while the file is parsed, then ``close``; read
+    again by every ``for row in spool``, in order. ``len`` is the number of rows. Used where the document's list
+    was (``Mapping`` rows, read only by iterating)."""
+
+    def __init__(self, what: str = "rows") -> None:
+        self.what = what
+        try:
+            self._folder = tempfile.mkdtemp(prefix="memory-studio-import-")  # readable by its owner only
+        except OSError as exc:
+            raise self._failed(exc) from None
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._folder, True)
+        self._path = os.path.join(self._folder, "rows")
+        try:
+            self._out: Any = open(self._path, "wb")  # noqa: SIM115 - closed by ``close``
+        except OSError as exc:
+            self._cleanup()
+            raise self._failed(exc) from None
+        self._pending: list[Any] = []
+        self._count = 0
+
+    def _failed(self, exc: OSError) -> SpoolError:
+        where = getattr(self, "_folder", None) or tempfile.gettempdir()
+        return SpoolError(
+            f"Import keeps the file's {self.what} in a temporary file while it reads them, and {where} could not take "
+            f"them: {exc.strerror or exc}. Nothing was imported. Free space there, or point TMPDIR at a folder with "
+            "room (about the file's size), and import again.")
+
+    def append(self, row: Any) -> None:
+        self._pending.append(row)
+        self._count += 1
+        if len(self._pending) >= BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        try:
+            marshal.dump(self._pending, self._out)
+        except OSError as exc:
+            raise self._failed(exc) from None
+        self._pending = []
+
+    def close(self) -> RowSpool:
+        """Done appending: the rows are on disk (a spool is read only once closed)."""
+        if self._out is not None:
+            self._flush()
+            try:
+                self._out.close()
+            except OSError as exc:
+                raise self._failed(exc) from None
+            self._out = None
+        return self
+
+    def discard(self) -> None:
+        """Delete the spool now (its rows can no longer be read)."""
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+        self._cleanup()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        if self._out is not None:
+            raise RuntimeError("a RowSpool is read only after close()")
+        with open(self._path, "rb") as fh:
+            while True:
+                try:
+                    batch = marshal.load(fh)
+                except EOFError:
+                    return
+                yield from batch
+
+    def __repr__(self) -> str:
+        return f"<RowSpool of {self._count} {self.what}>"
+
+
+__all__ = ["BATCH", "RowSpool", "SpoolError"]

@@ -1,0 +1,136 @@
+"""A large import is bounded in memory: the file's messages are kept on disk while it is read (``RowSpool``), checked
+and written a chunk at a time, in the one transaction that makes the import all-or-nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import Memory, Message, open_store
+from core.cli import main
+from core.transfer import export_data, import_data, preview_import, render
+from core.transfer.errors import ExportFormatError
+from core.transfer.format import check_fits, load
+from core.transfer.spool import RowSpool, SpoolError
+from core.transfer.stream_json import HeldTooMuch, load_pieces
+
+MESSAGES = 1200  # more than two of the importer's chunks (500)
+
+
+def _export(tmp_path: Path, *, text_bytes: int = 200, bad_at: int | None = None) -> tuple[Path, dict[str, Any]]:
+    """An export of one thread of ``MESSAGES`` messages (``bad_at``: that one's id a new id no client could make)."""
+    with open_store(tmp_path / "source.db") as source:
+        memory = Memory(source)
+        memory.create_thread(thread_id="t1", resource_id="ada")
+        memory.save_messages([Message.user(f"{i} " + "x" * text_bytes, thread_id="t1", resource_id="ada")
+                              for i in range(MESSAGES)])
+        text = render(export_data(source, resource_id="ada"), "json")
+    data = json.loads(text)
+    if bad_at is not None:
+        data["messages"][bad_at]["id"] = "m\u202e1gp.exe"
+        text = json.dumps(data, indent=2)
+    path = tmp_path / "ada.json"
+    path.write_text(text, encoding="utf-8")
+    return path, data
+
+
+def _stored(store: Any) -> list[tuple[Any, ...]]:
+    with store.db.read() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(
+            'SELECT id, thread_id, content, role, type, "createdAt", "resourceId" FROM mastra_messages ORDER BY id')]
+
+
+def test_the_messages_are_read_from_disk_and_import_as_before(store, tmp_path):
+    path, data = _export(tmp_path)
+    loaded = load(path)
+    assert isinstance(loaded["messages"], RowSpool) and len(loaded["messages"]) == MESSAGES
+    assert list(loaded["messages"]) == data["messages"] and list(loaded["messages"]) == data["messages"]
+    assert {k: v for k, v in loaded.items() if k != "messages"} == {k: v for k, v in data.items() if k != "messages"}
+    report = import_data(store, loaded)
+    assert report.written["messages"] == MESSAGES and len(report.message_ids) == MESSAGES
+    assert [(r[0], r[2]) for r in _stored(store)] == sorted((m["id"], m["content"]) for m in data["messages"])
+    again = import_data(store, load(path))  # identical rows are left alone, chunk by chunk too
+    assert again.written["messages"] == 0 and again.unchanged["messages"] == MESSAGES
+
+
+def test_a_message_refused_after_chunks_were_written_leaves_nothing_written(store, tmp_path):
+    """The messages are written a chunk at a time; one refused in the third chunk (a new id no client could make)
+    rolls back the two chunks written before it with the rest of the import: the database is as it was."""
+    path, _ = _export(tmp_path, bad_at=MESSAGES - 10)
+    before = _stored(store)
+    with pytest.raises(ExportFormatError, match=r"message 'm\\u202e1gp.exe' would be new .* Nothing was imported"):
+        import_data(store, load(path))
+    assert _stored(store) == before
+    with store.db.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM mastra_threads").scalar() == 0
+
+
+@pytest.mark.libsql_only
+def test_a_large_import_holds_a_fraction_of_its_messages(store, tmp_path):
+    """Every message was held at once (the parsed document, then every row to insert): a file's size in memory at
+    least. Now a chunk of them is: what Python allocates at the peak of load and import is a small part of the
+    file (10,000 messages of 3 KB: 33 MB of JSON; each message's id and thread are kept for the checks)."""
+    small, data = _export(tmp_path)
+    preview_import(store, load(small))  # (the modules an import loads are loaded before the count starts)
+    first = data["messages"][0]
+    content = json.loads(first["content"])
+    content["parts"] = [{"type": "text", "text": "y" * 1500}]
+    content["content"] = "y" * 1500
+    data["messages"] = [dict(first, id=f"m{i:06d}", content=json.dumps(content)) for i in range(10_000)]
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    del data
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        report = import_data(store, load(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert report.written["messages"] == 10_000
+    assert size > 30_000_000 and peak < size / 4, (size, peak)
+
+
+def test_a_spool_that_cannot_be_written_says_where_and_imports_nothing(tmp_path, monkeypatch):
+    path, _ = _export(tmp_path)
+    not_a_folder = tmp_path / "tmp-is-a-file"
+    not_a_folder.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(not_a_folder))  # TMPDIR pointing at a file
+    with pytest.raises(SpoolError) as caught:
+        load(path)
+    message = str(caught.value)
+    assert str(not_a_folder) in message and "Nothing was imported" in message and "TMPDIR" in message
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["import", "--db", str(tmp_path / "target.db"), str(path)], out=out, err=err) == 1
+    assert "TMPDIR" in err.getvalue() and not (tmp_path / "target.db").exists()
+
+
+def test_the_rows_held_in_memory_are_refused_once_they_pass_what_fits(tmp_path):
+    """The messages are on disk; every other list is held. Their text is counted as it is read, and a file whose
+    held rows pass what fits is refused then, naming what is held; the messages never count."""
+    path, _ = _export(tmp_path)
+    with path.open("rb") as fh:
+        assert load_pieces(fh, lambda c: c, spool=("messages",), held_limit=2000) is not None  # one thread, one resource
+    with path.open("rb") as fh, pytest.raises(HeldTooMuch):
+        load_pieces(fh, lambda c: c, held_limit=2000)  # the messages held: past it
+    with pytest.raises(ExportFormatError) as caught:
+        check_fits(20_000_000_000, "big.json", available=2_000_000_000, held=1_500_000_000)
+    message = str(caught.value)
+    assert "big.json is 20.0 GB" in message and "all of its rows but its messages" in message
+    assert "1.5 GB of its text" in message and "about 2.2 GB of memory" in message and "Nothing was imported" in message
+    check_fits(20_000_000_000, "big.json", available=2_000_000_000, held=1_000_000_000)  # fits: no error
+
+
+def test_no_section_checked_before_the_messages_names_a_message():
+    """``check_file`` notes each message's thread as it checks the messages (read once from disk): a section
+    checked before them that named a message would find none."""
+    import core.transfer.importer  # noqa: F401 - every section registered
+    from core.transfer.sections import sections_before_messages_ask_no_message
+
+    assert sections_before_messages_ask_no_message()
