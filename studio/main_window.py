@@ -994,12 +994,14 @@ class MainWindow(QMainWindow):
 
         def job() -> list[str]:
             from core import open_store
+            from studio.logic.sql_log import close_watched, watch
 
             store = open_store(path, create=False)
+            watch(store)  # (View > SQL Log lists the migration's writes)
             try:
                 return store.db.migrate()
             finally:
-                store.close()
+                close_watched(store)
 
         def done(applied: list[str]) -> None:
             self.show_status(f"Migrated {path}: {len(applied)} migration(s) applied")
