@@ -18,6 +18,7 @@ import itertools
 import re
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -147,7 +148,9 @@ class SqlLog:
         self.total = 0
         self._kinds: dict[On, dict[Kind, int]] = {DATABASE: _no_kinds(), TRACE_FILE: _no_kinds()}
         self._watch_lock = threading.Lock()
-        self._watched: dict[int, tuple[Any, Any]] = {}  # id(store) -> (its engine, the listener on it)
+        # store -> (its engine, the listener on it); weak: a store dropped unclosed does not live on here (nor
+        # does an id of it, which a later store could be given and then be taken for watched already)
+        self._watched: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
         self._stop_traces: Callable[[], None] | None = None  # ends the trace files' observer (while any is watched)
 
     def add(self, sql: str, params: Any, database: str, on: On = DATABASE, connection: str = "") -> None:
@@ -209,10 +212,10 @@ class SqlLog:
                 pass
 
         with self._watch_lock:
-            if id(store) in self._watched:
+            if store in self._watched:
                 return
             sa.event.listen(engine, "before_cursor_execute", listener)
-            self._watched[id(store)] = (engine, listener)
+            self._watched[store] = (engine, listener)
             if self._stop_traces is None:
                 from core.traces import observe_trace_statements
 
@@ -224,7 +227,7 @@ class SqlLog:
         import sqlalchemy as sa
 
         with self._watch_lock:
-            watched = self._watched.pop(id(store), None)
+            watched = self._watched.pop(store, None)
             if watched is not None:
                 engine, listener = watched
                 if sa.event.contains(engine, "before_cursor_execute", listener):
@@ -235,7 +238,7 @@ class SqlLog:
 
     def watching(self, store: Any) -> bool:
         with self._watch_lock:
-            return id(store) in self._watched
+            return store in self._watched
 
     def _trace_statement(self, path: Path, statement: str, params: Any, read_only: bool) -> None:
         self.add(statement, params, path.name, TRACE_FILE, "read-only" if read_only else "read-write")

@@ -18,7 +18,7 @@ from core import open_store
 from core.traces.spans import SpanRecord
 from core.traces.store import DuckDBObservabilityStore
 from studio.logic.sql_log import CHANGE_CHECK, DATABASE, TRACE_FILE, SqlLog, kind_of, shared_log
-from studio.main_window import TRACES
+from studio.main_window import REPLAY, TRACES
 from studio.selection import Selection
 
 from .test_memory_edits_window import _dialog, _open, _select_message
@@ -147,9 +147,18 @@ def test_the_trace_files_reads_are_listed_apart_and_browsing_writes_to_neither(q
     window.show_tab("traces")
     pane = window.pane(TRACES)
     qtbot.waitUntil(lambda: len(pane.traces) == 3 and bool(pane.spans), timeout=15_000)
-    for tab in ("replay", "messages"):
-        window.show_tab(tab)
-        qtbot.wait(200)
+    qtbot.waitUntil(lambda: any(r.on == TRACE_FILE for r in dock.log.rows()), timeout=10_000)
+    # Replay's Trace: it looks for the turn's run in the trace file.
+    window.show_tab("replay")
+    replay = window.pane(REPLAY)
+    replay.replay_from_thread("t-groceries")
+    qtbot.waitUntil(lambda: replay.state.source is not None and replay.state.step is not None, timeout=15_000)
+    before = dock.log.rows()[-1].seq
+    replay.show_trace()
+    qtbot.waitUntil(lambda: replay.state.trace is not None, timeout=15_000)
+    assert any(r.on == TRACE_FILE and r.seq > before and "'t-groceries'" in r.params for r in dock.log.rows())
+    window.show_tab("messages")
+    qtbot.wait(200)
     dock.refresh()
     traced = [r for r in dock.log.rows() if r.on == TRACE_FILE]
     assert traced and {r.database for r in traced} == {trace_file}
