@@ -570,7 +570,9 @@ class MainWindow(QMainWindow):
         from studio.session import StudioSession
 
         if token != self._open_token:
-            self.pool.submit(opened.store.close)  # a newer open superseded this one (closed off the UI thread)
+            from studio.logic.sql_log import close_watched
+
+            self.pool.submit(lambda: close_watched(opened.store))  # a newer open superseded this one (off the UI thread)
             return
         self._install(StudioSession(opened.store, baseline=opened.baseline), keep)
         self.newer_migrations = opened.newer_migrations
@@ -676,7 +678,29 @@ class MainWindow(QMainWindow):
                 self.show_status(f"⚠ Closing {session.display_path} failed: {exc}")
                 session.deleteLater()
 
+            if self.pool.closed:
+                # The window is closing (``closeEvent`` shut its pool, which runs nothing more): the session
+                # closes on a thread of its own, waited for as the pool's jobs were, so its store does close
+                # (its queued traces written, View > SQL Log's listener taken off) before the app exits.
+                self._finish_close_now(old)
+                old.deleteLater()
+                return
             self.pool.submit(old.finish_close, on_result=closed, on_error=failed)
+
+    @staticmethod
+    def _finish_close_now(session: StudioSession) -> None:
+        import logging
+        import threading
+
+        def close() -> None:
+            try:
+                session.finish_close()
+            except Exception:  # noqa: BLE001 - the window is going: said in the log, nothing to show it in
+                logging.getLogger(__name__).warning("closing %s failed", session.display_path, exc_info=True)
+
+        closer = threading.Thread(target=close, name="close-session", daemon=True)
+        closer.start()
+        closer.join(40)  # (finish_close waits up to 10 s for the session's jobs, then closes the store)
 
     # -- panes: built when first shown ---------------------------------------------------------------
     def pane(self, spec: PaneSpec[T]) -> T:

@@ -232,15 +232,23 @@ class SqlLog:
                 engine, listener = watched
                 if sa.event.contains(engine, "before_cursor_execute", listener):
                     sa.event.remove(engine, "before_cursor_execute", listener)
-            if not self._watched and self._stop_traces is not None:
-                self._stop_traces()
-                self._stop_traces = None
+            self._stop_traces_when_unwatched()
+
+    def _stop_traces_when_unwatched(self) -> None:
+        """(With the watch lock held.)"""
+        if not self._watched and self._stop_traces is not None:
+            self._stop_traces()
+            self._stop_traces = None
 
     def watching(self, store: Any) -> bool:
         with self._watch_lock:
             return store in self._watched
 
     def _trace_statement(self, path: Path, statement: str, params: Any, read_only: bool) -> None:
+        if not self._watched:  # every watched store was dropped without ``unwatch``: stop observing
+            with self._watch_lock:
+                self._stop_traces_when_unwatched()
+            return
         self.add(statement, params, path.name, TRACE_FILE, "read-only" if read_only else "read-write")
 
 

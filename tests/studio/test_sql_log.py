@@ -6,6 +6,7 @@ database and gone once it closes."""
 
 from __future__ import annotations
 
+import gc
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -257,6 +258,19 @@ def test_the_listeners_are_per_database_and_gone_once_it_closes(tmp_path: Path) 
     assert log.total == total and not log.watching(a) and not log.watching(b)
     assert not _own_listeners(engine_a) and not _own_listeners(b.db.engine)
 
+    # A store closed and dropped without ``unwatch`` (a script's): its trace statements stop being listed too.
+    c = open_store(tmp_path / "c.db")
+    log.watch(c)
+    traces.count_traces()
+    assert log.total > total
+    c.close()
+    del c
+    gc.collect()
+    total = log.total
+    traces.get_trace("T0")
+    traces.count_traces()
+    assert log.total == total
+
 
 def test_a_studio_session_stops_listing_its_database_when_it_closes(make_session: Any, small_db: Path) -> None:
     session = make_session(small_db)
@@ -269,3 +283,18 @@ def test_a_studio_session_stops_listing_its_database_when_it_closes(make_session
     total = shared_log().total
     _one_read(store)
     assert shared_log().total == total
+
+
+def test_closing_the_window_closes_its_database_and_stops_listing_it(qtbot: Any, make_window: Any,
+                                                                     small_db: Path) -> None:
+    """The window's close shuts its worker pool first; the session's close used to be handed to that pool and
+    never ran: the store stayed open (its queued traces unwritten) and its listener on."""
+    window = _open(qtbot, make_window, small_db)
+    store = window.session.store
+    closed: list[bool] = []
+    close = store.close
+    store.close = lambda: (closed.append(True), close())[1]
+    assert shared_log().watching(store)
+    window.close()
+    assert closed == [True]
+    assert not shared_log().watching(store) and not _own_listeners(store.db.engine)
