@@ -572,7 +572,8 @@ class MainWindow(QMainWindow):
         if token != self._open_token:
             from studio.logic.sql_log import close_watched
 
-            self.pool.submit(lambda: close_watched(opened.store))  # a newer open superseded this one (off the UI thread)
+            # A newer open superseded this one: closed off the UI thread.
+            self.pool.submit(lambda: close_watched(opened.store))
             return
         self._install(StudioSession(opened.store, baseline=opened.baseline), keep)
         self.newer_migrations = opened.newer_migrations
