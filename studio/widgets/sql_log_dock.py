@@ -187,8 +187,17 @@ class SqlLogDock(QDockWidget):
         self._show_counts()
 
     def _refill(self) -> None:
-        self.model.set_rows([r for r in self._all if self._wanted(r)])
-        self.table.scrollToBottom()
+        chosen = self.table.selectionModel().selectedRows()
+        seq = r.seq if chosen and (r := self.model.row_at(chosen[0].row())) is not None else None
+        rows = [r for r in self._all if self._wanted(r)]
+        self.model.set_rows(rows)
+        at = next((i for i, r in enumerate(rows) if r.seq == seq), None)
+        if at is not None:  # the statement chosen is still listed: still chosen, in sight
+            self.table.selectRow(at)
+            self.table.scrollTo(self.model.index(at, 0))
+        else:  # (its detail goes with it: the detail never shows a statement the list does not)
+            self.detail.setPlainText("")
+            self.table.scrollToBottom()
         self._show_counts()
 
     def _show_counts(self) -> None:

@@ -179,8 +179,14 @@ def test_the_trace_files_reads_are_listed_apart_and_browsing_writes_to_neither(q
     dock.table.selectRow(0)
     assert f"trace file {trace_file} (read-only connection)" in dock.detail.toPlainText()
     assert dock.model.rows()[0].sql.strip() in dock.detail.toPlainText()
+    chosen = dock.model.rows()[0]
     dock.copy_shown()
     assert QApplication.clipboard().text().count("\ttrace file\t") == len(traced)
+    dock.database.setCurrentText("Both databases")  # (the statement chosen stays chosen while it is listed)
+    assert dock.model.row_at(dock.table.selectionModel().selectedRows()[0].row()) == chosen
+    dock.database.setCurrentText("Memory database")  # (not listed: neither chosen nor in the detail)
+    assert not dock.table.selectionModel().selectedRows() and dock.detail.toPlainText() == ""
+    dock.database.setCurrentText("Trace file")
     dock.table.resize(600, 300)  # (narrow: the statements keep the room, Thread and Database give way)
     assert dock.table.isColumnHidden(3) and dock.table.isColumnHidden(5) and not dock.table.isColumnHidden(6)
     dock.table.resize(1_000, 300)
