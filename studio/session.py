@@ -46,7 +46,9 @@ def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None
     The decision needs a look at the file first; that look uses a read-only connection, so a
     foreign database is never touched unless the user allows writes. ``create_missing=False`` (a
     path the user typed) reports a missing file instead of creating an empty database there. An
-    existing empty file raises ``EmptyFileError`` unless ``init_empty`` (the user said yes).
+    existing empty file raises ``EmptyFileError`` unless ``init_empty`` (the user said yes). View > SQL Log
+    lists the store's statements (``sql_log.watch``) until it is closed by ``sql_log.close_watched`` (a
+    ``StudioSession`` closes it so).
     """
     from core.storage.paths import resolve_db_path
     from studio.logic.sql_log import close_watched, watch
