@@ -570,7 +570,10 @@ class MainWindow(QMainWindow):
         from studio.session import StudioSession
 
         if token != self._open_token:
-            self.pool.submit(opened.store.close)  # a newer open superseded this one (closed off the UI thread)
+            from studio.logic.sql_log import close_watched
+
+            # A newer open superseded this one: closed off the UI thread.
+            self.pool.submit(lambda: close_watched(opened.store))
             return
         self._install(StudioSession(opened.store, baseline=opened.baseline), keep)
         self.newer_migrations = opened.newer_migrations
@@ -676,7 +679,29 @@ class MainWindow(QMainWindow):
                 self.show_status(f"⚠ Closing {session.display_path} failed: {exc}")
                 session.deleteLater()
 
+            if self.pool.closed:
+                # The window is closing (``closeEvent`` shut its pool, which runs nothing more): the session
+                # closes on a thread of its own, waited for as the pool's jobs were, so its store does close
+                # (its queued traces written, View > SQL Log's listener taken off) before the app exits.
+                self._finish_close_now(old)
+                old.deleteLater()
+                return
             self.pool.submit(old.finish_close, on_result=closed, on_error=failed)
+
+    @staticmethod
+    def _finish_close_now(session: StudioSession) -> None:
+        import logging
+        import threading
+
+        def close() -> None:
+            try:
+                session.finish_close()
+            except Exception:  # noqa: BLE001 - the window is going: said in the log, nothing to show it in
+                logging.getLogger(__name__).warning("closing %s failed", session.display_path, exc_info=True)
+
+        closer = threading.Thread(target=close, name="close-session", daemon=True)
+        closer.start()
+        closer.join(40)  # (finish_close waits up to 10 s for the session's jobs, then closes the store)
 
     # -- panes: built when first shown ---------------------------------------------------------------
     def pane(self, spec: PaneSpec[T]) -> T:
@@ -994,12 +1019,14 @@ class MainWindow(QMainWindow):
 
         def job() -> list[str]:
             from core import open_store
+            from studio.logic.sql_log import close_watched, watch
 
             store = open_store(path, create=False)
+            watch(store)  # (View > SQL Log lists the migration's writes)
             try:
                 return store.db.migrate()
             finally:
-                store.close()
+                close_watched(store)
 
         def done(applied: list[str]) -> None:
             self.show_status(f"Migrated {path}: {len(applied)} migration(s) applied")

@@ -46,37 +46,42 @@ def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None
     The decision needs a look at the file first; that look uses a read-only connection, so a
     foreign database is never touched unless the user allows writes. ``create_missing=False`` (a
     path the user typed) reports a missing file instead of creating an empty database there. An
-    existing empty file raises ``EmptyFileError`` unless ``init_empty`` (the user said yes).
+    existing empty file raises ``EmptyFileError`` unless ``init_empty`` (the user said yes). View > SQL Log
+    lists the store's statements (``sql_log.watch``) until it is closed by ``sql_log.close_watched`` (a
+    ``StudioSession`` closes it so).
     """
     from core.storage.paths import resolve_db_path
-    from studio.logic.sql_log import shared_log
+    from studio.logic.sql_log import close_watched, watch
 
-    shared_log()  # View > SQL Log lists every statement from the first look at the file on
+    def opened(store: Store) -> Store:
+        watch(store)  # View > SQL Log lists its statements from here until it closes (``StudioSession``)
+        return store
+
     resolved = resolve_db_path(path)
     if resolved.capabilities.server:
         # A server database is shared with other programs: look first, write only when allowed.
-        return open_store(path, read_only=not allow_writes, create=False)
+        return opened(open_store(path, read_only=not allow_writes, create=False))
     if resolved.path is not None and not create_missing and not resolved.path.exists():
         raise DatabaseOpenError(f"{resolved.path} does not exist.")
     if resolved.path is not None and resolved.path.is_file() and resolved.path.stat().st_size == 0:
         if not init_empty:
             raise EmptyFileError(resolved.path)
-        return open_store(path)
+        return opened(open_store(path))
     if allow_writes is None:
-        probe = open_store(path, read_only=True, create=False) if _exists(path) else None
+        probe = opened(open_store(path, read_only=True, create=False)) if _exists(path) else None
         if probe is None:
-            return open_store(path)  # a new file is ours
+            return opened(open_store(path))  # a new file is ours
         owned = probe.db.owned
         try:
             newer = probe.db.unknown_migrations()
         except BaseException:
-            probe.close()  # (a damaged file: its -wal and -shm go with the connections, as after any look)
+            close_watched(probe)  # (a damaged file: its -wal and -shm go with the connections, as after any look)
             raise
         if owned and not newer and probe.db.refusal is None:  # (a refusal: its folder cannot be written)
-            probe.close()
-            return open_store(path)
+            close_watched(probe)
+            return opened(open_store(path))
         return probe
-    return open_store(path, read_only=not allow_writes, create=allow_writes)
+    return opened(open_store(path, read_only=not allow_writes, create=allow_writes))
 
 
 @dataclass
@@ -142,7 +147,9 @@ def open_studio_database(path: str | Path | None, *, allow_writes: bool | None =
         has_data = bool(store.db.is_mastra and store.memory.has_memory())  # (not counting: ~0.7 s at 1M messages)
         baseline = read_baseline(store)
     except BaseException:
-        store.close()
+        from studio.logic.sql_log import close_watched
+
+        close_watched(store)
         raise
     return OpenedDatabase(store, newer, has_data, baseline)
 
@@ -377,4 +384,6 @@ class StudioSession(QObject):
         runs it on its pool)."""
         self.pool.wait(10_000)
         self._memories.clear()
-        self.store.close()
+        from studio.logic.sql_log import close_watched
+
+        close_watched(self.store)  # (View > SQL Log lists the closing writes, then nothing more of this store)

@@ -15,6 +15,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 
 def is_broken_trace_file_error(exc: BaseException) -> bool:
     """Whether ``exc`` is DuckDB saying the trace file is not (or no longer) a usable DuckDB database: empty,
@@ -28,4 +32,13 @@ def is_broken_trace_file_error(exc: BaseException) -> bool:
     return is_broken_file_error(exc)
 
 
-__all__ = ["is_broken_trace_file_error"]
+def observe_trace_statements(observer: Callable[[Path, str, Any, bool], None]) -> Callable[[], None]:
+    """Tell ``observer`` of each statement this process runs on a DuckDB trace file from now on: (file,
+    statement, parameters, whether the connection is read-only), before it runs, on the thread that runs it.
+    Returns the call that stops it. For the Studio's SQL Log (``core.traces.locking.observe_statements``)."""
+    from core.traces.locking import observe_statements
+
+    return observe_statements(observer)
+
+
+__all__ = ["is_broken_trace_file_error", "observe_trace_statements"]

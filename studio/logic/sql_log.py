@@ -1,11 +1,15 @@
-"""Every SQL statement the Studio runs on a memory database, kept for View > SQL Log (no Qt).
+"""Every SQL statement the Studio runs on a memory database and its trace file, kept for View > SQL Log (no Qt).
 
 A DB inspector's table stakes (DB Browser for SQLite's SQL log): the user sees what the app ran, so "browsing
-changes nothing" is something they can check, statement by statement, not take on trust. One listener on
-SQLAlchemy's ``before_cursor_execute`` of every engine of the process (the engine's own statements and the
-hand-written ones of ``core.storage.driver_sql``, which fire the same event) appends to a bounded ring; the log
-view copies what is new on a timer. Appending is a few microseconds on the thread that runs the statement and
-never blocks it on the UI. The trace file (DuckDB) is read without SQLAlchemy and is not listed.
+changes nothing" is something they can check, statement by statement, not take on trust. ``watch(store)``, when
+the Studio opens a database, puts a listener on SQLAlchemy's ``before_cursor_execute`` of that store's engine (the
+engine's own statements and the hand-written ones of ``core.storage.driver_sql`` fire it) and, while any store is
+watched, observes the statements run on DuckDB trace files (``core.traces.observe_trace_statements``: the Traces
+pane's reads, Replay's, a tracer's writes); ``unwatch(store)`` after it closed takes them off again, so a process
+that opens and closes databases (tests, a script) keeps no listener on a closed one. A statement is appended to a
+bounded ring; the log view copies what is new on a timer. Appending is a few microseconds on the thread that runs
+the statement and never blocks it on the UI. The statements a store runs while it opens (before ``watch`` can see
+its engine: the first look at the file, a migration on open) are not listed.
 """
 
 from __future__ import annotations
@@ -14,11 +18,17 @@ import itertools
 import re
 import threading
 import time
+import weakref
 from collections import deque
+from collections.abc import Callable
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator, Literal, NamedTuple
 
 Kind = Literal["read", "write", "transaction", "setting"]
+On = Literal["database", "trace file"]  # what a statement ran on: the memory database, or its DuckDB trace file
+DATABASE: On = "database"
+TRACE_FILE: On = "trace file"
 
 CAPACITY = 5_000  # statements kept; older ones are dropped (counted in ``dropped``)
 PARAMS_SHOWN = 300  # characters of a statement's parameters kept (a message's whole text is not)
@@ -111,7 +121,9 @@ class Statement(NamedTuple):
     kind: Kind
     sql: str  # as sent
     params: str  # a short text of its parameters ("" for none)
-    database: str  # the engine's database (a file name, or a Postgres host/database)
+    database: str  # the engine's database (a file name, or a Postgres host/database), or the trace file's name
+    on: On = DATABASE
+    connection: str = ""  # a trace file's connection: "read-only" or "read-write" ("" for the database's)
     purpose: str = ""  # what ran it, when marked (``purpose``): CHANGE_CHECK
 
     @property
@@ -119,8 +131,13 @@ class Statement(NamedTuple):
         return one_line(self.sql)
 
 
+def _no_kinds() -> dict[Kind, int]:
+    return {"read": 0, "write": 0, "transaction": 0, "setting": 0}
+
+
 class SqlLog:
-    """The ring of statements. ``since(seq)`` gives what came after ``seq``; ``clear()`` empties it."""
+    """The ring of statements. ``since(seq)`` gives what came after ``seq``; ``clear()`` empties it.
+    ``watch(store)`` / ``unwatch(store)``: what is appended to it."""
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         self._rows: deque[Statement] = deque(maxlen=capacity)
@@ -129,18 +146,24 @@ class SqlLog:
         self._main = threading.main_thread()
         self.dropped = 0  # statements that fell off the ring's end
         self.total = 0
-        self._kinds: dict[Kind, int] = {"read": 0, "write": 0, "transaction": 0, "setting": 0}
+        self._kinds: dict[On, dict[Kind, int]] = {DATABASE: _no_kinds(), TRACE_FILE: _no_kinds()}
+        self._watch_lock = threading.Lock()
+        # store -> (its engine, the listener on it); weak: a store dropped unclosed does not live on here (nor
+        # does an id of it, which a later store could be given and then be taken for watched already)
+        self._watched: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+        self._stop_traces: Callable[[], None] | None = None  # ends the trace files' observer (while any is watched)
 
-    def add(self, sql: str, params: Any, database: str) -> None:
+    def add(self, sql: str, params: Any, database: str, on: On = DATABASE, connection: str = "") -> None:
         thread = "UI" if threading.current_thread() is self._main else "worker"
         at, kind, shown = time.time(), kind_of(sql), _params_text(params)
         with self._lock:
-            row = Statement(next(self._seq), at, thread, kind, sql, shown, database, getattr(_purpose, "what", ""))
+            row = Statement(next(self._seq), at, thread, kind, sql, shown, database, on, connection,
+                            getattr(_purpose, "what", ""))
             if len(self._rows) == self._rows.maxlen:
                 self.dropped += 1
             self._rows.append(row)
             self.total += 1
-            self._kinds[kind] += 1
+            self._kinds[on][kind] += 1
 
     def since(self, seq: int) -> list[Statement]:
         with self._lock:
@@ -157,47 +180,114 @@ class SqlLog:
             self._rows.clear()
             self.dropped = 0
             self.total = 0
-            self._kinds = dict.fromkeys(self._kinds, 0)
+            self._kinds = {DATABASE: _no_kinds(), TRACE_FILE: _no_kinds()}
 
-    def counts(self) -> dict[Kind, int]:
-        """Statements of each kind since the log was cleared (those dropped off the ring too)."""
+    def counts(self, on: On | None = None) -> dict[Kind, int]:
+        """Statements of each kind since the log was cleared (those dropped off the ring too): on ``on``, or
+        on both."""
         with self._lock:
-            return dict(self._kinds)
+            if on is not None:
+                return dict(self._kinds[on])
+            both = _no_kinds()
+            for kinds in self._kinds.values():
+                for kind, n in kinds.items():
+                    both[kind] += n
+            return both
+
+    # -- what is listed --------------------------------------------------------------------------
+    def watch(self, store: Any) -> None:
+        """List the statements run on ``store``'s engine from now on, and those run on trace files while it is
+        watched. Call it as soon as the store is open (before another thread uses it: adding a listener to an
+        engine running a statement is not safe); watching a store twice changes nothing."""
+        import sqlalchemy as sa
+
+        engine = store.db.engine
+        database = _database_name(store, engine)
+
+        def listener(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any,
+                     _executemany: bool) -> None:
+            try:
+                self.add(statement, parameters, database)
+            except Exception:  # noqa: BLE001 - never fail the statement for its log line
+                pass
+
+        with self._watch_lock:
+            if store in self._watched:
+                return
+            sa.event.listen(engine, "before_cursor_execute", listener)
+            self._watched[store] = (engine, listener)
+            if self._stop_traces is None:
+                from core.traces import observe_trace_statements
+
+                self._stop_traces = observe_trace_statements(self._trace_statement)
+
+    def unwatch(self, store: Any) -> None:
+        """Stop listing ``store``'s statements (call it once the store is closed: nothing runs on its engine
+        any more); the trace files' too when no store is watched. A store not watched: nothing to do."""
+        import sqlalchemy as sa
+
+        with self._watch_lock:
+            watched = self._watched.pop(store, None)
+            if watched is not None:
+                engine, listener = watched
+                if sa.event.contains(engine, "before_cursor_execute", listener):
+                    sa.event.remove(engine, "before_cursor_execute", listener)
+            self._stop_traces_when_unwatched()
+
+    def _stop_traces_when_unwatched(self) -> None:
+        """(With the watch lock held.)"""
+        if not self._watched and self._stop_traces is not None:
+            self._stop_traces()
+            self._stop_traces = None
+
+    def watching(self, store: Any) -> bool:
+        with self._watch_lock:
+            return store in self._watched
+
+    def _trace_statement(self, path: Path, statement: str, params: Any, read_only: bool) -> None:
+        if not self._watched:  # every watched store was dropped without ``unwatch``: stop observing
+            with self._watch_lock:
+                self._stop_traces_when_unwatched()
+            return
+        self.add(statement, params, path.name, TRACE_FILE, "read-only" if read_only else "read-write")
 
 
 _shared: SqlLog | None = None
 _shared_lock = threading.Lock()
 
 
-def _database_of(conn: Any) -> str:
-    try:
-        url = conn.engine.url
-    except Exception:  # noqa: BLE001 - a log line must never fail a statement
-        return ""
+def _database_name(store: Any, engine: Any) -> str:
+    """A store's database as the log names it: its file's name, else the server's host/database."""
+    path = getattr(store.location, "path", None)
+    if path is not None:
+        return Path(path).name
+    url = engine.url
     if url.database and not url.host:
         return str(url.database).rsplit("/", 1)[-1]
     return f"{url.host or ''}/{url.database or ''}"
 
 
 def shared_log() -> SqlLog:
-    """The process's log, its listener installed on the first call (once: every engine, made before or after)."""
+    """The process's log (what View > SQL Log shows): empty, and fed by nothing until a store is watched."""
     global _shared
     with _shared_lock:
         if _shared is None:
-            import sqlalchemy as sa
-
-            log = SqlLog()
-
-            def listener(conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any,
-                         _executemany: bool) -> None:
-                try:
-                    log.add(statement, parameters, _database_of(conn))
-                except Exception:  # noqa: BLE001 - never fail the statement for its log line
-                    pass
-
-            sa.event.listen(sa.engine.Engine, "before_cursor_execute", listener)
-            _shared = log
+            _shared = SqlLog()
         return _shared
 
 
-__all__ = ["CAPACITY", "CHANGE_CHECK", "Kind", "SqlLog", "Statement", "kind_of", "one_line", "purpose", "shared_log"]
+def watch(store: Any) -> None:
+    """``shared_log().watch(store)``: a store the Studio opened."""
+    shared_log().watch(store)
+
+
+def close_watched(store: Any) -> None:
+    """Close a store the Studio opened, then stop listing its statements (its closing writes are listed)."""
+    try:
+        store.close()
+    finally:
+        shared_log().unwatch(store)
+
+
+__all__ = ["CAPACITY", "CHANGE_CHECK", "DATABASE", "TRACE_FILE", "Kind", "On", "SqlLog", "Statement", "close_watched",
+           "kind_of", "one_line", "purpose", "shared_log", "watch"]

@@ -1,19 +1,21 @@
-"""View > SQL Log: every statement the Studio ran on its memory databases, newest at the bottom.
+"""View > SQL Log: every statement the Studio ran on its memory database and its trace file, newest at the bottom.
 
 A dock under the panes, hidden until asked for. While shown it copies what is new from the process's log
-(``studio.logic.sql_log``) every half second (nothing while hidden); a filter, "Writes only", the selected
-statement in full with its parameters, Clear, and Copy (the statements shown, as text). The counts line says
-how many of what kind ran since the log was cleared, so "browsing wrote nothing" reads as "0 writes".
+(``studio.logic.sql_log``) every half second (nothing while hidden); a filter, which database (both, the memory
+database, the trace file), "Writes only", the selected statement in full with its parameters, Clear, and Copy (the
+statements shown, as text). The counts line says how many of what kind ran since the log was cleared, on each, so
+"browsing wrote nothing" reads as "0 writes" for the memory database and for the trace file.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from PySide6.QtCore import QItemSelection, Qt, QTimer
+from PySide6.QtCore import QEvent, QItemSelection, QObject, Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QDockWidget,
     QHBoxLayout,
     QLabel,
@@ -25,11 +27,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.logic.sql_log import CAPACITY, CHANGE_CHECK, SqlLog, Statement
+from studio.logic.sql_log import CAPACITY, CHANGE_CHECK, DATABASE, TRACE_FILE, Kind, On, SqlLog, Statement
 from studio.widgets.a11y import named
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 
 POLL_MS = 500
+NARROW = 760  # a table narrower than this (pixels) hides its Thread and Database columns
 
 
 def _time(r: Statement) -> str:
@@ -38,6 +41,22 @@ def _time(r: Statement) -> str:
 
 def _kind(r: Statement) -> str:
     return "WRITE" if r.kind == "write" else r.kind
+
+
+def _on(r: Statement) -> str:
+    return "trace file" if r.on == TRACE_FILE else "memory db"
+
+
+def _where(r: Statement) -> str:
+    """The statement's database in full: which one, its name, and a trace file's connection."""
+    if r.on == TRACE_FILE:
+        return f"trace file {r.database} ({r.connection} connection)"
+    return f"memory database {r.database}"
+
+
+#: The database choice: what it lists (None: both).
+DATABASES: tuple[tuple[str, On | None], ...] = (("Both databases", None), ("Memory database", DATABASE),
+                                                 ("Trace file", TRACE_FILE))
 
 
 class SqlLogDock(QDockWidget):
@@ -55,6 +74,12 @@ class SqlLogDock(QDockWidget):
         self.filter_edit.setPlaceholderText("Filter statements (words in the SQL, a table name…)")
         self.filter_edit.setClearButtonEnabled(True)
         named(self.filter_edit, "Filter statements")
+        self.database = QComboBox(body)
+        for label, _on_ in DATABASES:
+            self.database.addItem(label)
+        self.database.setToolTip("Which database's statements to list: the memory database (SQLite or Postgres), "
+                                 "the trace file (DuckDB, read by Traces and Replay), or both")
+        named(self.database, "Database shown")
         self.writes_only = QCheckBox("Writes only", body)
         self.hide_checks = QCheckBox("Hide change checks", body)
         self.hide_checks.setChecked(True)
@@ -64,6 +89,7 @@ class SqlLogDock(QDockWidget):
         self.copy_btn = QPushButton("Copy", body)
         self.copy_btn.setToolTip("Copy the statements shown, one a line, with their time and parameters")
         row.addWidget(self.filter_edit, 1)
+        row.addWidget(self.database)
         row.addWidget(self.writes_only)
         row.addWidget(self.hide_checks)
         row.addWidget(self.clear_btn)
@@ -77,12 +103,16 @@ class SqlLogDock(QDockWidget):
             Column("Time", _time),
             Column("Kind", _kind),
             Column("Thread", lambda r: r.thread if not r.purpose else f"{r.thread} ({r.purpose})"),
-            Column("Database", lambda r: r.database, tooltip=lambda r: r.database),
+            Column("On", _on, tooltip=_where),
+            Column("Database", lambda r: r.database, tooltip=_where),
             Column("Statement", lambda r: r.line, tooltip=lambda r: r.sql[:2_000]),
         ], self)
-        self.table = record_table_view(self.model, widths={"#": 60, "Time": 100, "Kind": 90, "Thread": 150,
-                                                           "Database": 140})
+        self.table = record_table_view(self.model, widths={"#": 56, "Time": 96, "Kind": 70, "Thread": 110,
+                                                           "On": 76, "Database": 140})
+        self.table.installEventFilter(self)  # (a narrow table lets the statements keep the room: ``eventFilter``)
         named(self.table, "Statements run")
+        titles = [self.model.headerData(c, Qt.Orientation.Horizontal) for c in range(self.model.columnCount())]
+        self._thread_col, self._database_col = titles.index("Thread"), titles.index("Database")
         self.detail = QPlainTextEdit(body)
         self.detail.setReadOnly(True)
         self.detail.setPlaceholderText("Select a statement to see it whole, with its parameters.")
@@ -99,6 +129,7 @@ class SqlLogDock(QDockWidget):
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.refresh)
         self.filter_edit.textChanged.connect(lambda _t: self._refill())
+        self.database.currentIndexChanged.connect(lambda _i: self._refill())
         self.writes_only.toggled.connect(lambda _on: self._refill())
         self.hide_checks.toggled.connect(lambda _on: self._refill())
         self.clear_btn.clicked.connect(self.clear)
@@ -106,6 +137,15 @@ class SqlLogDock(QDockWidget):
         self.table.selectionModel().selectionChanged.connect(self._selected)
         self.visibilityChanged.connect(self._visible)
         self._show_counts()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.table and event.type() == QEvent.Type.Resize:
+            # Narrow (a small window, a wide detail): Thread and Database give way to the statements; the
+            # selected one's detail, and the tooltips of On, still say them.
+            narrow = self.table.width() < NARROW
+            for col in (self._thread_col, self._database_col):
+                self.table.setColumnHidden(col, narrow)
+        return super().eventFilter(watched, event)
 
     # -- reading the log -----------------------------------------------------------------------------
     def _visible(self, shown: bool) -> None:
@@ -115,8 +155,15 @@ class SqlLogDock(QDockWidget):
         else:
             self._timer.stop()
 
+    def shown_database(self) -> On | None:
+        """The database whose statements are listed (None: both)."""
+        return DATABASES[max(self.database.currentIndex(), 0)][1]
+
     def _wanted(self, r: Statement) -> bool:
         if self.writes_only.isChecked() and r.kind != "write":
+            return False
+        on = self.shown_database()
+        if on is not None and r.on != on:
             return False
         if self.hide_checks.isChecked() and r.purpose == CHANGE_CHECK:
             return False
@@ -140,18 +187,26 @@ class SqlLogDock(QDockWidget):
         self._show_counts()
 
     def _refill(self) -> None:
-        self.model.set_rows([r for r in self._all if self._wanted(r)])
-        self.table.scrollToBottom()
+        chosen = self.table.selectionModel().selectedRows()
+        seq = r.seq if chosen and (r := self.model.row_at(chosen[0].row())) is not None else None
+        rows = [r for r in self._all if self._wanted(r)]
+        self.model.set_rows(rows)
+        at = next((i for i, r in enumerate(rows) if r.seq == seq), None)
+        if at is not None:  # the statement chosen is still listed: still chosen, in sight
+            self.table.selectRow(at)
+            self.table.scrollTo(self.model.index(at, 0))
+        else:  # (its detail goes with it: the detail never shows a statement the list does not)
+            self.detail.setPlainText("")
+            self.table.scrollToBottom()
         self._show_counts()
 
     def _show_counts(self) -> None:
-        counts = self.log.counts()
         dropped = f" (the oldest {self.log.dropped:,} no longer listed)" if self.log.dropped else ""
         shown = self.model.rowCount()
         self.counts.setText(
-            f"{self.log.total:,} statement(s) since the log was cleared{dropped}: {counts['read']:,} reads, "
-            f"{counts['write']:,} writes, {counts['transaction']:,} transaction steps, {counts['setting']:,} "
-            f"connection settings · {shown:,} shown. The trace file (DuckDB) is read apart and not listed.")
+            f"{self.log.total:,} statement(s) since the log was cleared{dropped} · memory database: "
+            f"{_counted(self.log.counts(DATABASE))} · trace file: {_counted(self.log.counts(TRACE_FILE))} · "
+            f"{shown:,} shown.")
 
     def _selected(self, _sel: QItemSelection, _old: QItemSelection) -> None:
         rows = self.table.selectionModel().selectedRows()
@@ -160,7 +215,7 @@ class SqlLogDock(QDockWidget):
             self.detail.setPlainText("")
             return
         self.detail.setPlainText(
-            f"#{r.seq} · {_time(r)} · {r.kind} · {r.thread} thread · {r.database}\n\n{r.sql.strip()}"
+            f"#{r.seq} · {_time(r)} · {r.kind} · {r.thread} thread · {_where(r)}\n\n{r.sql.strip()}"
             + (f"\n\nparameters: {r.params}" if r.params else "\n\n(no parameters)"))
 
     # -- actions ---------------------------------------------------------------------------------------
@@ -172,11 +227,16 @@ class SqlLogDock(QDockWidget):
         self._show_counts()
 
     def shown_text(self) -> str:
-        return "\n".join(f"{_time(r)}\t{r.kind}\t{r.line}" + (f"\t{r.params}" if r.params else "")
+        return "\n".join(f"{_time(r)}\t{r.kind}\t{_on(r)}\t{r.line}" + (f"\t{r.params}" if r.params else "")
                          for r in self.model.rows())
 
     def copy_shown(self) -> None:
         QGuiApplication.clipboard().setText(self.shown_text())
+
+
+def _counted(kinds: dict[Kind, int]) -> str:
+    return (f"{kinds['read']:,} reads, {kinds['write']:,} writes, {kinds['transaction']:,} transaction steps, "
+            f"{kinds['setting']:,} connection settings")
 
 
 __all__ = ["SqlLogDock"]

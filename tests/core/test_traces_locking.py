@@ -149,3 +149,45 @@ def test_a_connection_of_this_process_with_other_settings_is_waited_out_as_busy(
         outside.close()
     with open_duckdb(trace_file, read_only=True, budget_s=0.05) as con:
         assert con.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_an_observer_is_told_each_statement_before_it_runs_and_only_while_it_observes(
+        trace_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``observe_statements`` (the Studio's SQL Log): every statement on a connection ``open_duckdb`` hands out,
+    read-only or not, with its parameters; nothing once stopped; an observer that fails never fails the
+    statement; nobody observing: the plain DuckDB connection."""
+    from core.traces import observe_trace_statements
+
+    monkeypatch.setattr(locking, "_observers", ())  # (none of another test's, such as a Studio's SQL Log)
+    told: list[tuple[str, str, object, bool]] = []
+
+    def observer(path: Path, statement: str, params: object, read_only: bool) -> None:
+        told.append((path.name, statement, params, read_only))
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("a log that fails")
+
+    with open_duckdb(trace_file, read_only=False, budget_s=5) as con:
+        assert type(con) is duckdb.DuckDBPyConnection
+    stop = observe_trace_statements(observer)
+    stop_broken = locking.observe_statements(broken)
+    try:
+        with open_duckdb(trace_file, read_only=False, budget_s=5) as con:
+            con.execute("CREATE TABLE t (a INTEGER)")
+            con.executemany("INSERT INTO t VALUES (?)", [(1,), (2,)])
+        with open_duckdb(trace_file, read_only=True, budget_s=5) as con:
+            assert con.execute("SELECT sum(a) FROM t WHERE a > ?", (0,)).fetchall() == [(3,)]
+            assert con.sql("SELECT count(*) FROM t").fetchall() == [(2,)]
+    finally:
+        stop_broken()
+        stop()
+    assert told == [
+        ("observability.duckdb", "CREATE TABLE t (a INTEGER)", None, False),
+        ("observability.duckdb", "INSERT INTO t VALUES (?)", [(1,), (2,)], False),
+        ("observability.duckdb", "SELECT sum(a) FROM t WHERE a > ?", (0,), True),
+        ("observability.duckdb", "SELECT count(*) FROM t", None, True),
+    ]
+    with open_duckdb(trace_file, read_only=True, budget_s=5) as con:
+        con.execute("SELECT 1").fetchall()
+    assert len(told) == 4
+    assert locking._observers == ()
