@@ -1019,10 +1019,11 @@ class MainWindow(QMainWindow):
 
         def job() -> list[str]:
             from core import open_store
-            from studio.logic.sql_log import close_watched, watch
+            from studio.logic.sql_log import close_watched, shared_log, watch
 
-            store = open_store(path, create=False)
-            watch(store)  # (View > SQL Log lists the migration's writes)
+            with shared_log().opening():  # (View > SQL Log lists the open's statements and the migration's writes)
+                store = open_store(path, create=False)
+                watch(store)
             try:
                 return store.db.migrate()
             finally:

@@ -48,8 +48,16 @@ def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None
     path the user typed) reports a missing file instead of creating an empty database there. An
     existing empty file raises ``EmptyFileError`` unless ``init_empty`` (the user said yes). View > SQL Log
     lists the store's statements (``sql_log.watch``) until it is closed by ``sql_log.close_watched`` (a
-    ``StudioSession`` closes it so).
+    ``StudioSession`` closes it so), from its first statement on (``SqlLog.opening``: the look at the file too).
     """
+    from studio.logic.sql_log import shared_log
+
+    with shared_log().opening():
+        return _open_for_studio(path, allow_writes=allow_writes, create_missing=create_missing, init_empty=init_empty)
+
+
+def _open_for_studio(path: str | Path | None, *, allow_writes: bool | None,
+                     create_missing: bool, init_empty: bool) -> Store:
     from core.storage.paths import resolve_db_path
     from studio.logic.sql_log import close_watched, watch
 

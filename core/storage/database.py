@@ -21,7 +21,7 @@ from typing import Callable, ClassVar, Iterator, Sequence
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
-from core.storage import catalog, driver_sql, frozen_file, migrations
+from core.storage import catalog, driver_sql, engine_watch, frozen_file, migrations
 from core.storage.capabilities import LIBSQL, Capabilities
 from core.storage.errors import (  # re-exported: the errors were defined here first
     CorruptDatabaseError as CorruptDatabaseError,
@@ -250,6 +250,7 @@ class Database:
             raise
 
     def _listen(self) -> None:
+        engine_watch.made(self.engine)  # (before its first statement: a watcher of the open sees them all)
         sa.event.listen(self.engine, "connect", self._on_connect)
         # ``engine.dispose()`` means "new connections from now on": the kept ones follow it.
         sa.event.listen(self.engine, "engine_disposed", self._drop_kept)

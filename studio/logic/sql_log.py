@@ -8,8 +8,9 @@ watched, observes the statements run on DuckDB trace files (``core.traces.observ
 pane's reads, Replay's, a tracer's writes); ``unwatch(store)`` after it closed takes them off again, so a process
 that opens and closes databases (tests, a script) keeps no listener on a closed one. A statement is appended to a
 bounded ring; the log view copies what is new on a timer. Appending is a few microseconds on the thread that runs
-the statement and never blocks it on the UI. The statements a store runs while it opens (before ``watch`` can see
-its engine: the first look at the file, a migration on open) are not listed.
+the statement and never blocks it on the UI. The statements a store runs while it opens (the first look at the file,
+its journal mode, a migration on open) are listed too: the Studio opens inside ``opening()``, whose engines
+(``core.storage.engine_watch``) get their listener before their first statement, and ``watch`` keeps the store's.
 """
 
 from __future__ import annotations
@@ -152,6 +153,8 @@ class SqlLog:
         # does an id of it, which a later store could be given and then be taken for watched already)
         self._watched: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
         self._stop_traces: Callable[[], None] | None = None  # ends the trace files' observer (while any is watched)
+        # engine -> (its listener, its name) for the engines made in an ``opening()`` block still open
+        self._fresh: weakref.WeakKeyDictionary[Any, tuple[Any, dict[int, str]]] = weakref.WeakKeyDictionary()
 
     def add(self, sql: str, params: Any, database: str, on: On = DATABASE, connection: str = "") -> None:
         thread = "UI" if threading.current_thread() is self._main else "worker"
@@ -195,6 +198,49 @@ class SqlLog:
             return both
 
     # -- what is listed --------------------------------------------------------------------------
+    def _listener(self, names: dict[int, str], key: int) -> Callable[..., None]:
+        """A ``before_cursor_execute`` listener adding each statement under the name ``names[key]`` holds
+        when it runs (an engine met while opening is named from its URL until its store is known)."""
+
+        def listener(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any,
+                     _executemany: bool) -> None:
+            try:
+                self.add(statement, parameters, names[key])
+            except Exception:  # noqa: BLE001 - never fail the statement for its log line
+                pass
+
+        return listener
+
+    @contextmanager
+    def opening(self) -> Iterator[None]:
+        """Open stores inside this block: every engine made here (``core.storage.engine_watch``) is listed from
+        its first statement on. ``watch`` of a store opened here keeps its engine's listener; at the block's
+        end the listeners of engines no watched store uses (an open that failed, a probe closed, a first engine
+        replaced) are taken off again."""
+        import sqlalchemy as sa
+        from core.storage.engine_watch import engines_made
+
+        made: list[tuple[Any, Any]] = []
+
+        def on_engine(engine: Any) -> None:
+            names = {0: _engine_name(engine)}
+            listener = self._listener(names, 0)
+            with self._watch_lock:
+                sa.event.listen(engine, "before_cursor_execute", listener)
+                self._fresh[engine] = (listener, names)
+            made.append((engine, listener))
+
+        try:
+            with engines_made(on_engine):
+                yield
+        finally:
+            with self._watch_lock:
+                kept = {id(engine) for engine, _ in self._watched.values()}
+                for engine, listener in made:
+                    self._fresh.pop(engine, None)
+                    if id(engine) not in kept and sa.event.contains(engine, "before_cursor_execute", listener):
+                        sa.event.remove(engine, "before_cursor_execute", listener)
+
     def watch(self, store: Any) -> None:
         """List the statements run on ``store``'s engine from now on, and those run on trace files while it is
         watched. Call it as soon as the store is open (before another thread uses it: adding a listener to an
@@ -204,17 +250,16 @@ class SqlLog:
         engine = store.db.engine
         database = _database_name(store, engine)
 
-        def listener(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any,
-                     _executemany: bool) -> None:
-            try:
-                self.add(statement, parameters, database)
-            except Exception:  # noqa: BLE001 - never fail the statement for its log line
-                pass
-
         with self._watch_lock:
             if store in self._watched:
                 return
-            sa.event.listen(engine, "before_cursor_execute", listener)
+            fresh = self._fresh.get(engine)
+            if fresh is not None:  # made in ``opening()``: listed since its first statement; named from now on
+                listener, names = fresh
+                names[0] = database
+            else:
+                listener = self._listener({0: database}, 0)
+                sa.event.listen(engine, "before_cursor_execute", listener)
             self._watched[store] = (engine, listener)
             if self._stop_traces is None:
                 from core.traces import observe_trace_statements
@@ -264,6 +309,17 @@ def _database_name(store: Any, engine: Any) -> str:
     url = engine.url
     if url.database and not url.host:
         return str(url.database).rsplit("/", 1)[-1]
+    return f"{url.host or ''}/{url.database or ''}"
+
+
+def _engine_name(engine: Any) -> str:
+    """An engine's database as the log names it before its store is known: the file's name (without a URI's
+    ``file:`` and query), else the server's host/database."""
+    url = engine.url
+    if url.database and not url.host:
+        return str(url.database).split("?", 1)[0].rsplit("/", 1)[-1]
+    if not url.host and not url.database:  # (Postgres connects through its own ``creator``)
+        return "database being opened"
     return f"{url.host or ''}/{url.database or ''}"
 
 

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 from core import open_store
 from core.traces.spans import SpanRecord
 from core.traces.store import DuckDBObservabilityStore
-from studio.logic.sql_log import CHANGE_CHECK, DATABASE, TRACE_FILE, SqlLog, kind_of, shared_log
+from studio.logic.sql_log import CHANGE_CHECK, DATABASE, TRACE_FILE, SqlLog, close_watched, kind_of, shared_log
 from studio.main_window import REPLAY, TRACES
 from studio.selection import Selection
 
@@ -304,3 +304,49 @@ def test_closing_the_window_closes_its_database_and_stops_listing_it(qtbot: Any,
     window.close()
     assert closed == [True]
     assert not shared_log().watching(store) and not _own_listeners(store.db.engine)
+
+
+def test_what_opening_a_database_runs_is_listed_from_its_first_statement(tmp_path: Path) -> None:
+    """The open itself (the first look at the file, its journal mode, the migrations that make a new file's
+    tables) is listed under the file's name, before ``open_store`` has returned a store to watch."""
+    from studio.session import open_for_studio
+
+    log = shared_log()
+    log.clear()
+    store = open_for_studio(tmp_path / "new.db")
+    try:
+        rows = [r for r in log.rows() if r.on == DATABASE]
+        assert rows and {r.database for r in rows} == {"new.db"}
+        assert rows[0].sql.startswith("SELECT count(*) FROM sqlite_master")  # (``Database._look``)
+        assert any(r.kind == "write" and "CREATE TABLE" in r.sql for r in rows)  # (the migrations)
+        assert len(_own_listeners(store.db.engine)) == 1
+    finally:
+        close_watched(store)
+    assert not _own_listeners(store.db.engine)
+
+
+def test_an_open_keeps_one_listener_on_the_store_it_returns_and_none_on_its_probe(small_db: Path) -> None:
+    """Opening a database of ours first looks read-only (the probe), then reopens it for writing: the probe's
+    statements are listed, and its engine keeps no listener once let go of; a failed open keeps none either."""
+    from core.storage.engine_watch import engines_made
+    from studio.session import open_for_studio
+
+    engines: list[sa.Engine] = []
+    log = shared_log()
+    log.clear()
+    with engines_made(engines.append):
+        store = open_for_studio(small_db)
+    try:
+        assert len(engines) == 2 and engines[1] is store.db.engine  # (the probe's, then the store's)
+        assert not _own_listeners(engines[0]) and len(_own_listeners(engines[1])) == 1
+        looks = [r for r in log.rows() if r.sql.startswith("SELECT count(*) FROM sqlite_master")]
+        assert len(looks) == 2 and {r.database for r in looks} == {small_db.name}
+    finally:
+        close_watched(store)
+
+    damaged = small_db.parent / "damaged.db"
+    damaged.write_bytes(small_db.read_bytes()[:100] + b"\0" * 4096)  # (SQLite's header, then nothing it can read)
+    engines.clear()
+    with engines_made(engines.append), pytest.raises(Exception):
+        open_for_studio(damaged)
+    assert engines and all(not _own_listeners(e) for e in engines)

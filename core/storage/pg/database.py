@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from psycopg import pq
 from sqlalchemy.engine.interfaces import BindTyping
 
-from core.storage import catalog, locks, migrations
+from core.storage import catalog, engine_watch, locks, migrations
 from core.storage.capabilities import POSTGRES, Capabilities
 from core.storage.database import (Database, DatabaseOpenError, ReadOnlyError, StorageError, StorageUnavailableError,
                                    no_memory_tables)
@@ -95,6 +95,7 @@ class PgDatabase(Database):
         # and JSON text to JSONB, as they do on libSQL.
         self.engine.dialect.bind_typing = BindTyping.NONE
         sa.event.listen(self.engine, "before_cursor_execute", _translate, retval=True)
+        engine_watch.made(self.engine)  # (after ``_translate``: a watcher sees the statements Postgres runs)
         try:
             # Before the engine's first connection: SQLAlchemy reads the default schema once, on it.
             with self._connect() as raw:
