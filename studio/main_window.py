@@ -62,7 +62,6 @@ if TYPE_CHECKING:
 
 APP_NAME = "Memory Studio"
 BUSY_DELAY_MS = 300  # show the busy bar only for work slower than a moment
-TAB_FRAME = 8  # px the tab widget adds around a page (at most; 4 with document mode)
 DEFAULT_SIZE = (1360, 860)  # the first launch's window, and when a saved geometry cannot be restored
 # The thread list: 380 px (or what the user drags it to) while that is at most 36 % of the window, and at least
 # 30 % of it, between 220 and 340 px (a fixed 340 px least left a 720 px window's panes ~320 px, cut sideways).
@@ -723,13 +722,11 @@ class MainWindow(QMainWindow):
         assert isinstance(pane, QWidget)  # every pane is a widget
         pane.setObjectName(pane.objectName() or f"{page.spec.name}Pane")
         page.hold(pane, pane)  # shown (so polished) now; laid out on the next turn of the event loop
-        # (less a vertical scroll bar's width: the page's, where the window is short of height)
-        room = self.tabs.width() - TAB_FRAME - page.area.verticalScrollBar().sizeHint().width()
-        if self.tabs.isVisible() and room > 0:
-            # Built after the window was laid out, a pane (and what it loads next) is not read sideways:
-            # its least width is fixed now, at most the room there is; in a window too narrow for it, it
-            # is compressed instead. Its least height is its parts' (the page scrolls below it).
-            pane.setMinimumWidth(min(pane.minimumSizeHint().width(), room))
+        # Its width follows the window: the page asks the pane's own least width, whatever the window's width
+        # when it was built (a least width fixed here at build time kept a pane built wide wider than a window
+        # narrowed later, and squeezed a pane built narrow below its parts' least: combos and spin boxes cut).
+        # A pane never widens the tab area (the page's scroll area asks no width of its own); each pane fits
+        # a 720 px window (tests/studio/test_panes_follow_width.py), and below that its page scrolls sideways.
         if not self.selection.empty:
             pane.set_selection(self.selection)  # chosen before the pane existed
 

@@ -50,6 +50,7 @@ from studio.selection import Selection
 from studio.theme import readable_html
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
+from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, pane_header, pane_layout, status_label
 from studio.widgets.plain_tip import plain_tip
 from studio.widgets.a11y import label_for, named
@@ -121,7 +122,12 @@ class ChatPane(QWidget):
         self.subtitle.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         root.addLayout(head)
 
-        row = QHBoxLayout()
+        # Flows, not rows: the agent and model row asked 665 px, the sampling row 460, and a 720 px window's
+        # pane was read sideways (or, built there, its combos were cut). On one row where there is room, the
+        # combos sharing it as before; else the next control goes on the next line.
+        bar = QWidget()
+        row = FlowLayout(bar)
+        row.setContentsMargins(0, 0, 0, 0)
         self.agent_combo = QComboBox()
         self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.agent_combo.setMinimumContentsLength(18)
@@ -131,14 +137,14 @@ class ChatPane(QWidget):
         self.model_combo.activated.connect(lambda _i: setattr(self, "_model_picked", True))
         self.prefs_btn = QPushButton("Preferences…")
         self.prefs_btn.setToolTip("Add an OpenAI-compatible model (OpenAI, Ollama, LM Studio, vLLM)")
-        row.addWidget(label_for("Agent", self.agent_combo))
-        row.addWidget(self.agent_combo, 1)
-        row.addWidget(label_for("Model", self.model_combo))
-        row.addWidget(self.model_combo, 2)
-        row.addWidget(self.prefs_btn)
-        root.addLayout(row)
+        row.add(labelled("Agent", self.agent_combo), 1)
+        row.add(labelled("Model", self.model_combo), 2)
+        row.add(self.prefs_btn)
+        root.addWidget(bar)
 
-        where = QHBoxLayout()
+        where_bar = QWidget()
+        where = FlowLayout(where_bar)
+        where.setContentsMargins(0, 0, 0, 0)
         self.thread_radio = QRadioButton("Selected thread")
         self.new_radio = QRadioButton("New thread for resource")
         group = QButtonGroup(self)
@@ -151,7 +157,6 @@ class ChatPane(QWidget):
         where.addWidget(self.thread_radio)
         where.addWidget(self.new_radio)
         where.addWidget(self.resource_edit)
-        where.addStretch(1)
         self.cap_spin = QSpinBox()
         self.cap_spin.setObjectName("chatReplyCap")
         self.cap_spin.setRange(1, chat_runner.MAX_REPLY_CAP)
@@ -165,10 +170,11 @@ class ChatPane(QWidget):
             "the model.")
         self.cap_spin.valueChanged.connect(lambda _v: setattr(self, "_cap_picked", True))
         self._cap_picked = False  # the user set the cap here: keep it when the agent changes
-        root.addLayout(where)
-        sampling = QHBoxLayout()  # a row of its own, so a narrow pane never squeezes the resource field
-        sampling.addWidget(label_for("Reply cap", self.cap_spin))
-        sampling.addWidget(self.cap_spin)
+        root.addWidget(where_bar)
+        sampling_bar = QWidget()  # a row of its own, so a narrow pane never squeezes the resource field
+        sampling = FlowLayout(sampling_bar)
+        sampling.setContentsMargins(0, 0, 0, 0)
+        sampling.addWidget(labelled("Reply cap", self.cap_spin))
         # Sampling: "default" (the lowest value) sends the agent's own setting, else none (the model's default).
         self.temperature_spin = _sampling_spin(
             "chatTemperature", 2.0, 0.1,
@@ -179,10 +185,8 @@ class ChatPane(QWidget):
             "Nucleus sampling (top_p) sent with each turn. At \"default\" the agent's own is sent, else none.")
         for spin, title in ((self.temperature_spin, "Temperature"), (self.top_p_spin, "Top-p")):
             spin.valueChanged.connect(lambda _v: self._show_run())
-            sampling.addWidget(label_for(title, spin))
-            sampling.addWidget(spin)
-        sampling.addStretch(1)
-        root.addLayout(sampling)
+            sampling.addWidget(labelled(title, spin))
+        root.addWidget(sampling_bar)
 
         self.memory_label = QLabel("")
         self.memory_label.setWordWrap(True)

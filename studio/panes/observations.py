@@ -48,12 +48,15 @@ from studio.widgets.om_buffer import BufferPanel
 from studio.widgets.priority_marks import ObservationLogView
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView, keep_rows_in_sight
-from studio.widgets.scroll_fit import least_height_at_width, stack_when_narrow
+from studio.widgets.scroll_fit import least_height_at_width, least_size, stack_when_narrow
 from studio.widgets.a11y import named
 
 PAGE_EMPTY, PAGE_CONTENT = range(2)
 
 
+# Side by side, the log is at least this many average characters wide (its observation list's buttons wrap now, so
+# its least width no longer says it), else the sides stack: 1,100 px side by side, 900 px stacked, as before.
+SIDE_LOG_CHARS = 40
 STACKED_LOG_LINES = 24  # lines of text the log and its observation list share with the generations above them
 GENERATION_SAMPLES = {"Gen": "00", "Created": "2026-09-14 15:39:00", "Updated": "2026-09-14 15:39:00",
                       "Tokens": "000,000"}
@@ -154,6 +157,7 @@ class ObservationsPane(QWidget):
         # Dates stay whole; Updated gives way first (Created's tooltip says it).
         self.gen_fit = FitToPane(self.gen_table, GENERATION_SAMPLES, {}, last="Origin", rest_sample="reflection",
                                  pad=12, optional=("Updated",))
+        self.gen_fit.hold_least()
         keep_rows_in_sight(self.gen_table)
         ll.addWidget(self.gen_table)
         # Background buffering: what waits to be activated, and what happened lately.
@@ -184,7 +188,9 @@ class ObservationsPane(QWidget):
         # the buffer's wrapped lines took its table's rows: the hint counts a wrapped label's least lines).
         # Stacked, the log had what was left under the generations and the buffer: two lines of it and one
         # observation row at 720 x 800; it asks a reading's worth of lines there, and the page scrolls to it.
-        stack_when_narrow(split, share=50, stacked=lambda s: log_split.setMinimumHeight(
+        stack_when_narrow(split, share=50, needs={1: lambda: max(
+            least_size(right).width(), right.fontMetrics().averageCharWidth() * SIDE_LOG_CHARS)},
+            stacked=lambda s: log_split.setMinimumHeight(
             STACKED_LOG_LINES * log_split.fontMetrics().lineSpacing() if s else 0))
         for part in (left, right):
             least_height_at_width(part, grow=True)

@@ -104,6 +104,11 @@ FRAGMENT_COLUMNS: list[Column[FragmentRow]] = [
     Column("Text", lambda r: r.preview, tooltip=lambda r: r.preview),
 ]
 
+# The fragments fitted to their table (at a 720 px window its columns ran ~10 px past its edge, Tokens, Share
+# and Text behind a sideways scroll bar): numbers whole, Source and the stored ids sharing the rest, the text
+# the rest; while the table cannot hold them all, Share (the context bar above says it by source), Score and the
+# stored ids (the fragment's detail says them) give way, in that order.
+FRAGMENT_SAMPLES = {"#": "00", "Role": "assistant", "Score": "0.000", "Tokens": "00,000", "Share": "100.0%"}
 RECALLED_SAMPLES = {"Message": "…2d46ecda", "Score": "0.000", "Vector": "0.000", "Keyword": "00.000",
                     "Role": "assistant"}
 RECALLED_COLUMNS: list[Column[RecalledRow]] = [
@@ -222,6 +227,11 @@ class PromptInspectorPane(QWidget):
         ul.addWidget(caption("Prompt, in the order the model reads it"))
         self.fragment_model: RecordTableModel[FragmentRow] = RecordTableModel(FRAGMENT_COLUMNS, self)
         self.fragment_table = named(record_table_view(self.fragment_model), "Prompt fragments")
+        self.fragment_fit = FitToPane(self.fragment_table, FRAGMENT_SAMPLES, {"Source": 0.5, "Stored messages": 0.5},
+                                      last="Text", floors={"Source": "message-hist", "Stored messages": "…494e77"},
+                                      caps={"Source": "observational-memory", "Stored messages": "record …494e774c"},
+                                      rest_sample="You are a tra", decorated=("Source",),
+                                      optional=("Share", "Score", "Stored messages"))
         ul.addWidget(self.fragment_table)
         # The prompt's fragments are what this pane is for: never squeezed below a few rows (asked through the
         # table's own watch, which had set its 3 rows again, a sideways bar's height over it, at 720 px).

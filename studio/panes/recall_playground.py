@@ -49,6 +49,7 @@ from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.fit_to_pane import FitToPane
+from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView, keep_rows_in_sight
 from studio.widgets.plain_tip import plain_tip
@@ -184,7 +185,11 @@ class RecallPlaygroundPane(QWidget):
         row.addWidget(self.search_btn)
         root.addLayout(row)
 
-        controls = QHBoxLayout()
+        # A flow, not a row: scope, threshold, top-k and the range asked 617 px in one row, and a 720 px
+        # window's pane was read sideways (built there, its spin boxes were cut). Each control keeps its label.
+        controls_bar = QWidget()
+        controls = FlowLayout(controls_bar)
+        controls.setContentsMargins(0, 0, 0, 0)
         self.scope_combo = QComboBox()
         self.scope_combo.addItem("Resource", "resource")
         self.scope_combo.addItem("Thread", "thread")
@@ -204,12 +209,24 @@ class RecallPlaygroundPane(QWidget):
         for spin in (self.before_spin, self.after_spin):
             spin.setRange(0, 20)
             spin.setValue(1)
-        for label, widget in (("Scope", self.scope_combo), (None, self.threshold_check), (None, self.threshold_spin),
-                              ("Top-k", self.topk_spin), ("Range before", self.before_spin),
-                              ("after", self.after_spin)):
-            if label:
-                controls.addWidget(label_for(label, widget, "Range after" if label == "after" else None))
-            controls.addWidget(widget)
+        controls.addWidget(labelled("Scope", self.scope_combo))
+        threshold = QWidget()  # (the check box is the spin box's label: the two never wrap apart)
+        pair = QHBoxLayout(threshold)
+        pair.setContentsMargins(0, 0, 0, 0)
+        pair.setSpacing(4)
+        pair.addWidget(self.threshold_check)
+        pair.addWidget(self.threshold_spin)
+        controls.addWidget(threshold)
+        controls.addWidget(labelled("Top-k", self.topk_spin))
+        span = QWidget()  # "Range before [n] after [n]": one item
+        pair = QHBoxLayout(span)
+        pair.setContentsMargins(0, 0, 0, 0)
+        pair.setSpacing(4)
+        pair.addWidget(label_for("Range before", self.before_spin))
+        pair.addWidget(self.before_spin)
+        pair.addWidget(label_for("after", self.after_spin, "Range after"))
+        pair.addWidget(self.after_spin)
+        controls.addWidget(span)
         # Which settings the controls started from: the thread's agent's (what it really recalls).
         self.start_label = QLabel("")
         self.start_label.setObjectName("recallStart")
@@ -218,8 +235,7 @@ class RecallPlaygroundPane(QWidget):
         self.start_label.setStyleSheet("color: palette(placeholder-text);")
         self.reset_btn = QPushButton("Reset to Agent")
         self.reset_btn.setEnabled(False)
-        controls.addStretch(1)
-        root.addLayout(controls)
+        root.addWidget(controls_bar)
         start_row = QHBoxLayout()
         start_row.addWidget(self.start_label, 1)
         start_row.addWidget(self.reset_btn)

@@ -63,7 +63,7 @@ from studio.widgets.fitted_label import FittedLabel
 from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.fork_dialog import ForkDialog
 from studio.widgets.elided_label import ElidedLabel
-from studio.widgets.pane_header import alive_only, pane_header, pane_layout, status_label
+from studio.widgets.pane_header import alive_only, header_bar, pane_header, pane_layout, status_label
 from studio.widgets.replay_rerun import RerunPanel
 from studio.widgets.replay_turn import TurnView, esc
 from studio.widgets.replay_what_if import WhatIfPanel
@@ -135,8 +135,10 @@ class ReplayPane(QWidget):
         flow.addWidget(labelled("Thread", self.thread_combo))
         flow.addWidget(self.trace_btn)
         flow.addWidget(self.fork_btn)
-        head.addWidget(tools)
-        root.addLayout(head)
+        # The title and the tools in a flow too: where the title's whole text and the tools do not fit on one
+        # row (a 720 px window), the tools go on the row below and the thread's name stays readable (in one
+        # row it was elided to "Replay ·…"). Where they fit, one row, the subtitle taking what is left.
+        root.addWidget(header_bar(head, self.title, tools))
 
         steps = QHBoxLayout()
         self.first_btn, self.prev_btn, self.next_btn, self.last_btn = (QToolButton() for _ in range(4))

@@ -54,13 +54,14 @@ from studio.session import DatabaseFileLostError, StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.conflict_view import ConflictView
-from studio.widgets.pane_header import alive_only, elastic, pane_header, pane_layout, status_label
+from studio.widgets.flow_layout import FlowLayout, labelled
+from studio.widgets.pane_header import alive_only, elastic, header_bar, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 from studio.widgets.template_editor import TemplateEditor
 from studio.widgets.version_history import VersionHistory
 from studio.widgets.plain_tip import plain_tip
 from studio.theme import set_tone
-from studio.widgets.a11y import label_for, named
+from studio.widgets.a11y import named
 
 AUTO = "__auto__"
 # The rendered preview of a Markdown document longer than this follows the editor PREVIEW_DELAY_MS after the
@@ -143,13 +144,13 @@ class WorkingMemoryPane(QWidget):
         self.badges.setTextFormat(Qt.TextFormat.RichText)
         head, self.title, _ = pane_header("Working memory", self.badges)
         self.agent_combo = QComboBox()
-        head.addWidget(label_for("Agent config", self.agent_combo))
         self.agent_combo.setMinimumWidth(170)
         # A long agent name must not widen the pane: the combo keeps its width and the popup shows it all.
         self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.agent_combo.setMinimumContentsLength(16)
-        head.addWidget(self.agent_combo)
-        root.addLayout(head)
+        # (the owner's name and its scope badge whole; where they and the agent config do not fit on one row,
+        # a 720 px window's, the agent config goes on the row below)
+        root.addWidget(header_bar(head, self.title, labelled("Agent config", self.agent_combo), beside=self.badges))
         self.agent_reason = elastic(QLabel(""), wrap=True)  # (a long reason was cut with no mark)
         self.agent_reason.setStyleSheet("color: palette(placeholder-text);")
         root.addWidget(self.agent_reason)
@@ -179,24 +180,33 @@ class WorkingMemoryPane(QWidget):
         tab = QWidget()
         layout = QVBoxLayout(tab)
         layout.setContentsMargins(0, 6, 0, 0)
-        bar = QHBoxLayout()
+        # A flow, not a row: Save, Revert, Undo, Redo and "Apply as" asked 498 px in one row, and a 720 px
+        # window's pane was read sideways. On one row where there is room, the saved state at its right end.
+        bar_box = QWidget()
+        bar = FlowLayout(bar_box)
+        bar.setContentsMargins(0, 0, 0, 0)
         self.save_btn, self.revert_btn, self.undo_btn, self.redo_btn = (QToolButton() for _ in range(4))
+        buttons = QWidget()  # (the four stay together)
+        row = QHBoxLayout(buttons)
+        row.setContentsMargins(0, 0, 0, 0)
         for b in (self.save_btn, self.revert_btn, self.undo_btn, self.redo_btn):
-            bar.addWidget(b)
+            row.addWidget(b)
+        bar.addWidget(buttons)
         self.json_mode = QComboBox()
-        self.json_mode_label = label_for("Apply as", self.json_mode)
         self.json_mode.addItem("Whole value (replace)", "replace")
         self.json_mode.addItem("Patch (merge rules)", "merge")
-        bar.addSpacing(12)
-        bar.addWidget(self.json_mode_label)
-        bar.addWidget(self.json_mode)
-        bar.addStretch(1)
+        self.json_mode_box = labelled("Apply as", self.json_mode)  # (shown for a JSON memory only)
+        margins = self.json_mode_box.layout()
+        assert margins is not None
+        margins.setContentsMargins(12, 0, 0, 0)
+        bar.addWidget(self.json_mode_box)
+        bar.add(QWidget(), 1)  # (what the row leaves over: the saved state goes to its right end)
         self.size_label = elastic(QLabel(""))  # the editor's text: characters and tokens, live
         self.size_label.setStyleSheet("color: palette(placeholder-text);")
         self.size_label.setToolTip(editor_size_tip("markdown"))
-        self.dirty_label = elastic(QLabel(""))
+        self.dirty_label = QLabel("")
         bar.addWidget(self.dirty_label)
-        layout.addLayout(bar)
+        layout.addWidget(bar_box)
 
         self.editor = named(CodeEditor("markdown"), "Working memory editor")
         self.problem_label = elastic(QLabel(""), wrap=True)
@@ -451,8 +461,7 @@ class WorkingMemoryPane(QWidget):
         self.editor.set_language("json" if is_json else "markdown")
         self.conflict_view.set_language("json" if is_json else "markdown")
         self.side.setCurrentIndex(1 if is_json else 0)
-        self.json_mode.setVisible(is_json)
-        self.json_mode_label.setVisible(is_json)
+        self.json_mode_box.setVisible(is_json)
         self.template_view.load(snap.options.effective_template)
         self.current_view.load(pretty_json(json.loads(snap.text)) if is_json and snap.text else "{}")
         self._end_conflict()

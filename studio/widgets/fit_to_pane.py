@@ -107,6 +107,12 @@ class FitToPane(QObject):
         chrome = max(chrome, 2 * self.table.frameWidth() + self.table.verticalScrollBar().sizeHint().width())
         return inner + chrome
 
+    def hold_least(self) -> None:
+        """The table asks ``least`` as its least width: a layout or splitter gives it that (a stacking splitter
+        stacks first) rather than cut its columns and scroll it sideways (Observations' generations at a
+        900 px window: Created cut, "refle…", on a ~220 px side)."""
+        self.table.setMinimumWidth(self.least())
+
     def fit(self) -> None:
         table = self.table
         metrics, pad = table.fontMetrics(), self.pad
@@ -129,7 +135,11 @@ class FitToPane(QObject):
             floor = metrics.horizontalAdvance("Mm…") + pad
             floors = {t: floor for t in self.shares}
             floors[self.last] = max(floor, self.last_least, int(total * self.last_share))
-            for title in (*self.shares, self.last):
+            # Then the fixed columns, widest first, down to a few characters: a table narrower than its least
+            # (Checks at a 720 px window, 1 px) still ends at its edge, with no sideways scroll bar.
+            fixed_order = sorted((t for t in fixed if t in widths), key=lambda t: -widths[t])
+            floors.update({t: min(floor, widths[t]) for t in fixed_order})
+            for title in (*self.shares, self.last, *fixed_order):
                 if title in widths and over > 0:
                     give = min(over, max(0, widths[title] - floors[title]))
                     widths[title] -= give

@@ -71,22 +71,30 @@ class InspectorOptionsBar(QFrame):
         outer.setContentsMargins(8, 4, 8, 4)
         outer.setSpacing(4)
 
-        top = QHBoxLayout()
+        # A flow: in one row the agent, its origin and Reset made the pane 28 px wider than a 720 px window's
+        # page (dark theme). Where they fit, one row, the origin taking what is left; else Reset goes below.
+        top_box = QWidget()
+        top = FlowLayout(top_box)
+        top.setContentsMargins(0, 0, 0, 0)
         self.agent_combo = QComboBox()
-        top.addWidget(label_for("Options from", self.agent_combo, "Options from agent"))
+        agent = QWidget()  # (the label and its combo never wrap apart)
+        pair = QHBoxLayout(agent)
+        pair.setContentsMargins(0, 0, 0, 0)
+        pair.addWidget(label_for("Options from", self.agent_combo, "Options from agent"))
         # A long agent name must not widen the pane: the combo keeps its width and the popup shows it all.
         self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.agent_combo.setMinimumContentsLength(16)
-        top.addWidget(self.agent_combo)
+        pair.addWidget(self.agent_combo)
+        top.addWidget(agent)
         self.origin_label = ElidedLabel("")  # cut with "…", never at the edge with no mark
         self.origin_label.setStyleSheet("color: palette(placeholder-text);")
         # Long provenance text must not widen the pane; the full text is in the tooltip.
         self.origin_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.origin_label.setMinimumWidth(80)
-        top.addWidget(self.origin_label, 1)
+        top.add(self.origin_label, 1, elastic=True)
         self.reset_btn = QToolButton()
         top.addWidget(self.reset_btn)
-        outer.addLayout(top)
+        outer.addWidget(top_box)
 
         self._uncapped = False
         self.last_spin = _spin(0, 10_000, "off", "Message history: how many of the thread's newest messages join "

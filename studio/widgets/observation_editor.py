@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QApplication,
     QDialog,
     QDialogButtonBox,
-    QHBoxLayout,
     QLabel,
     QLineEdit,
     QListView,
@@ -38,6 +37,7 @@ from studio.dialogs import build_confirm_box
 from studio.logic.observations_layout import PRIORITY_MARKS, observation_lines
 from studio.widgets.code_editor import unview_marks, view_marks
 from studio.widgets.elided_label import ElidedLabel
+from studio.widgets.flow_layout import FlowLayout
 from studio.widgets.pane_header import elastic
 from studio.widgets.plain_tip import plain_tip
 from studio.widgets.priority_marks import marker_for
@@ -193,7 +193,11 @@ class ObservationLinesEditor(QWidget):
         self.list.setItemDelegate(_OneLine(self.list))
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         layout.addWidget(self.list)
-        row = QHBoxLayout()
+        # A flow: the buttons and the note asked 341 px in one row, so beside the generations (which now ask their
+        # columns' least) the pane stacked at 1,100 px. Where they fit, one row as before.
+        bar = QWidget()
+        row = FlowLayout(bar)
+        row.setContentsMargins(0, 0, 0, 0)
         self.edit_btn = QPushButton("Edit Observation…")
         self.delete_btn = QPushButton("Delete Observation…")
         self.note = elastic(ElidedLabel(""))  # ("8 observation(s) in the current generation": cut with "…")
@@ -201,8 +205,8 @@ class ObservationLinesEditor(QWidget):
         for button in (self.edit_btn, self.delete_btn):
             button.setEnabled(False)
             row.addWidget(button)
-        row.addWidget(self.note, 1)
-        layout.addLayout(row)
+        row.add(self.note, 1, elastic=True)
+        layout.addWidget(bar)
         self.list.selectionModel().currentRowChanged.connect(self._update)
         self.list.doubleClicked.connect(lambda _index: self.edit_current())
         self.edit_btn.clicked.connect(self.edit_current)

@@ -56,6 +56,8 @@ class BufferPanel(QWidget):
                                    rest_sample="(15:32) Sam", pad=16, optional=("Covers",))
         self.event_fit = FitToPane(self.event_table, {"When": DATE_SAMPLE}, {}, last="What", rest_sample="buffered",
                                    pad=12)
+        for fit in (self.chunk_fit, self.event_fit):
+            fit.hold_least()  # (the Observations pane stacks before it cuts a column: Tokens at 900 px)
         self.tabs.addTab(named(self.chunk_table, "Buffered observations"), "Buffered")
         self.tabs.addTab(named(self.event_table, "Activity"), "Activity")
         layout.addWidget(self.tabs, 1)

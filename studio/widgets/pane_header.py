@@ -11,7 +11,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import shiboken6
+from PySide6.QtCore import QSize
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from studio.widgets.flow_layout import FlowLayout
 
 ELASTIC_MIN_WIDTH = 40
 
@@ -44,6 +47,37 @@ def pane_header(title: str, subtitle: QLabel | None = None) -> tuple[QHBoxLayout
     row.addWidget(title_label)
     row.addWidget(subtitle, 1)
     return row, title_label, subtitle
+
+
+class _TitleBox(QWidget):
+    """A pane's title and subtitle (``head``) as one item of ``header_bar``'s flow: it asks the title's whole
+    text and ``beside``'s (else an elastic subtitle's least), so the flow puts the tools below before it cuts
+    the title."""
+
+    def __init__(self, head: QHBoxLayout, title: QLabel, beside: QLabel | None) -> None:
+        super().__init__()
+        head.setContentsMargins(0, 0, 0, 0)  # (a layout on a widget has the style's margins: none, as in the pane's)
+        self.setLayout(head)
+        self._title, self._beside = title, beside
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        layout = self.layout()
+        spacing = max(layout.spacing(), 0) if layout is not None else 0
+        beside = self._beside.sizeHint().width() if self._beside is not None else ELASTIC_MIN_WIDTH
+        return QSize(self._title.sizeHint().width() + spacing + beside, super().sizeHint().height())
+
+
+def header_bar(head: QHBoxLayout, title: QLabel, tools: QWidget, beside: QLabel | None = None) -> QWidget:
+    """``pane_header``'s row and the pane's ``tools`` (a widget beside it) as a flow: on one row where the
+    title's whole text (and ``beside``'s, a subtitle to keep whole) and the tools fit, the subtitle taking
+    what is left; else the tools go on the row below. In one row at a 720 px window the title was elided
+    to "Replay ·…", the tools keeping their width."""
+    bar = QWidget()
+    flow = FlowLayout(bar)
+    flow.setContentsMargins(0, 0, 0, 0)
+    flow.add(_TitleBox(head, title, beside), 1)
+    flow.addWidget(tools)
+    return bar
 
 
 def caption(text: str) -> QLabel:
