@@ -189,6 +189,42 @@ def mixed_scores(q_p: float | np.ndarray, q_v: np.ndarray, p_v: np.ndarray) -> n
     return out
 
 
+def passage_dots(vectors: np.ndarray, passages: np.ndarray) -> np.ndarray:
+    """``p . v`` of each piece row of ``vectors`` with the passage row beside it in ``passages`` (float32
+    arrays of one shape), summed in float64: the one formula a vector search's scoring uses
+    (``search._with_pieces``)."""
+    dots: np.ndarray = np.einsum("ij,ij->i", vectors, passages, dtype=np.float64)
+    return dots
+
+
+_BY_ROW: dict[int, bool] = {}
+
+
+def dots_by_row(dim: int) -> bool:
+    """Whether ``passage_dots`` gives each row the same bits whatever rows are computed with it, so one
+    message's dots computed at its read (``MessagePieces.passage_dots``, kept by libSQL's cache) are, to
+    the bit, those of the search's stacked rows. Checked once per dimension on random rows, every row of
+    stacks of many sizes against the same rows computed a few at a time; where it does not hold, the
+    search computes them stacked (as before the cache kept them)."""
+    known = _BY_ROW.get(dim)
+    if known is None:
+        rng = np.random.default_rng(dim)
+        known = True
+        for n in (1, 2, 3, 7, 16, 33, 200, 1001, 4099):
+            a = rng.standard_normal((n, dim), dtype=np.float32)
+            b = rng.standard_normal((n, dim), dtype=np.float32)
+            whole = passage_dots(a, b)
+            at = 0
+            while at < n and known:
+                k = int(rng.integers(1, 34))
+                known = np.array_equal(passage_dots(a[at:at + k].copy(), b[at:at + k].copy()), whole[at:at + k])
+                at += k
+            if not known:
+                break
+        _BY_ROW[dim] = known
+    return known
+
+
 class Best(NamedTuple):
     """A message's score by its pieces: its best mixed row's cosine, which piece, of how many."""
 
