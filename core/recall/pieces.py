@@ -14,8 +14,8 @@ length) the row ``unit(p + v)``, whose cosine with a unit query ``q`` is exact a
 so the mixed rows need not be stored: a piece depends on its own message's text alone, and an edit of
 the previous message (which changes this message's passage) leaves its pieces right. A message with
 pieces scores its best mixed row; one without keeps its passage cosine. Hybrid search keeps the passage
-cosines (its answers do not change). Measured on LoCoMo's public split with the USE model (session 27):
-vector recall@10 .5346 -> see docs/ARCHITECTURE.md's Figures.
+cosines (its answers do not change). Measured on LoCoMo's public split, vector recall@10: USE .5346 ->
+.6302 (session 27), e5 .6161 -> .7056 (session 28); docs/ARCHITECTURE.md's Figures.
 
 The cut (``cut``), the same for every language written with spaces and sentence marks:
 - a leading speaker label of the text ("Caroline: ", the label ``text.speaker_label`` reads: up to three
@@ -30,8 +30,8 @@ The cut (``cut``), the same for every language written with spaces and sentence 
   passage embeds no more), and at most ``MAX_PIECES`` pieces are kept.
 
 Which models write pieces is per model (``MODEL_PIECES``; the store may turn them off for an index:
-``setting_key``): on for the USE model, where they were measured; off for the hashing embedder (its
-vectors of a clause say little more than the message's) and e5 (not measured).
+``setting_key``): on for the USE and e5 models, where they were measured; off for the hashing embedder
+(its vectors of a clause say little more than the message's).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ TABLE_PREFIX = "memory_studio_recall_pieces"
 # Models whose indexes write pieces, by model family (the id before "@"), like ``hybrid.MODEL_FUSION``.
 MODEL_PIECES: dict[str, bool] = {
     "use-multilingual-v3-q": True,
+    "multilingual-e5-small-q4": True,  # (LoCoMo public vector-only .616 -> .706, session 28; Figures)
 }
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
