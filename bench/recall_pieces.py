@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/recall_pieces.py               # both parts
     .venv/bin/python bench/recall_pieces.py --only cost   # embedding CPU and ingest rate with the USE model
-    .venv/bin/python bench/recall_pieces.py --only cost --model e5 --threads 20 --no-ingest   # e5, a sample
+    .venv/bin/python bench/recall_pieces.py --only cost --model e5 --threads 16 --no-ingest   # e5, a sample
     .venv/bin/python bench/recall_pieces.py --only search # search latency on a LoCoMo-length synthetic set
     .venv/bin/python bench/recall_pieces.py --only turns  # an agent's save-then-search loop on that set
 
