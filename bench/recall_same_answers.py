@@ -13,8 +13,11 @@ so one copy of this file can drive both). Two corpora, each through the real lib
   its 200 queries in every mode at top_k 10 and 50, hybrid with a threshold, hybrid narrowed to the
   thread, hybrid as of a past moment;
 - the LoCoMo public split (``../shared/bench/locomo``, one database per conversation, one thread a
-  session) with the offline ``HashingEmbedder``: each question in every mode at top_k 20, and the
-  playground's whole inspection of it in hybrid (every list, rank, raw and fused score).
+  session) with the offline ``HashingEmbedder`` (``--locomo-model use``: the USE model, whose piece
+  vectors vector mode and the inspection's vector-only list read): each question in every mode at
+  top_k 20, and the playground's whole inspection of it in hybrid (every list, rank, raw and fused score);
+- with ``--pieces N``, ``recall_pieces.py``'s N LoCoMo-length messages (piece vectors on): its 100
+  queries in vector mode, twice (the second from the piece cache).
 
 Each line is one answer: the query, the mode and settings, and the hits (message, thread, resource,
 score, source, vector and keyword scores; floats as ``repr``, which round-trips exactly) with the
@@ -102,8 +105,24 @@ def synthetic(n: int, queries: int, fusion: str = "default") -> Iterator[dict[st
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def locomo(data: Path, limit: int) -> Iterator[dict[str, Any]]:
-    from core.embedding import HashingEmbedder
+def pieces_set(n: int, queries: int) -> Iterator[dict[str, Any]]:
+    """``recall_pieces.py``'s LoCoMo-length resource (USE's model id, so pieces on): vector mode at top_k 10
+    and 50, each query twice (the second answered from the piece cache)."""
+    import recall_pieces as rp
+
+    store, emb, index, _ = rp.locomo_index(n)
+    texts = rp.fixed_queries(emb, queries)
+    for run in ("first", "again"):
+        for q in texts:
+            for k in (10, 50):
+                result = index.search(q, mode="vector", resource_id="u", top_k=k)
+                yield {"corpus": "pieces", "run": run, "query": q, "mode": "vector", "top_k": k,
+                       "hits": [hit_row(h) for h in result.hits], "reason": result.reason,
+                       "details": exact(result.details)}
+    store.close()
+
+
+def locomo(data: Path, limit: int, model: str = "hashing") -> Iterator[dict[str, Any]]:
     from core.recall.explain import inspect_search
 
     import recall_locomo as rl  # (core is already the checkout under test's: see the top of this file)
@@ -111,7 +130,8 @@ def locomo(data: Path, limit: int) -> Iterator[dict[str, Any]]:
     messages = rl.load_jsonl(data / "locomo_public_messages.jsonl")
     questions = rl.load_jsonl(data / "locomo_public_queries.jsonl")[: limit or None]
     tmp = Path(tempfile.mkdtemp(prefix="recall-same-locomo-"))
-    embedder = HashingEmbedder(256)
+    # (hashing: offline, no pieces; use: the default model, its pieces on, vectors from recall_locomo's cache)
+    embedder = rl.make_embedder(model, Path(tempfile.gettempdir()) / "memory-studio-embcache")
     by_conv: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for m in messages:
         by_conv[m["conv_id"]].append(m)
@@ -140,6 +160,10 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="folder with locomo_public_*.jsonl (default: as recall_locomo.py finds it)")
     ap.add_argument("--locomo-limit", type=int, default=0, help="only the first N LoCoMo questions (0: all)")
     ap.add_argument("--skip-locomo", action="store_true")
+    ap.add_argument("--skip-synthetic", action="store_true")
+    ap.add_argument("--locomo-model", choices=("hashing", "use", "e5"), default="hashing",
+                    help="the embedder of the LoCoMo part (use and e5 through recall_locomo.py's vector cache)")
+    ap.add_argument("--pieces", type=int, default=0, help="also the piece-vector set of this many messages")
     ap.add_argument("--fusion", choices=("default", "e5", "use"), default="default",
                     help="search the synthetic resource with this model's fusion settings (as recall_speed.py's "
                          "--fusion: keyword share, list depths, the query lower-cased); LoCoMo keeps the defaults")
@@ -151,11 +175,13 @@ def main() -> None:
     digest = hashlib.sha256()
     answers = hits = 0
     with args.out.open("w", encoding="utf-8") as f:
-        sources = [synthetic(args.n, args.queries, args.fusion)]
+        sources = [] if args.skip_synthetic else [synthetic(args.n, args.queries, args.fusion)]
         if not args.skip_locomo:
             if not (args.data / "locomo_public_queries.jsonl").exists():
                 raise SystemExit(f"no LoCoMo split at {args.data} (--data, or --skip-locomo)")
-            sources.append(locomo(args.data, args.locomo_limit))
+            sources.append(locomo(args.data, args.locomo_limit, args.locomo_model))
+        if args.pieces:
+            sources.append(pieces_set(args.pieces, 100))
         for source in sources:
             for row in source:
                 line = json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"

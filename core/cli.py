@@ -141,7 +141,7 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
                         "vectors of other models; without it, the model that indexed the database")
     p.add_argument("--pieces", choices=("on", "off", "default"), default=None,
                    help="piece vectors of long messages (vector-only search) for this model in this database: "
-                        "on, off (drops them) or the model's default (on for use); kept for later saves")
+                        "on, off (drops them) or the model's default (on for use and e5); kept for later saves")
 
     p = sub.add_parser("models", help="install or check the local embedding model")
     p.add_argument("action", choices=("install", "status"), metavar="{install,status}")

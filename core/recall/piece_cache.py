@@ -42,11 +42,15 @@ import sqlalchemy as sa
 from core.recall.types import MessagePieces
 from core.storage.database import read_token
 
+_ABSENT = object()  # (an id not held; None is held: "none usable")
 MAX_BYTES = 128 * 1024 * 1024  # (a 10,000-message LoCoMo-length scope holds 71 MB: bench/recall_pieces.py)
 
 
 def _size(entry: MessagePieces | None) -> int:
-    return 0 if entry is None else int(entry.passage.nbytes + entry.vectors.nbytes) + 64 * (len(entry.spans) + 1)
+    if entry is None:
+        return 0
+    dots = entry.passage_dots.nbytes if entry.passage_dots is not None else 0
+    return int(entry.passage.nbytes + entry.vectors.nbytes + dots) + 64 * (len(entry.spans) + 1)
 
 
 @dataclass(frozen=True)
@@ -123,14 +127,15 @@ class PieceCache:
             out: dict[str, MessagePieces] = {}
             missing: list[str] = []
             if usable:
+                entries = self._entries
                 for mid in ids:
-                    if mid in self._entries:
-                        self._entries.move_to_end(mid)
-                        entry = self._entries[mid]
-                        if entry is not None:
-                            out[mid] = entry
-                    else:
+                    entry = entries.get(mid, _ABSENT)
+                    if entry is _ABSENT:
                         missing.append(mid)
+                        continue
+                    entries.move_to_end(mid)
+                    if entry is not None:
+                        out[mid] = entry  # type: ignore[assignment]
             else:
                 missing = ids
         if not missing:

@@ -186,13 +186,24 @@ def read(conn: sa.Connection, table: str, info: TableInfo, model_id: str, messag
     matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, dim)
     finite = np.isfinite(matrix).all(axis=1)
     matrix = unit_rows(matrix)
+    # Each piece's p . v with its passage, for the search's scoring, computed here once (kept with the entry
+    # by ``piece_cache``), where the formula's rows do not depend on each other (``pieces.dots_by_row``).
+    dots: np.ndarray | None = None
+    if pieces.dots_by_row(dim):
+        lengths = np.fromiter((len(rows) + 1 for _, rows, _ in kept), dtype=np.intp, count=len(kept))
+        firsts = np.cumsum(lengths) - lengths  # each message's passage row
+        piece_rows = np.ones(len(matrix), dtype=bool)
+        piece_rows[firsts] = False
+        dots = np.empty(len(matrix), dtype=np.float64)
+        dots[piece_rows] = pieces.passage_dots(matrix[piece_rows], matrix[np.repeat(firsts, lengths - 1)])
     out: dict[str, MessagePieces] = {}
     at = 0
     for mid, rows, content in kept:
         n = len(rows) + 1
         if finite[at:at + n].all():
             out[mid] = MessagePieces(mid, matrix[at], matrix[at + 1:at + n],
-                                     tuple((int(r[1]), int(r[2])) for r in rows), content)
+                                     tuple((int(r[1]), int(r[2])) for r in rows), content,
+                                     dots[at + 1:at + n] if dots is not None else None)
         at += n
     return out
 

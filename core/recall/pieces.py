@@ -14,8 +14,8 @@ length) the row ``unit(p + v)``, whose cosine with a unit query ``q`` is exact a
 so the mixed rows need not be stored: a piece depends on its own message's text alone, and an edit of
 the previous message (which changes this message's passage) leaves its pieces right. A message with
 pieces scores its best mixed row; one without keeps its passage cosine. Hybrid search keeps the passage
-cosines (its answers do not change). Measured on LoCoMo's public split with the USE model (session 27):
-vector recall@10 .5346 -> see docs/ARCHITECTURE.md's Figures.
+cosines (its answers do not change). Measured on LoCoMo's public split, vector recall@10: USE .5346 ->
+.6302 (session 27), e5 .6161 -> .7056 (session 28); docs/ARCHITECTURE.md's Figures.
 
 The cut (``cut``), the same for every language written with spaces and sentence marks:
 - a leading speaker label of the text ("Caroline: ", the label ``text.speaker_label`` reads: up to three
@@ -30,8 +30,8 @@ The cut (``cut``), the same for every language written with spaces and sentence 
   passage embeds no more), and at most ``MAX_PIECES`` pieces are kept.
 
 Which models write pieces is per model (``MODEL_PIECES``; the store may turn them off for an index:
-``setting_key``): on for the USE model, where they were measured; off for the hashing embedder (its
-vectors of a clause say little more than the message's) and e5 (not measured).
+``setting_key``): on for the USE and e5 models, where they were measured; off for the hashing embedder
+(its vectors of a clause say little more than the message's).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ TABLE_PREFIX = "memory_studio_recall_pieces"
 # Models whose indexes write pieces, by model family (the id before "@"), like ``hybrid.MODEL_FUSION``.
 MODEL_PIECES: dict[str, bool] = {
     "use-multilingual-v3-q": True,
+    "multilingual-e5-small-q4": True,  # (LoCoMo public vector-only .616 -> .706, session 28; Figures)
 }
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -187,6 +188,42 @@ def mixed_scores(q_p: float | np.ndarray, q_v: np.ndarray, p_v: np.ndarray) -> n
     ok = norm > 1e-9
     out[ok] = (q_p[ok] + q_v[ok]) / norm[ok]
     return out
+
+
+def passage_dots(vectors: np.ndarray, passages: np.ndarray) -> np.ndarray:
+    """``p . v`` of each piece row of ``vectors`` with the passage row beside it in ``passages`` (float32
+    arrays of one shape), summed in float64: the one formula a vector search's scoring uses
+    (``search._with_pieces``)."""
+    dots: np.ndarray = np.einsum("ij,ij->i", vectors, passages, dtype=np.float64)
+    return dots
+
+
+_BY_ROW: dict[int, bool] = {}
+
+
+def dots_by_row(dim: int) -> bool:
+    """Whether ``passage_dots`` gives each row the same bits whatever rows are computed with it, so one
+    message's dots computed at its read (``MessagePieces.passage_dots``, kept by libSQL's cache) are, to
+    the bit, those of the search's stacked rows. Checked once per dimension on random rows, every row of
+    stacks of many sizes against the same rows computed a few at a time; where it does not hold, the
+    search computes them stacked (as before the cache kept them)."""
+    known = _BY_ROW.get(dim)
+    if known is None:
+        rng = np.random.default_rng(dim)
+        known = True
+        for n in (1, 2, 3, 7, 16, 33, 200, 1001, 4099):
+            a = rng.standard_normal((n, dim), dtype=np.float32)
+            b = rng.standard_normal((n, dim), dtype=np.float32)
+            whole = passage_dots(a, b)
+            at = 0
+            while at < n and known:
+                k = int(rng.integers(1, 34))
+                known = np.array_equal(passage_dots(a[at:at + k].copy(), b[at:at + k].copy()), whole[at:at + k])
+                at += k
+            if not known:
+                break
+        _BY_ROW[dim] = known
+    return known
 
 
 class Best(NamedTuple):

@@ -279,21 +279,36 @@ def _with_pieces(backend: Any, conn: sa.Connection, out: SearchRun, wide: list[h
     q = np.asarray(qvec, dtype=np.float32)
     norm = float(np.linalg.norm(q))
     q = q / norm if norm > 0 else q
-    owners = [mid for mid in ids if mid in got]
-    counts = np.fromiter((len(got[mid].spans) for mid in owners), dtype=np.int64, count=len(owners))
-    vecs = np.concatenate([got[mid].vectors for mid in owners])
-    whole = np.stack([got[mid].passage for mid in owners])
-    of = np.repeat(np.arange(len(owners)), counts)
+    entries = [got.get(mid) for mid in ids]
+    has = np.fromiter((e is not None for e in entries), dtype=bool, count=len(ids))
+    held = [e for e in entries if e is not None]
+    owners = [e.message_id for e in held]
+    counts = np.fromiter((len(e.spans) for e in held), dtype=np.int64, count=len(held))
+    vecs = np.concatenate([e.vectors for e in held])
+    whole = np.concatenate([e.passage for e in held]).reshape(len(held), -1)  # (np.stack's rows, at half its cost)
+    of = np.repeat(np.arange(len(held)), counts)
     # ``pieces.mixed_scores`` of every piece at once, p its message's passage (q.p and q.v in float32, as the
-    # scan's; p.v, the sums and the division in float64)
-    p_v = np.einsum("ij,ij->i", vecs, whole[of], dtype=np.float64)
+    # scan's; p.v, the sums and the division in float64). p.v as the read computed it when it did
+    # (``MessagePieces.passage_dots``: the same bits, ``pieces.dots_by_row``), else here.
+    dots = [e.passage_dots for e in held]
+    p_v = (np.concatenate(dots) if all(d is not None for d in dots)
+           else pieces.passage_dots(vecs, whole[of]))
     scores = pieces.mixed_scores((whole @ q)[of], vecs @ q, p_v)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     best = np.maximum.reduceat(scores, starts)
-    at = dict(zip(owners, best.tolist()))
-    scored = [r if (s := at.get(r.message_id)) is None else ranked_of((r[0], r[1], r[2], s)) for r in wide]
-    scored.sort(key=lambda r: -r.score)  # (stable: equal scores keep the scan's order)
-    kept = scored[:depth]
+    # Every message's score (the scan's cosine, or its best mixed row), sorted stably (equal scores keep the
+    # scan's order), as a Python sort by -score would; only the answered messages are made anew.
+    final = np.fromiter((r.score for r in wide), dtype=np.float64, count=len(wide))
+    final[has] = best
+    if np.isfinite(final).all():
+        order = np.argsort(-final, kind="stable")[:depth].tolist()
+        kept = [wide[i] if not has[i] else ranked_of((wide[i][0], wide[i][1], wide[i][2], float(final[i])))
+                for i in order]
+    else:  # (a sort by NaN has no order numpy and Python agree on: Python's, as before)
+        at = dict(zip(owners, best.tolist()))
+        scored = [r if (s := at.get(r.message_id)) is None else ranked_of((r[0], r[1], r[2], s)) for r in wide]
+        scored.sort(key=lambda r: -r.score)
+        kept = scored[:depth]
     place = dict(zip(owners, range(len(owners))))
     for r in kept:  # which piece won, for the messages answered (the playground names it)
         i = place.get(r.message_id)

@@ -45,6 +45,9 @@ class MessagePieces(NamedTuple):
     vectors: np.ndarray  # (pieces, dim) float32, piece order
     spans: tuple[tuple[int, int], ...]  # each piece's span in ``content``
     content: str  # the recall text the pieces were cut from (the passage row's ``metadata.content``)
+    # ``pieces.passage_dots(vectors, passage)`` computed at the read (None: not), so a search whose read is
+    # kept (libSQL's ``piece_cache``) does not compute it again; only where ``pieces.dots_by_row`` holds.
+    passage_dots: np.ndarray | None = None
 
 
 class Ranked(NamedTuple):

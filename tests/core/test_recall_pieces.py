@@ -159,6 +159,7 @@ def test_a_save_embeds_the_pieces_in_the_passages_call_and_stores_each_piece_as_
 def test_the_hashing_embedder_writes_no_pieces_by_default(store):
     index = RecallIndex.for_store(store, HashingEmbedder(256))
     assert not index.pieces and pieces.pieces_for("use-multilingual-v3-q@b8b05b01")
+    assert pieces.pieces_for("multilingual-e5-small-q4@1571fc98")  # (both local models write them, session 28)
     assert index.index_messages(seed(store)).ok
     assert stored_pieces(index, ["t-0"]) == {} and index.piece_counts() == {}
 
@@ -402,3 +403,102 @@ def test_a_message_whose_piece_vector_is_not_finite_gets_no_pieces_and_keeps_its
     done, failed = index.index_pieces(["t-0", "t-3"])
     assert list(failed) == ["t-0"] and "not finite" in failed["t-0"] and done == 1
     assert set(hashes(index, ["t-0", "t-3"])) == {"t-3"}
+
+
+# -- the stacked scoring ---------------------------------------------------------------------------
+WORDS = ("museum garage bicycle chain dinner family soup bread friends pottery bowls kids class weekend lake dog "
+         "painting sunset camping tent river guitar concert school teacher garden tomatoes rain morning coffee").split()
+
+
+def many_long(rng: np.random.Generator, count: int) -> list[str]:
+    """Messages of 1-4 sentences of 4-16 words (some with a clause mark), a few short ones: most get pieces."""
+    out = []
+    for i in range(count):
+        sentences = []
+        for _ in range(int(rng.integers(1, 5))):
+            words = [str(w) for w in rng.choice(WORDS, int(rng.integers(4, 17)))]
+            if len(words) > 8 and rng.random() < 0.5:
+                words[len(words) // 2] += ","
+            sentences.append(" ".join(words).capitalize() + ".")
+        out.append(f"{'Caroline' if i % 2 == 0 else 'Melanie'}: " + " ".join(sentences))
+    return out
+
+
+def scoring_index(store, count: int = 120) -> tuple[RecallIndex, list[Message]]:
+    index = with_pieces(store)
+    msgs = seed(store, many_long(np.random.default_rng(7), count))
+    assert index.index_messages(msgs).ok
+    return index, msgs
+
+
+def test_vector_search_scores_each_message_by_its_best_mixed_row_and_ranks_by_those_scores(store):
+    from core.recall import search
+
+    index, msgs = scoring_index(store)
+    held = stored_pieces(index, [m.id for m in msgs])
+    assert 60 < len(held) < len(msgs)  # (both kinds of message in the scope)
+    for query in ("bicycle chain in the garage", "soup and bread for dinner", "guitar concert at school, rain"):
+        run = search.run(index, query, resource_id="u", thread_id=None, top_k=len(msgs), mode="vector")
+        assert run.qvec is not None and run.vset is not None and len(run.vector) == len(msgs)
+        q = np.asarray(run.qvec, dtype=np.float32)
+        q = q / np.linalg.norm(q)
+        for hit in run.vector:
+            entry = held.get(hit.message_id)
+            if entry is None:  # the scan's cosine, as a search without pieces gives it
+                assert hit.message_id not in run.by_piece
+                continue
+            best = pieces.best_mixed(q, entry.passage, entry.vectors)
+            assert hit.score == pytest.approx(best.score, abs=1e-6)
+            chosen, text = run.by_piece[hit.message_id]
+            assert (chosen.pieces, chosen.score) == (best.pieces, hit.score)
+            a, b = entry.spans[chosen.piece]
+            assert text == pieces.label_of(entry.content) + entry.content[a:b]
+            every = pieces.mixed_scores(float(entry.passage @ q), entry.vectors @ q, entry.vectors @ entry.passage)
+            if np.sort(every)[-2] < best.score - 1e-6:
+                assert chosen.piece == best.piece  # (a clear winner: the same piece)
+        scores = [h.score for h in run.vector]
+        assert scores == sorted(scores, reverse=True)
+        plain = {h.message_id: h.score for h in run.vset.ranked(run.qvec, len(msgs), None)}
+        assert {h.message_id: h.score for h in run.vector if h.message_id not in held} == {
+            m: s for m, s in plain.items() if m not in held}
+
+
+def test_the_dots_a_read_keeps_are_the_stacked_ones_to_the_bit_and_answer_the_same(store):
+    from core.recall import search
+
+    index, msgs = scoring_index(store)
+    assert pieces.dots_by_row(256) and pieces.dots_by_row(384) and pieces.dots_by_row(512)
+    info, table = index.info, index.vectors.pieces_table
+    with store.db.read() as conn:  # (read from the file, not the cache)
+        read = piece_table.read(conn, table, info, index.model_id, [m.id for m in msgs])
+    assert read and all(e.passage_dots is not None for e in read.values())
+    rng = np.random.default_rng(3)
+    ids = sorted(read)
+    for size in (1, 2, 5, 17, 40, len(ids)):  # stacks of other messages, in other orders
+        chosen = [ids[i] for i in rng.permutation(len(ids))[:size]]
+        vecs = np.concatenate([read[m].vectors for m in chosen])
+        whole = np.stack([read[m].passage for m in chosen])
+        of = np.repeat(np.arange(size), [len(read[m].spans) for m in chosen])
+        stacked = np.einsum("ij,ij->i", vecs, whole[of], dtype=np.float64)
+        assert np.array_equal(stacked, np.concatenate([read[m].passage_dots for m in chosen]))
+
+    class Reads:  # a backend answering what the table holds, with or without the dots
+        def __init__(self, keep: bool) -> None:
+            self.keep = keep
+
+        def read_pieces(self, conn, message_ids):
+            got = piece_table.read(conn, table, info, index.model_id, message_ids)
+            return got if self.keep else {m: e._replace(passage_dots=None) for m, e in got.items()}
+
+    for query in ("bicycle chain in the garage", "tomatoes in the garden", "camping tent by the river"):
+        through = search.run(index, query, resource_id="u", thread_id=None, top_k=30, mode="vector")  # (the cache)
+        answers = []
+        for keep in (True, False):
+            out = search.SearchRun(mode="vector", scope="u")
+            with store.db.read() as conn:
+                vset = index.vector_set(conn, "u", None)
+                assert vset is not None
+                wide = vset.ranked(through.qvec, max(pieces.RESCORED, 30), None)
+                answers.append((search._with_pieces(Reads(keep), conn, out, wide, through.qvec, 30), out.by_piece))
+        assert answers[0] == answers[1] == (through.vector, through.by_piece)
+        assert len(through.vector) == 30 and through.by_piece
