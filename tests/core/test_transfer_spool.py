@@ -134,3 +134,50 @@ def test_no_section_checked_before_the_messages_names_a_message():
     from core.transfer.sections import sections_before_messages_ask_no_message
 
     assert sections_before_messages_ask_no_message()
+
+
+def test_a_loaded_file_is_checked_once_and_again_whenever_it_changed(store, tmp_path, monkeypatch):
+    """load checks every row, and import_data does not read the messages again for the same checks; a document
+    changed since (any value beside the spooled rows), or checked for other limits, is checked again."""
+    from core.transfer import sections
+
+    path, _ = _export(tmp_path)
+    checks: list[int] = []
+    real = sections.check_file
+    monkeypatch.setattr(sections, "check_file", lambda data, name, **kw: (checks.append(1), real(data, name, **kw)))
+    loaded = load(path)
+    assert len(checks) == 1
+    report = preview_import(store, loaded)
+    assert len(checks) == 1 and report.written["messages"] == MESSAGES
+
+    changed = load(path)
+    changed["threads"][0]["title"] = "a\x00b"  # a value the checks refuse, put in after load checked the file
+    with pytest.raises(ExportFormatError, match=r"threads\[0\] \(id 't1'\) is refused: its 'title' holds a NUL"):
+        import_data(store, changed)
+    changed["threads"][0]["title"] = None
+    changed["threads"][0][1] = "x"  # written out as JSON, the same as a field "1", which passes; a field must be text
+    with pytest.raises(ExportFormatError, match=r"has a field named 1, which cannot be a column"):
+        import_data(store, changed)
+    with pytest.raises(ExportFormatError, match=r"messages\[0\] .* is refused: its content is .* bytes, over the "
+                                                r"message size limit of 100 bytes"):
+        import_data(store, load(path), max_message_bytes=100)  # other limits: checked for those
+    assert _stored(store) == []
+    assert import_data(store, loaded).written["messages"] == MESSAGES
+
+
+def test_a_spool_changed_on_disk_is_refused_and_nothing_is_written(store, tmp_path):
+    """The rows import read and checked are the ones it writes: a spool whose bytes changed after load (another
+    program writing in the temporary folder) is refused when read, here after two chunks were written, and the
+    import leaves the database as it was."""
+    path, _ = _export(tmp_path)
+    loaded = load(path)
+    spooled = Path(loaded["messages"]._path)
+    raw = bytearray(spooled.read_bytes())
+    raw[-20] ^= 1  # in the last batch (rows 1024 on): after the importer's first two chunks
+    spooled.write_bytes(bytes(raw))
+    with pytest.raises(SpoolError, match=r"changed \(its bytes are not the ones import wrote\).* Nothing was imported"):
+        import_data(store, loaded)
+    assert _stored(store) == []
+    spooled.unlink()
+    with pytest.raises(SpoolError, match=r"changed \(it cannot be opened: No such file or directory\)"):
+        list(loaded["messages"])
