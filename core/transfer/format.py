@@ -312,9 +312,9 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise ExportFormatError(f"{name} is not a regular file (a device or a socket). {_CHOOSE}")
         if stat.S_ISREG(mode):
             # In pieces: the text is never held whole beside the rows, and the rows of the SPOOLED lists (its
-            # messages and turn records) are kept on disk, so what is held is the other lists' rows, refused once they pass what
-            # fits. A file it does not take (any problem) is read whole below, whose errors say what is wrong; a
-            # pipe cannot be read twice, so it is too.
+            # messages and turn records) are kept on disk, so what is held is the other lists' rows, refused once
+            # they pass what fits. A file it does not take (any problem) is read whole below, whose errors say what
+            # is wrong; a pipe cannot be read twice, so it is too.
             available = available_memory()
             limit = None if available is None else int(available / MEMORY_PER_FILE_BYTE)
             try:
@@ -471,8 +471,8 @@ def _validate(data: Any, name: str, max_message_bytes: int | None, max_working_m
             raise ExportFormatError(f"{name}: \"{key}\" must be a list.")
     _require(data, "resources", ("id", "createdAt"), name)
     _require(data, "threads", ("id", "resourceId", "createdAt"), name)
-    # The messages (nearly all of a file, read from disk: ``SPOOLED``) are read once for their three checks, whose
-    # problems are raised in the order the checks have always been made.
+    # The messages (nearly all of a file, read from disk: ``SPOOLED``) are read once for their three checks and
+    # ``check_file``'s rules (``checks``), whose problems are raised in the order the checks have always been made.
     checks = sections.MessageChecks(data, name, max_message_bytes=max_message_bytes,
                                     max_working_memory_bytes=max_working_memory_bytes)
     required, twice, orphan = _message_problems(data, name, checks)
