@@ -183,3 +183,27 @@ def test_a_spool_changed_on_disk_is_refused_and_nothing_is_written(store, tmp_pa
     spooled.unlink()
     with pytest.raises(SpoolError, match=r"changed \(it cannot be opened: No such file or directory\)"):
         list(loaded["messages"])
+
+
+def test_a_message_refused_by_the_rules_asked_in_validates_pass_is_raised_in_its_place(tmp_path):
+    """validate asks check_file's message rules in its own pass over the messages; a refusal found there is raised
+    where check_file always raised it: after validate's own checks and the sections before the messages, before
+    the sections after them."""
+    path, data = _export(tmp_path)
+    data["messages"][5]["role"] = "system"
+
+    def refusal(change: Any) -> str:
+        changed = json.loads(json.dumps(data))
+        change(changed)
+        path.write_text(json.dumps(changed), encoding="utf-8")
+        with pytest.raises(ExportFormatError) as caught:
+            load(path)
+        return str(caught.value)
+
+    first = refusal(lambda d: None)
+    assert "messages[5] (id " in first and "a system message is never stored" in first
+    no_id = [{"scope": "thread"}]
+    assert 'every observation row needs a string "id"' in refusal(lambda d: d.update(observations=no_id))
+    assert "threads[0] (id 't1') is refused: its 'title' holds a NUL" in refusal(
+        lambda d: d["threads"][0].update(title="a\x00b"))
+    assert "messages[5] (id " in refusal(lambda d: d.update(observations=[{"id": "o1", "scope": "nowhere"}]))
