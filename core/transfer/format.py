@@ -29,6 +29,7 @@ text and roles, format-2 content, and rows tied to the file's own threads and re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -238,8 +239,9 @@ _CHOOSE = "Choose the .json file written by 'memory-studio export'."
 #: What import holds of rows it keeps in memory, as a multiple of their text's size (measured: 1.14 for a 1.0 GB
 #: export held whole; docs/ARCHITECTURE.md, Figures), with a margin.
 MEMORY_PER_FILE_BYTE = 1.5
-#: The lists of an export kept on disk while import reads them (``core.transfer.spool``): nearly all of a file.
-SPOOLED = ("messages",)
+#: The lists of an export kept on disk while import reads them (``core.transfer.spool``): nearly all of a file (its
+#: messages, and its turn records, which hold each turn's prompt).
+SPOOLED = ("messages", "turns")
 #: The same for a file read whole (one the piece reader does not take, to say what is wrong with it; a pipe):
 #: its text and the rows parsed from it (measured: 2.06).
 WHOLE_TEXT_PER_FILE_BYTE = 2.5
@@ -269,8 +271,8 @@ def check_fits(size: int, name: str = "the file", available: int | None = None, 
         return
     what = (f"import holds all of its rows at once, about {MEMORY_PER_FILE_BYTE:g} times the file's size"
             if held is None else
-            f"import holds all of its rows but its messages at once, and those of its other lists passed "
-            f"{_size(held)} of its text, about {MEMORY_PER_FILE_BYTE:g} times that in memory")
+            f"import holds all of its rows but its messages and turn records at once, and those of its other lists "
+            f"passed {_size(held)} of its text, about {MEMORY_PER_FILE_BYTE:g} times that in memory")
     raise ExportFormatError(
         f"{name} is {_size(size)}; importing it needs about {_size(need)} of memory ({what}), and this machine "
         f"has {_size(available)} available. Nothing was imported. Close other programs and import again, or "
@@ -310,9 +312,9 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise ExportFormatError(f"{name} is not a regular file (a device or a socket). {_CHOOSE}")
         if stat.S_ISREG(mode):
             # In pieces: the text is never held whole beside the rows, and the rows of the SPOOLED lists (its
-            # messages) are kept on disk, so what is held is the other lists' rows, refused once they pass what
-            # fits. A file it does not take (any problem) is read whole below, whose errors say what is wrong; a
-            # pipe cannot be read twice, so it is too.
+            # messages and turn records) are kept on disk, so what is held is the other lists' rows, refused once
+            # they pass what fits. A file it does not take (any problem) is read whole below, whose errors say what
+            # is wrong; a pipe cannot be read twice, so it is too.
             available = available_memory()
             limit = None if available is None else int(available / MEMORY_PER_FILE_BYTE)
             try:
@@ -416,7 +418,39 @@ def _cut_off(text: str, exc: json.JSONDecodeError) -> bool:
 
 def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
              max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> None:
-    """Raise ``ExportFormatError`` naming the first problem; nothing is read from a database."""
+    """Raise ``ExportFormatError`` naming the first problem; nothing is read from a database.
+
+    A document whose lists are read from disk (``RowSpool``: ``load`` makes one) is checked once for given limits:
+    ``load`` and then ``import_data`` (or ``preview_import``) would otherwise read all its messages again for the
+    same checks. What passed is remembered on its spools (``_passed``): the limits, which spool is under which key,
+    and a digest of everything else in the document; a spool's rows never change after it is written (every read of
+    it is checked against the digests it took), so a document that changed in any way since is checked again."""
+    passed = _passed(data, max_message_bytes, max_working_memory_bytes)
+    if passed is not None and all(s.checked == passed for s in data.values() if isinstance(s, RowSpool)):
+        return
+    _validate(data, name, max_message_bytes, max_working_memory_bytes)
+    if passed is not None:
+        for spool in data.values():
+            if isinstance(spool, RowSpool):
+                spool.checked = passed
+
+
+def _passed(data: Any, max_message_bytes: int | None, max_working_memory_bytes: int | None) -> tuple[Any, ...] | None:
+    """What a document holding ``RowSpool`` lists passes ``validate`` as: the limits, which spool is under which key,
+    and the SHA-256 of the ``repr`` of the rest (exact for the values a file holds: ``1``, ``1.0``, ``True`` and
+    ``"1"`` differ, a key's type too). None for another document (it is checked every time)."""
+    if type(data) is not dict or not any(isinstance(v, RowSpool) for v in data.values()):
+        return None
+    spools = tuple((key, id(value)) for key, value in data.items() if isinstance(value, RowSpool))
+    try:
+        rest = repr([(key, value) for key, value in data.items() if not isinstance(value, RowSpool)])
+    except (ValueError, RecursionError):  # an integer too long to write out, values nested too deep
+        return None
+    digest = hashlib.sha256(rest.encode("utf-8", "surrogatepass")).digest()
+    return max_message_bytes, max_working_memory_bytes, spools, digest
+
+
+def _validate(data: Any, name: str, max_message_bytes: int | None, max_working_memory_bytes: int | None) -> None:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ExportFormatError(
             f"{name} is not a Memory Studio export (expected \"format\": \"{FORMAT}\"). "
@@ -437,9 +471,11 @@ def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None
             raise ExportFormatError(f"{name}: \"{key}\" must be a list.")
     _require(data, "resources", ("id", "createdAt"), name)
     _require(data, "threads", ("id", "resourceId", "createdAt"), name)
-    # The messages (nearly all of a file, read from disk: ``SPOOLED``) are read once for their three checks, whose
-    # problems are raised in the order the checks have always been made.
-    required, twice, orphan = _message_problems(data, name)
+    # The messages (nearly all of a file, read from disk: ``SPOOLED``) are read once for their three checks and
+    # ``check_file``'s rules (``checks``), whose problems are raised in the order the checks have always been made.
+    checks = sections.MessageChecks(data, name, max_message_bytes=max_message_bytes,
+                                    max_working_memory_bytes=max_working_memory_bytes)
+    required, twice, orphan = _message_problems(data, name, checks)
     if required is not None:
         raise required
     for key, fields in UNIQUE_KEYS.items():
@@ -477,7 +513,7 @@ def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None
             f"{name}: \"turnsTable\" names {named!r}; import writes turn records only to {sections.TURNS.table} "
             "and never writes a table a file names. Remove \"turnsTable\" (or set it to null) to import the file.")
     sections.check_file(data, name, max_message_bytes=max_message_bytes,
-                        max_working_memory_bytes=max_working_memory_bytes)
+                        max_working_memory_bytes=max_working_memory_bytes, messages=checks)
 
 
 def check_one_resource(data: Mapping[str, Any], name: str = "the file") -> None:
@@ -561,9 +597,11 @@ def _repeated(rows: Any, key: str, fields: tuple[str, ...], name: str) -> Export
 _MESSAGE_FIELDS = ("id", "threadId", "role", "type", "createdAt", "content")
 
 
-def _message_problems(data: Mapping[str, Any], name: str) -> tuple[ExportFormatError | None, ...]:
+def _message_problems(data: Mapping[str, Any], name: str,
+                      checks: sections.MessageChecks) -> tuple[ExportFormatError | None, ...]:
     """In one pass over the messages: the first lacking a field (then nothing else is asked), the first id listed
-    twice, the first of a thread the file does not hold."""
+    twice, the first of a thread the file does not hold; and ``check_file``'s rules (``checks``, raised later in
+    their place)."""
     thread_ids = {t["id"] for t in data.get("threads", [])}
     once = _Once("messages", UNIQUE_KEYS["messages"], name)
     twice: ExportFormatError | None = None
@@ -577,4 +615,5 @@ def _message_problems(data: Mapping[str, Any], name: str) -> tuple[ExportFormatE
         if orphan is None and m["threadId"] not in thread_ids:
             orphan = ExportFormatError(printable(f"{name}: message {m['id']} belongs to thread {m['threadId']}, "
                                                  "which is not in the file."))
+        checks.check(i, m)
     return None, twice, orphan

@@ -35,7 +35,7 @@ import collections
 import itertools
 import json
 import logging
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import sqlalchemy as sa
 
@@ -410,21 +410,25 @@ class _Importer:
                 "record would take or lose the place of the one its agent reads (not even with overwrite); the "
                 "target's observations are kept.")
 
-    def _turns(self, rows: list[Mapping[str, Any]]) -> None:
-        wanted = [r for r in rows if r.get(S.TURNS.thread_field or "") not in self.blocked]
-        if not wanted:
+    def _turns(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """The turn records (a ``RowSpool``: read from disk, a row at a time, in passes: never all held)."""
+        def wanted() -> Iterator[Mapping[str, Any]]:
+            return (r for r in rows if r.get(S.TURNS.thread_field or "") not in self.blocked)
+
+        if next(wanted(), None) is None:
             return
         table = self._table(S.TURNS)
         if not catalog.has_table(self.conn, table):
+            n = sum(1 for _ in wanted())
             self.report.notes.append(
-                f"{len(wanted)} turn record{'s' if len(wanted) != 1 else ''} not imported: {self.report.target} "
+                f"{n} turn record{'s' if n != 1 else ''} not imported: {self.report.target} "
                 f"has no {table} table. Run 'memory-studio migrate' on it (or upgrade Memory Studio) first.")
             return
-        cols = self._check_columns(table, wanted, "turn records")
+        cols = self._check_columns(table, wanted(), "turn records")
         pk = R.primary_key(self.conn, table)
         integer_key = len(pk) == 1 and "INT" in next(t for n, t, _p in R.columns(self.conn, table) if n == pk[0])
         dangling = 0
-        for raw in wanted:
+        for raw in wanted():
             row = dict(raw)
             input_id = str(row.get(S.TURNS.message_field or ""))
             if input_id in self.elsewhere:  # a record is read by its input message id: it would be that thread's turn's
@@ -485,7 +489,7 @@ class _Importer:
                 R.insert_row(self.conn, table, row, replace_key=key)
             self._wrote(kind)
 
-    def _check_columns(self, table: str, rows: list[Mapping[str, Any]], what: str) -> set[str]:
+    def _check_columns(self, table: str, rows: Iterable[Mapping[str, Any]], what: str) -> set[str]:
         have = {c[0] for c in R.columns(self.conn, table)}
         unknown = sorted({k for r in rows for k in r} - have)
         if unknown:

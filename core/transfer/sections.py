@@ -114,26 +114,61 @@ def writable(table: str) -> str:
 
 
 def check_file(data: Mapping[str, Any], name: str, *, max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
-               max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> None:
-    """Refuse the file (``ExportFormatError`` naming the row) when any row breaks a rule; reads no database."""
-    index = FileIndex(max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
-    for thread in data.get("threads", []):
-        index.thread_owner[thread["id"]] = thread["resourceId"]
-    index.resources = {r["id"] for r in data.get("resources", [])}
+               max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES,
+               messages: MessageChecks | None = None) -> None:
+    """Refuse the file (``ExportFormatError`` naming the row) when any row breaks a rule; reads no database.
+    ``messages``: the messages' rules already asked row by row (``MessageChecks``) by a reader that read them (its
+    first refusal is raised here, in its place among the sections); else they are read here."""
+    if messages is None:
+        messages = MessageChecks(data, name, max_message_bytes=max_message_bytes,
+                                 max_working_memory_bytes=max_working_memory_bytes)
+        for position, row in enumerate(data.get(MESSAGES.key) or []):
+            if not messages.check(position, row):
+                break
+    index = messages.index
     index.observations = {str(o["id"]): o for o in data.get("observations", []) if isinstance(o, Mapping)}
     for sec in SECTIONS.values():
+        if sec is MESSAGES:
+            if messages.refused is not None:
+                raise messages.refused
+            continue
         rows = sec.rows(data) if sec.rows is not None else data.get(sec.key) or []
-        # Which thread each message is in (``message_thread``) is noted as the messages are checked: read from
-        # disk (``core.transfer.spool``), they are read once here. No rule of the messages or of a section
-        # registered before them asks it (``sections_before_messages_ask_no_message``).
-        noting = sec is MESSAGES
         for position, row in enumerate(rows):
             problem = row_problem(sec, row, index)
             if problem is not None:
-                raise ExportFormatError(printable(f"{name}: {describe(sec, position, row)} is refused: {problem}. "
-                                                  "Nothing was imported; fix or remove that row."))
-            if noting:
-                index.message_thread[row["id"]] = row["threadId"]
+                raise _refused(name, sec, position, row, problem)
+
+
+class MessageChecks:
+    """``check_file``'s rules for the messages, asked a row at a time by whoever reads them: the messages are read
+    from disk (``core.transfer.spool``), and ``format.validate`` asks these in the one pass its own message checks
+    make. Notes which thread each message is in (``index.message_thread``) as it checks it: no rule of the messages
+    or of a section registered before them asks it (``sections_before_messages_ask_no_message``)."""
+
+    def __init__(self, data: Mapping[str, Any], name: str, *, max_message_bytes: int | None,
+                 max_working_memory_bytes: int | None) -> None:
+        self.name = name
+        self.index = FileIndex(max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
+        for thread in data.get("threads", []):
+            self.index.thread_owner[thread["id"]] = thread["resourceId"]
+        self.index.resources = {r["id"] for r in data.get("resources", [])}
+        self.refused: ExportFormatError | None = None  # the first message refused
+
+    def check(self, position: int, row: Any) -> bool:
+        """Check message ``position``; False once one is refused (the rest need not be asked)."""
+        if self.refused is not None:
+            return False
+        problem = row_problem(MESSAGES, row, self.index)
+        if problem is not None:
+            self.refused = _refused(self.name, MESSAGES, position, row, problem)
+            return False
+        self.index.message_thread[row["id"]] = row["threadId"]
+        return True
+
+
+def _refused(name: str, sec: Section, position: int, row: Any, problem: str) -> ExportFormatError:
+    return ExportFormatError(printable(f"{name}: {describe(sec, position, row)} is refused: {problem}. "
+                                       "Nothing was imported; fix or remove that row."))
 
 
 def describe(sec: Section, position: int, row: Any) -> str:
@@ -181,8 +216,11 @@ def row_problem(sec: Section, row: Any, index: FileIndex) -> str | None:
 
 def _text_problem(value: Any, *, top: bool) -> str | None:
     """Text that cannot be stored as it is: a lone surrogate anywhere, a NUL in a value bound as text."""
-    if top and isinstance(value, str) and "\x00" in value:
-        return "holds a NUL character (\\x00), which the database would cut the value at"
+    if isinstance(value, str):
+        if top and "\x00" in value:
+            return "holds a NUL character (\\x00), which the database would cut the value at"
+        if value.isascii():
+            return None  # (a message's content, most of a file: no surrogate, without searching it for one)
     problem = lone_surrogate(value)
     return f"holds {problem}" if problem is not None else None
 

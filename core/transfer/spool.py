@@ -6,6 +6,11 @@ and the importer's writes, goes through them again from the spool, a batch at a 
 and the few small facts the checks keep per row (ids, their threads). Rows are stored with ``marshal``, which
 gives back exactly the values ``json`` made (dicts, lists, strings, numbers, booleans, None) and runs no code.
 
+A spool is written once: after ``close`` its rows never change. Each record's length and SHA-256 are kept in memory
+as it is written, and every read checks the bytes it reads against them (``SpoolError`` if they differ), so every
+reader gets exactly the rows the file held. That is what lets ``validate`` remember that a document's rows passed
+(``checked``) instead of reading them all again for the same checks.
+
 The spool is a file in a folder of its own under the system's temporary folder (``TMPDIR``), readable by its
 owner only, and deleted when the ``RowSpool`` is (``discard``, or when it is garbage collected). A spool that
 cannot be written (the temporary folder full or not writable) is ``SpoolError``, saying so.
@@ -13,6 +18,7 @@ cannot be written (the temporary folder full or not writable) is ``SpoolError``,
 
 from __future__ import annotations
 
+import hashlib
 import marshal
 import os
 import shutil
@@ -50,6 +56,8 @@ class RowSpool:
             raise self._failed(exc) from None
         self._pending: list[Any] = []
         self._count = 0
+        self._records: list[tuple[int, bytes]] = []  # each record's length and SHA-256, in the file's order
+        self.checked: Any = None  # what ``format.validate`` found the document holding this spool to pass with
 
     def _failed(self, exc: OSError) -> SpoolError:
         where = getattr(self, "_folder", None) or tempfile.gettempdir()
@@ -59,6 +67,8 @@ class RowSpool:
             "room (about the file's size), and import again.")
 
     def append(self, row: Any) -> None:
+        if self._out is None:
+            raise RuntimeError("a RowSpool is not appended to after close()")
         self._pending.append(row)
         self._count += 1
         if len(self._pending) >= BATCH:
@@ -67,10 +77,12 @@ class RowSpool:
     def _flush(self) -> None:
         if not self._pending:
             return
+        record = marshal.dumps(self._pending)
         try:
-            marshal.dump(self._pending, self._out)
+            self._out.write(record)
         except OSError as exc:
             raise self._failed(exc) from None
+        self._records.append((len(record), hashlib.sha256(record).digest()))
         self._pending = []
 
     def close(self) -> RowSpool:
@@ -100,13 +112,22 @@ class RowSpool:
     def __iter__(self) -> Iterator[Mapping[str, Any]]:
         if self._out is not None:
             raise RuntimeError("a RowSpool is read only after close()")
-        with open(self._path, "rb") as fh:
-            while True:
-                try:
-                    batch = marshal.load(fh)
-                except EOFError:
-                    return
-                yield from batch
+        try:
+            fh = open(self._path, "rb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise self._changed(f"it cannot be opened: {exc.strerror or exc}") from None
+        with fh:
+            for size, digest in self._records:
+                record = fh.read(size)
+                if len(record) != size or hashlib.sha256(record).digest() != digest:
+                    raise self._changed("its bytes are not the ones import wrote")
+                yield from marshal.loads(record)
+
+    def _changed(self, what: str) -> SpoolError:
+        return SpoolError(
+            f"Import kept the file's {self.what} in {self._path} while it read them, and that file changed ({what}): "
+            "another program wrote to or removed it. Nothing was imported. Import again, and leave the temporary "
+            "folder alone while it runs.")
 
     def __repr__(self) -> str:
         return f"<RowSpool of {self._count} {self.what}>"

@@ -63,6 +63,25 @@ def _fresh(new_db: NewDb, name: str = "target.db") -> Target:
     return path
 
 
+def test_a_file_read_from_disk_keeps_its_messages_and_turn_records_on_disk_and_imports_the_same_rows(
+        source: Target, new_db: NewDb, tmp_path: Path) -> None:
+    """``load`` keeps the lists that are nearly all of a file (messages, turn records) in spools, read a batch at a
+    time; the rows imported are the ones a document held in memory gives."""
+    from core.transfer import load
+    from core.transfer.spool import RowSpool
+
+    text = dumps(_export(source, resource="ada"))
+    (tmp_path / "ada.json").write_text(text, encoding="utf-8")
+    loaded = load(tmp_path / "ada.json")
+    assert isinstance(loaded["messages"], RowSpool) and isinstance(loaded["turns"], RowSpool)
+    assert list(loaded["turns"]) == loads(text)["turns"] and len(loaded["turns"]) == 1
+    spooled, held = _fresh(new_db, "spooled.db"), _fresh(new_db, "held.db")
+    assert _import(spooled, loaded).written == _import(held, loads(text)).written
+    assert snapshot(spooled) == snapshot(held)
+    assert table_rows(spooled, "memory_studio_turns") == table_rows(source, "memory_studio_turns",
+                                                                    "WHERE thread_id != 't-bob'")
+
+
 def test_resource_round_trip_gives_identical_rows(source: Target, new_db: NewDb) -> None:
     data = loads(dumps(_export(source, resource="ada")))  # through the text form, as a file would go
     assert data["format"] == "memory-studio-export" and data["version"] == 1

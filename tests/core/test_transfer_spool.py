@@ -51,7 +51,9 @@ def test_the_messages_are_read_from_disk_and_import_as_before(store, tmp_path):
     loaded = load(path)
     assert isinstance(loaded["messages"], RowSpool) and len(loaded["messages"]) == MESSAGES
     assert list(loaded["messages"]) == data["messages"] and list(loaded["messages"]) == data["messages"]
-    assert {k: v for k, v in loaded.items() if k != "messages"} == {k: v for k, v in data.items() if k != "messages"}
+    assert isinstance(loaded["turns"], RowSpool)  # (the turn records are spooled too: none in this file)
+    assert {k: list(v) if isinstance(v, RowSpool) else v for k, v in loaded.items() if k != "messages"} \
+        == {k: v for k, v in data.items() if k != "messages"}
     report = import_data(store, loaded)
     assert report.written["messages"] == MESSAGES and len(report.message_ids) == MESSAGES
     assert [(r[0], r[2]) for r in _stored(store)] == sorted((m["id"], m["content"]) for m in data["messages"])
@@ -134,3 +136,74 @@ def test_no_section_checked_before_the_messages_names_a_message():
     from core.transfer.sections import sections_before_messages_ask_no_message
 
     assert sections_before_messages_ask_no_message()
+
+
+def test_a_loaded_file_is_checked_once_and_again_whenever_it_changed(store, tmp_path, monkeypatch):
+    """load checks every row, and import_data does not read the messages again for the same checks; a document
+    changed since (any value beside the spooled rows), or checked for other limits, is checked again."""
+    from core.transfer import sections
+
+    path, _ = _export(tmp_path)
+    checks: list[int] = []
+    real = sections.check_file
+    monkeypatch.setattr(sections, "check_file", lambda data, name, **kw: (checks.append(1), real(data, name, **kw)))
+    loaded = load(path)
+    assert len(checks) == 1
+    report = preview_import(store, loaded)
+    assert len(checks) == 1 and report.written["messages"] == MESSAGES
+
+    changed = load(path)
+    changed["threads"][0]["title"] = "a\x00b"  # a value the checks refuse, put in after load checked the file
+    with pytest.raises(ExportFormatError, match=r"threads\[0\] \(id 't1'\) is refused: its 'title' holds a NUL"):
+        import_data(store, changed)
+    changed["threads"][0]["title"] = None
+    changed["threads"][0][1] = "x"  # written out as JSON, the same as a field "1", which passes; a field must be text
+    with pytest.raises(ExportFormatError, match=r"has a field named 1, which cannot be a column"):
+        import_data(store, changed)
+    with pytest.raises(ExportFormatError, match=r"messages\[0\] .* is refused: its content is .* bytes, over the "
+                                                r"message size limit of 100 bytes"):
+        import_data(store, load(path), max_message_bytes=100)  # other limits: checked for those
+    assert _stored(store) == []
+    assert import_data(store, loaded).written["messages"] == MESSAGES
+
+
+def test_a_spool_changed_on_disk_is_refused_and_nothing_is_written(store, tmp_path):
+    """The rows import read and checked are the ones it writes: a spool whose bytes changed after load (another
+    program writing in the temporary folder) is refused when read, here after two chunks were written, and the
+    import leaves the database as it was."""
+    path, _ = _export(tmp_path)
+    loaded = load(path)
+    spooled = Path(loaded["messages"]._path)
+    raw = bytearray(spooled.read_bytes())
+    raw[-20] ^= 1  # in the last batch (rows 1024 on): after the importer's first two chunks
+    spooled.write_bytes(bytes(raw))
+    with pytest.raises(SpoolError, match=r"changed \(its bytes are not the ones import wrote\).* Nothing was imported"):
+        import_data(store, loaded)
+    assert _stored(store) == []
+    spooled.unlink()
+    with pytest.raises(SpoolError, match=r"changed \(it cannot be opened: No such file or directory\)"):
+        list(loaded["messages"])
+
+
+def test_a_message_refused_by_the_rules_asked_in_validates_pass_is_raised_in_its_place(tmp_path):
+    """validate asks check_file's message rules in its own pass over the messages; a refusal found there is raised
+    where check_file always raised it: after validate's own checks and the sections before the messages, before
+    the sections after them."""
+    path, data = _export(tmp_path)
+    data["messages"][5]["role"] = "system"
+
+    def refusal(change: Any) -> str:
+        changed = json.loads(json.dumps(data))
+        change(changed)
+        path.write_text(json.dumps(changed), encoding="utf-8")
+        with pytest.raises(ExportFormatError) as caught:
+            load(path)
+        return str(caught.value)
+
+    first = refusal(lambda d: None)
+    assert "messages[5] (id " in first and "a system message is never stored" in first
+    no_id = [{"scope": "thread"}]
+    assert 'every observation row needs a string "id"' in refusal(lambda d: d.update(observations=no_id))
+    assert "threads[0] (id 't1') is refused: its 'title' holds a NUL" in refusal(
+        lambda d: d["threads"][0].update(title="a\x00b"))
+    assert "messages[5] (id " in refusal(lambda d: d.update(observations=[{"id": "o1", "scope": "nowhere"}]))
