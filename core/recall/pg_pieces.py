@@ -13,7 +13,8 @@ save of a hundred long messages writes several hundred pieces. They come back in
 form (``vector_send``), in a result sent in binary (a ``bytea`` as hex text is twice the bytes), and
 only those the process does not hold already at the row's version (``VectorCache``): a vector-only
 search reads its best 200 messages' pieces and passages, ~870 vectors (1.8 MB at 512-d) on LoCoMo-length
-messages, and the searches of one conversation keep finding the same messages.
+messages, and the searches of one conversation keep finding the same messages. The cache keeps each
+message's answer too, reused while the server's rows of it are the ones it was made from.
 """
 
 from __future__ import annotations
@@ -159,6 +160,20 @@ def _floats(sent: Sequence[Any], dim: int) -> tuple[np.ndarray, np.ndarray]:
     return out, ok
 
 
+class Built(NamedTuple):
+    """A message's answer as ``read`` made it, and the rows it was made from: each (piece, span start, span
+    end, text hash or the passage row's text, version); the passage row's piece is -1. Its vectors are
+    those the cache holds of the message (the same arrays)."""
+
+    rows: frozenset[tuple[Any, ...]]
+    answer: MessagePieces
+
+
+# What the cache holds of a message: piece (-1: the passage row) -> (version, unit vector), and its answer
+# as ``read`` last made it (None: none made, e.g. its passage row holds another text).
+Entry = tuple[dict[int, tuple[str, np.ndarray]], Built | None]
+
+
 class VectorCache:
     """The piece and passage vectors this process read, each with its row's version (``xmin``, which
     every insert or update of the row changes): a read names the versions it holds, and the server
@@ -174,11 +189,10 @@ class VectorCache:
     def __init__(self, max_bytes: int = 0) -> None:
         self.max_bytes = max_bytes or CACHE_BYTES
         self._lock = threading.Lock()
-        # message -> (piece (-1: the passage row) -> (version, unit vector), its answer as last made or None)
-        self._held: OrderedDict[str, tuple[dict[int, tuple[str, np.ndarray]], Built | None]] = OrderedDict()
+        self._held: OrderedDict[str, Entry] = OrderedDict()
         self._bytes = 0
 
-    def held(self, message_ids: Sequence[str]) -> dict[str, tuple[dict[int, tuple[str, np.ndarray]], Built | None]]:
+    def held(self, message_ids: Sequence[str]) -> dict[str, Entry]:
         with self._lock:
             out = {}
             for mid in message_ids:
@@ -188,7 +202,7 @@ class VectorCache:
                     out[mid] = found
             return out
 
-    def keep(self, asked: Sequence[str], read: dict[str, tuple[dict[int, tuple[str, np.ndarray]], Built | None]]) -> None:
+    def keep(self, asked: Sequence[str], read: dict[str, Entry]) -> None:
         """What a read found of the messages it asked for (one it found nothing of is dropped)."""
         with self._lock:
             for mid in asked:
@@ -213,16 +227,7 @@ class VectorCache:
             self._bytes = 0
 
 
-class Built(NamedTuple):
-    """A message's answer as ``read`` made it, and the rows it was made from: each (piece, span start, span
-    end, text hash or the passage row's text, version); the passage row's piece is -1. Its vectors are
-    those the cache holds of the message (the same arrays)."""
-
-    rows: frozenset[tuple[Any, ...]]
-    answer: MessagePieces
-
-
-def _size(entry: tuple[dict[int, tuple[str, np.ndarray]], Built | None]) -> int:
+def _size(entry: Entry) -> int:
     rows, built = entry
     dots = built.answer.passage_dots if built is not None else None
     return sum(v.nbytes for _, v in rows.values()) + (dots.nbytes if dots is not None else 0)
@@ -288,7 +293,7 @@ def read(conn: sa.Connection, table: str, vector_table: str, dim: int, model_id:
     # A message whose rows are those its kept answer was made from, at the same versions (so none sent),
     # is answered by it; the rest are made below.
     out: dict[str, MessagePieces] = {}
-    read_now: dict[str, tuple[dict[int, tuple[str, np.ndarray]], Built | None]] = {}
+    read_now: dict[str, Entry] = {}
     if built:
         of_built: dict[str, list[tuple[Any, ...]]] = {}
         for r in rows:
@@ -354,9 +359,11 @@ def read(conn: sa.Connection, table: str, vector_table: str, dim: int, model_id:
         start = 0
         for k, (mid, at, pieces_of) in enumerate(made):
             end = start + counts[k]
-            answer = MessagePieces(mid, passage_rows[k].copy(), vectors[start:end].copy(),
-                                   tuple((r[1], r[2]) for r in pieces_of), passages[mid][1],
-                                   None if dots is None else dots[start:end].copy())
+            arrays = [passage_rows[k].copy(), vectors[start:end].copy(), *([] if dots is None else [dots[start:end].copy()])]
+            for array in arrays:  # (kept and answered again: read-only)
+                array.flags.writeable = False
+            answer = MessagePieces(mid, arrays[0], arrays[1], tuple((r[1], r[2]) for r in pieces_of),
+                                   passages[mid][1], arrays[2] if dots is not None else None)
             out[mid] = answer
             # (the cache holds the answer's own arrays: its vectors once)
             kept = {-1: (rows[at][5], answer.passage)}
