@@ -138,17 +138,22 @@ def test_deletes_take_every_models_pieces_by_message_thread_and_resource(pg):
 
 
 
+def three_pieces_each(store, vectors, rng, ids) -> None:
+    """Each message a passage row of text "text <id>" and three random pieces cut from it."""
+    with store.db.write() as conn:
+        for mid in ids:
+            vectors.upsert(conn, [passage_row(mid, "t1", "u", f"text {mid}", unit(rng.normal(size=DIM)))])
+            vectors.write_pieces(conn, [mid], piece_rows(mid, "t1", "u", f"text {mid}",
+                                                         [unit(rng.normal(size=DIM)) for _ in range(3)]))
+
+
 def test_vectors_read_before_are_not_sent_again_and_a_rewrite_by_another_process_is_read(pg, pg_url, monkeypatch):
     from core.recall import pg_pieces
 
     store, vectors = pg
     rng = np.random.default_rng(5)
     ids = [f"m{i}" for i in range(4)]
-    with store.db.write() as conn:
-        for mid in ids:
-            vectors.upsert(conn, [passage_row(mid, "t1", "u", f"text {mid}", unit(rng.normal(size=DIM)))])
-            vectors.write_pieces(conn, [mid], piece_rows(mid, "t1", "u", f"text {mid}",
-                                                         [unit(rng.normal(size=DIM)) for _ in range(3)]))
+    three_pieces_each(store, vectors, rng, ids)
     sent: list[int] = []
     decode = pg_pieces._floats
     monkeypatch.setattr(pg_pieces, "_floats", lambda rows, dim: (sent.append(len(rows)), decode(rows, dim))[1])
@@ -200,11 +205,7 @@ def test_a_kept_answer_is_reused_only_while_its_rows_are_the_same_and_equals_a_f
     store, vectors = pg
     rng = np.random.default_rng(9)
     ids = [f"m{i}" for i in range(3)]
-    with store.db.write() as conn:
-        for mid in ids:
-            vectors.upsert(conn, [passage_row(mid, "t1", "u", f"text {mid}", unit(rng.normal(size=DIM)))])
-            vectors.write_pieces(conn, [mid], piece_rows(mid, "t1", "u", f"text {mid}",
-                                                         [unit(rng.normal(size=DIM)) for _ in range(3)]))
+    three_pieces_each(store, vectors, rng, ids)
 
     def fresh():
         other = open_store(pg_url)
