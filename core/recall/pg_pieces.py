@@ -13,7 +13,8 @@ save of a hundred long messages writes several hundred pieces. They come back in
 form (``vector_send``), in a result sent in binary (a ``bytea`` as hex text is twice the bytes), and
 only those the process does not hold already at the row's version (``VectorCache``): a vector-only
 search reads its best 200 messages' pieces and passages, ~870 vectors (1.8 MB at 512-d) on LoCoMo-length
-messages, and the searches of one conversation keep finding the same messages.
+messages, and the searches of one conversation keep finding the same messages. The cache keeps each
+message's answer too, reused while the server's rows of it are the ones it was made from.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import psycopg
@@ -159,23 +160,39 @@ def _floats(sent: Sequence[Any], dim: int) -> tuple[np.ndarray, np.ndarray]:
     return out, ok
 
 
+class Built(NamedTuple):
+    """A message's answer as ``read`` made it, and the rows it was made from: each (piece, span start, span
+    end, text hash or the passage row's text, version); the passage row's piece is -1. Its vectors are
+    those the cache holds of the message (the same arrays)."""
+
+    rows: frozenset[tuple[Any, ...]]
+    answer: MessagePieces
+
+
+# What the cache holds of a message: piece (-1: the passage row) -> (version, unit vector), and its answer
+# as ``read`` last made it (None: none made, e.g. its passage row holds another text).
+Entry = tuple[dict[int, tuple[str, np.ndarray]], Built | None]
+
+
 class VectorCache:
     """The piece and passage vectors this process read, each with its row's version (``xmin``, which
     every insert or update of the row changes): a read names the versions it holds, and the server
     sends only the vectors of rows it does not hold at their version now, so a search that re-scores
     messages an earlier search read moves their ids and versions, not their vectors. Which version is
     current is the server's answer in the read's own snapshot, so a write by any process (or a
-    snapshot older than the cache's) never makes an answer stale. The least recently read messages go
+    snapshot older than the cache's) never makes an answer stale. Beside a message's vectors, the
+    answer ``read`` made of them (``MessagePieces``, with its pieces' p·v) and the rows it was made from
+    (``Built``): a later read whose rows of that message are the same rows at the same versions, none
+    sent, answers it as it is (no rebuild, no hash of its text). The least recently read messages go
     first past ``max_bytes``. Thread-safe."""
 
     def __init__(self, max_bytes: int = 0) -> None:
         self.max_bytes = max_bytes or CACHE_BYTES
         self._lock = threading.Lock()
-        # message -> piece (-1: the passage row) -> (version, unit vector)
-        self._held: OrderedDict[str, dict[int, tuple[str, np.ndarray]]] = OrderedDict()
+        self._held: OrderedDict[str, Entry] = OrderedDict()
         self._bytes = 0
 
-    def held(self, message_ids: Sequence[str]) -> dict[str, dict[int, tuple[str, np.ndarray]]]:
+    def held(self, message_ids: Sequence[str]) -> dict[str, Entry]:
         with self._lock:
             out = {}
             for mid in message_ids:
@@ -185,20 +202,20 @@ class VectorCache:
                     out[mid] = found
             return out
 
-    def keep(self, asked: Sequence[str], read: dict[str, dict[int, tuple[str, np.ndarray]]]) -> None:
+    def keep(self, asked: Sequence[str], read: dict[str, Entry]) -> None:
         """What a read found of the messages it asked for (one it found nothing of is dropped)."""
         with self._lock:
             for mid in asked:
                 gone = self._held.pop(mid, None)
                 if gone is not None:
-                    self._bytes -= sum(v.nbytes for _, v in gone.values())
-                rows = read.get(mid)
-                if rows:
-                    self._held[mid] = rows
-                    self._bytes += sum(v.nbytes for _, v in rows.values())
+                    self._bytes -= _size(gone)
+                entry = read.get(mid)
+                if entry is not None and entry[0]:
+                    self._held[mid] = entry
+                    self._bytes += _size(entry)
             while self._bytes > self.max_bytes and self._held:
                 _, old = self._held.popitem(last=False)
-                self._bytes -= sum(v.nbytes for _, v in old.values())
+                self._bytes -= _size(old)
 
     def status(self) -> dict[str, int]:
         with self._lock:
@@ -208,6 +225,18 @@ class VectorCache:
         with self._lock:
             self._held.clear()
             self._bytes = 0
+
+
+def _size(entry: Entry) -> int:
+    rows, built = entry
+    dots = built.answer.passage_dots if built is not None else None
+    return sum(v.nbytes for _, v in rows.values()) + (dots.nbytes if dots is not None else 0)
+
+
+def _signature(rows: list[tuple[Any, ...]]) -> frozenset[tuple[Any, ...]]:
+    """A message's rows as ``Built.rows`` names them (in any order: piece numbers are unique within a
+    message)."""
+    return frozenset(r[1:6] for r in rows)
 
 
 CACHE_BYTES = 64 * 2**20  # a ``VectorCache``'s vectors at most (10k LoCoMo-length messages at 512-d: ~90 MB)
@@ -244,20 +273,40 @@ def read(conn: sa.Connection, table: str, vector_table: str, dim: int, model_id:
         f"WHERE EXISTS (SELECT 1 FROM {q} e WHERE e.message_id = d.m AND e.model_id = ?)"
     )
     held: dict[str, dict[int, tuple[str, np.ndarray]]] = {}
+    built: dict[str, Built] = {}
     for start in range(0, len(ids), IN_CHUNK):
         part = ids[start:start + IN_CHUNK]
         mine = cache.held(part) if cache is not None else {}
-        held.update(mine)
+        for mid, (vectors_of, answer_of) in mine.items():
+            held[mid] = vectors_of
+            if answer_of is not None:
+                built[mid] = answer_of
         kx: list[str | None] = []
         kv: list[str | None] = []
         for mid in part:
-            kept = mine.get(mid, {})
+            kept = held.get(mid, {})
             versions = {x for n, (x, _) in kept.items() if n >= 0}
             kx.append(versions.pop() if len(versions) == 1 else None)
             kv.append(kept[-1][0] if -1 in kept else None)
         listed = text_array(part)
         rows += cursor.rows(conn, sql, (model_id, listed, listed, kx, listed, kv, model_id, model_id), binary=True)
-    if not rows:
+    # A message whose rows are those its kept answer was made from, at the same versions (so none sent),
+    # is answered by it; the rest are made below.
+    out: dict[str, MessagePieces] = {}
+    read_now: dict[str, Entry] = {}
+    if built:
+        of_built: dict[str, list[tuple[Any, ...]]] = {}
+        for r in rows:
+            if r[0] in built:
+                of_built.setdefault(r[0], []).append(r)
+        for mid, its in of_built.items():
+            before = built[mid]
+            if all(r[6] is None for r in its) and _signature(its) == before.rows:
+                out[mid] = before.answer
+                read_now[mid] = (held[mid], before)
+        if out:
+            rows = [r for r in rows if r[0] not in out]
+    if not rows and not out:
         if cache is not None:
             cache.keep(ids, {})
         return {}
@@ -275,32 +324,60 @@ def read(conn: sa.Connection, table: str, vector_table: str, dim: int, model_id:
     if kept_at:
         matrix[kept_at] = np.stack([held[rows[i][0]][int(rows[i][1])][1] for i in kept_at])
         ok[kept_at] = True
-    read_now: dict[str, dict[int, tuple[str, np.ndarray]]] = {}
     found: dict[str, list[tuple[int, int, int, str, int]]] = {}  # message -> its pieces (..., row)
     passages: dict[str, tuple[int, str]] = {}  # message -> (row, its text)
-    for i, (mid, piece, a, b, digest, version, sent) in enumerate(rows):
-        if ok[i]:
-            vec = matrix[i].copy() if sent is not None else held[mid][int(piece)][1]
-            read_now.setdefault(mid, {})[int(piece)] = (version, vec)
+    of_message: dict[str, list[int]] = {}  # message -> its rows
+    for i, (mid, piece, a, b, digest, _, _) in enumerate(rows):
+        of_message.setdefault(mid, []).append(i)
         if piece < 0:
             passages[mid] = (i, digest if isinstance(digest, str) else "")
         else:
             found.setdefault(mid, []).append((int(piece), int(a), int(b), digest, i))
-    if cache is not None:
-        cache.keep(ids, read_now)
-    out: dict[str, MessagePieces] = {}
+    made: list[tuple[str, int, list[tuple[int, int, int, str, int]]]] = []  # (message, passage row, pieces)
+    usable = ok.tolist()
     for mid, pieces_of in found.items():
         passage = passages.get(mid)
         if passage is None:
             continue
         at, content = passage
-        if not ok[at] or any(r[3] != pieces_of[0][3] for r in pieces_of) or pieces.text_hash(content) != pieces_of[0][3]:
+        if not usable[at] or any(r[3] != pieces_of[0][3] for r in pieces_of) or pieces.text_hash(content) != pieces_of[0][3]:
             continue
         pieces_of.sort(key=lambda r: r[0])
-        picks = [r[4] for r in pieces_of]
-        if not ok[picks].all():
-            continue
-        out[mid] = MessagePieces(mid, matrix[at], matrix[picks], tuple((r[1], r[2]) for r in pieces_of), content)
+        if all(usable[r[4]] for r in pieces_of):
+            made.append((mid, at, pieces_of))
+    # The answers' arrays: each message's pieces in one matrix, its passage row once per piece beside them
+    # for p·v (one product for all, as ``search._with_pieces`` would compute it stacked: the same bits where
+    # ``pieces.dots_by_row`` holds), each answer's arrays a copy of its slice (kept alone, an answer holds
+    # nothing of the others).
+    if made:
+        picks = [r[4] for _, _, pieces_of in made for r in pieces_of]
+        counts = [len(pieces_of) for _, _, pieces_of in made]
+        vectors = matrix[picks]
+        passage_rows = matrix[[at for _, at, _ in made]]
+        dots = (pieces.passage_dots(vectors, np.repeat(passage_rows, counts, axis=0))
+                if pieces.dots_by_row(dim) else None)
+        start = 0
+        for k, (mid, at, pieces_of) in enumerate(made):
+            end = start + counts[k]
+            arrays = [passage_rows[k].copy(), vectors[start:end].copy(), *([] if dots is None else [dots[start:end].copy()])]
+            for array in arrays:  # (kept and answered again: read-only)
+                array.flags.writeable = False
+            answer = MessagePieces(mid, arrays[0], arrays[1], tuple((r[1], r[2]) for r in pieces_of),
+                                   passages[mid][1], arrays[2] if dots is not None else None)
+            out[mid] = answer
+            # (the cache holds the answer's own arrays: its vectors once)
+            kept = {-1: (rows[at][5], answer.passage)}
+            kept.update((r[0], (rows[r[4]][5], answer.vectors[j])) for j, r in enumerate(pieces_of))
+            read_now[mid] = (kept, Built(_signature([rows[i] for i in of_message[mid]]), answer))
+            start = end
+    for mid, at_rows in of_message.items():  # (what else was read: its vectors, as read)
+        if mid not in read_now:
+            kept = {int(rows[i][1]): (rows[i][5], matrix[i].copy() if rows[i][6] is not None
+                                      else held[mid][int(rows[i][1])][1]) for i in at_rows if usable[i]}
+            if kept:
+                read_now[mid] = (kept, None)
+    if cache is not None:
+        cache.keep(ids, read_now)
     return out
 
 

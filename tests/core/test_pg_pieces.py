@@ -138,17 +138,22 @@ def test_deletes_take_every_models_pieces_by_message_thread_and_resource(pg):
 
 
 
+def three_pieces_each(store, vectors, rng, ids) -> None:
+    """Each message a passage row of text "text <id>" and three random pieces cut from it."""
+    with store.db.write() as conn:
+        for mid in ids:
+            vectors.upsert(conn, [passage_row(mid, "t1", "u", f"text {mid}", unit(rng.normal(size=DIM)))])
+            vectors.write_pieces(conn, [mid], piece_rows(mid, "t1", "u", f"text {mid}",
+                                                         [unit(rng.normal(size=DIM)) for _ in range(3)]))
+
+
 def test_vectors_read_before_are_not_sent_again_and_a_rewrite_by_another_process_is_read(pg, pg_url, monkeypatch):
     from core.recall import pg_pieces
 
     store, vectors = pg
     rng = np.random.default_rng(5)
     ids = [f"m{i}" for i in range(4)]
-    with store.db.write() as conn:
-        for mid in ids:
-            vectors.upsert(conn, [passage_row(mid, "t1", "u", f"text {mid}", unit(rng.normal(size=DIM)))])
-            vectors.write_pieces(conn, [mid], piece_rows(mid, "t1", "u", f"text {mid}",
-                                                         [unit(rng.normal(size=DIM)) for _ in range(3)]))
+    three_pieces_each(store, vectors, rng, ids)
     sent: list[int] = []
     decode = pg_pieces._floats
     monkeypatch.setattr(pg_pieces, "_floats", lambda rows, dim: (sent.append(len(rows)), decode(rows, dim))[1])
@@ -182,6 +187,54 @@ def test_vectors_read_before_are_not_sent_again_and_a_rewrite_by_another_process
     with store.db.read() as conn:
         assert vectors.read_pieces(conn, ids) == {}
     assert vectors.status()["piece_cache_messages"] == 0
+
+def _same(a, b) -> bool:
+    """Two ``read_pieces`` answers equal field by field, the vectors and p·v to the bit."""
+    return a.keys() == b.keys() and all(
+        a[m].content == b[m].content and a[m].spans == b[m].spans and np.array_equal(a[m].passage, b[m].passage)
+        and np.array_equal(a[m].vectors, b[m].vectors)
+        and (a[m].passage_dots is None) == (b[m].passage_dots is None)
+        and (a[m].passage_dots is None or np.array_equal(a[m].passage_dots, b[m].passage_dots)) for m in a)
+
+
+def test_a_kept_answer_is_reused_only_while_its_rows_are_the_same_and_equals_a_fresh_read(pg, pg_url):
+    """The process keeps each message's answer with the rows it was made from; a read whose rows are those
+    (none sent) answers with it, and one whose rows differ without any vector being sent (a piece row
+    deleted by a program's own SQL: the others keep their version) makes it anew. Every answer equals
+    that of a process that holds nothing, p·v included (as the search would compute it stacked)."""
+    store, vectors = pg
+    rng = np.random.default_rng(9)
+    ids = [f"m{i}" for i in range(3)]
+    three_pieces_each(store, vectors, rng, ids)
+
+    def fresh():
+        other = open_store(pg_url)
+        reader = PgVectors(DIM, MODEL)
+        reader.open(other.db)
+        try:
+            with other.db.read() as conn:
+                return reader.read_pieces(conn, ids)
+        finally:
+            reader.close()
+            other.close()
+
+    with store.db.read() as conn:
+        first = vectors.read_pieces(conn, ids)
+        again = vectors.read_pieces(conn, ids)
+    assert all(again[m] is first[m] for m in ids)  # (the kept answers themselves)
+    assert _same(again, fresh())
+    if pieces.dots_by_row(DIM):
+        held = [first[m] for m in ids]
+        stacked = pieces.passage_dots(np.concatenate([e.vectors for e in held]),
+                                      np.concatenate([np.repeat(e.passage[None], len(e.spans), 0) for e in held]))
+        assert np.array_equal(np.concatenate([e.passage_dots for e in held]), stacked)
+    with store.db.write() as conn:
+        conn.exec_driver_sql(f'DELETE FROM "{pieces.table_name(DIM)}" WHERE message_id = ? AND piece = 1', ("m0",))
+    with store.db.read() as conn:
+        now = vectors.read_pieces(conn, ids)
+    assert now["m0"].spans == ((0, 1), (2, 3)) and np.array_equal(now["m0"].vectors, first["m0"].vectors[[0, 2]])
+    assert now["m1"] is first["m1"] and _same(now, fresh())
+
 
 def _statements(store):
     """The statements ``store``'s connections run, as a list that grows (SQLAlchemy's event)."""
