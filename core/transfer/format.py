@@ -240,8 +240,9 @@ _CHOOSE = "Choose the .json file written by 'memory-studio export'."
 #: export held whole; docs/ARCHITECTURE.md, Figures), with a margin.
 MEMORY_PER_FILE_BYTE = 1.5
 #: The lists of an export kept on disk while import reads them (``core.transfer.spool``): nearly all of a file (its
-#: messages, and its turn records, which hold each turn's prompt).
-SPOOLED = ("messages", "turns")
+#: messages, its turn records, which hold each turn's prompt, and the message and observation-log versions, which
+#: hold whole rows before and after each edit).
+SPOOLED = ("messages", "turns", "messageVersions", "observationVersions")
 #: The same for a file read whole (one the piece reader does not take, to say what is wrong with it; a pipe):
 #: its text and the rows parsed from it (measured: 2.06).
 WHOLE_TEXT_PER_FILE_BYTE = 2.5
