@@ -104,14 +104,17 @@ def check_optional_id(value: object, what: str, error: type[Exception] = ValueEr
 
 def lone_surrogate(value: Any) -> str | None:
     """Where text in ``value`` (a string, or JSON-like data holding strings, keys included) has a lone
-    surrogate, which no UTF-8 text can hold: a description naming the code point, or None."""
+    surrogate, which no UTF-8 text can hold: a description naming the (first) code point, or None."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            match = _SURROGATE.search(item)
-            if match is not None:
-                return f"a lone surrogate (U+{ord(match.group()):04X}), which has no UTF-8 form"
+            if item.isascii():
+                continue
+            try:  # (a surrogate is the one code point UTF-8 cannot encode; encoding is faster than searching)
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"a lone surrogate (U+{ord(item[exc.start]):04X}), which has no UTF-8 form"
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
