@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from bench.import_memory import write_export
 from core import Memory, open_store
 from core.messages import Message
 from core.transfer import export_data, render
@@ -48,10 +49,7 @@ def main(out: Path, target_mb: int) -> None:
                          after_row=rows_text[1],
                          createdAt=f"2026-01-01T{seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
                                    f".{i % 1000:03d}Z"))
-    doc["messageVersions"] = rows
-    doc.setdefault("counts", {})["messageVersions"] = n
-    out.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    print(out, out.stat().st_size, "bytes,", n, "message versions")
+    write_export(out, doc, "messageVersions", rows)
 
 
 if __name__ == "__main__":

@@ -10,26 +10,19 @@ import re
 import timeit
 from typing import Any
 
-from core.ids import lone_surrogate
+from core.ids import first_in_strings, lone_surrogate
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def regex_search(text: str) -> int | None:
+    """The string check as it was: a regex search of every string."""
+    match = _SURROGATE.search(text)
+    return None if match is None else ord(match.group())
+
+
 def by_regex(value: Any) -> str | None:
-    """The check as it was (a regex search of every non-ASCII string)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            match = _SURROGATE.search(item)
-            if match is not None:
-                return f"a lone surrogate (U+{ord(match.group()):04X}), which has no UTF-8 form"
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return None
+    return first_in_strings(value, regex_search)
 
 
 CASES = {"16 KB Latin-1 (é)": "café " * 3277, "16 KB mixed (é, 日本, 🙂)": ("word é 日本 🙂 " * 1300)[:16384],

@@ -10,26 +10,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.ids import lone_surrogate
+from core.ids import first_in_strings, lone_surrogate, surrogate_in
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def _regex_search(text: str) -> int | None:
+    match = _SURROGATE.search(text)
+    return None if match is None else ord(match.group())
+
+
 def _by_regex(value: Any) -> str | None:
-    """The answer as the regex gave it (the code before the encode-first check), the same walk."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            match = _SURROGATE.search(item)
-            if match is not None:
-                return f"a lone surrogate (U+{ord(match.group()):04X}), which has no UTF-8 form"
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return None
+    """The answer as the regex gave it (the code before the encode-first check), over the same walk."""
+    return first_in_strings(value, _regex_search)
 
 
 TRICKY = [
@@ -46,6 +39,7 @@ def test_each_tricky_string_gets_the_regexs_answer(text: str) -> None:
 
 
 def test_the_first_surrogate_of_a_string_is_named() -> None:
+    assert [surrogate_in(t) for t in ("", "abc", "é日🙂", "é\udcff日\ud800")] == [None, None, None, 0xDCFF]
     assert lone_surrogate("é\udcff日\ud800") == "a lone surrogate (U+DCFF), which has no UTF-8 form"
     assert lone_surrogate("🙂 fine") is None and lone_surrogate("") is None
 
