@@ -6,6 +6,9 @@ and the importer's writes, goes through them again from the spool, a batch at a 
 and the few small facts the checks keep per row (ids, their threads). Rows are stored with ``marshal``, which
 gives back exactly the values ``json`` made (dicts, lists, strings, numbers, booleans, None) and runs no code.
 
+The message and observation-log versions are written oldest first, so the importer reads them through ``sorted_rows``: an external merge sort
+whose runs are spools too, so that sort holds a bounded part of them as well.
+
 A spool is written once: after ``close`` its rows never change. Each record's length and SHA-256 are kept in memory
 as it is written, and every read checks the bytes it reads against them (``SpoolError`` if they differ), so every
 reader gets exactly the rows the file held. That is what lets ``validate`` remember that a document's rows passed
@@ -142,10 +145,11 @@ class RowSpool:
 def sorted_rows(rows: Iterable[Any], key: Callable[[Any], Any], what: str = "rows", *,
                 held_bytes: int | None = None) -> Iterator[Any]:
     """``rows`` in the order ``sorted(rows, key=key)`` gives (stable: rows with equal keys keep their order),
-    holding about ``held_bytes`` (default ``SORT_BYTES``) of rows at a time. Rows that fit are sorted in memory; otherwise each
-    ``held_bytes`` of them is sorted and kept on disk as a run (a ``RowSpool``, checked on every read like the
-    file's), and the runs are merged, holding one record of each (about ``RUN_RECORD_BYTES``). ``heapq.merge`` is
-    stable across runs in the order they are given, so the result is exactly ``sorted``'s."""
+    holding about ``held_bytes`` (default ``SORT_BYTES``) of rows at a time. Rows that fit are sorted in memory;
+    otherwise each ``held_bytes`` of them is sorted and kept on disk as a run (a ``RowSpool``, checked on every read
+    like the file's), and the runs are merged, holding one record of each (about ``RUN_RECORD_BYTES``).
+    ``heapq.merge`` is stable across runs in the order they are given, so the result is exactly ``sorted``'s. The
+    runs are deleted when the rows have all been given, or when the caller stops reading (an error)."""
     held_bytes = SORT_BYTES if held_bytes is None else held_bytes
     runs: list[RowSpool] = []
     chunk: list[Any] = []

@@ -127,7 +127,8 @@ def test_the_rows_held_in_memory_are_refused_once_they_pass_what_fits(tmp_path):
     with pytest.raises(ExportFormatError) as caught:
         check_fits(20_000_000_000, "big.json", available=2_000_000_000, held=1_500_000_000)
     message = str(caught.value)
-    assert "big.json is 20.0 GB" in message and "all of its rows but its messages" in message
+    assert "big.json is 20.0 GB" in message
+    assert "all of its rows but its messages, turn records and message and observation-log versions" in message
     assert "1.5 GB of its text" in message and "about 2.2 GB of memory" in message and "Nothing was imported" in message
     check_fits(20_000_000_000, "big.json", available=2_000_000_000, held=1_000_000_000)  # fits: no error
 
@@ -286,3 +287,21 @@ def test_message_versions_are_read_from_disk_sorted_there_and_stored_as_from_a_l
 
 
 real_run = spool._run
+
+
+def test_a_sorted_run_changed_on_disk_is_refused(monkeypatch):
+    """The runs of the sort on disk are spools: one another program changes before the merge reads it is
+    ``SpoolError`` (the import's transaction then rolls back, as for the file's spools), and every run is deleted."""
+    made: list[RowSpool] = []
+    monkeypatch.setattr(spool, "_run", lambda *a: made.append(real_run(*a)) or made[-1])
+    monkeypatch.setattr(spool, "RUN_RECORD_BYTES", 1)  # a record per row: the merge reads each run a row at a time
+    rows = [{"createdAt": f"2026-03-01T09:00:{n % 60:02d}.000Z", "id": n, "text": "x" * 2000} for n in range(300)]
+    ordered = sorted_rows(iter(rows), lambda r: (r["createdAt"], r["id"]), "messageVersions", held_bytes=40_000)
+    assert next(ordered) == rows[0]  # every run is written before the first row comes
+    assert len(made) > 2
+    with open(made[-1]._path, "r+b") as fh:
+        fh.seek(-10, 2)  # (its last record, past what the merge has read: a run is 40 KB, read 8 KB at a time)
+        fh.write(b"\x00")
+    with pytest.raises(SpoolError, match="that file changed .* Nothing was imported"):
+        list(ordered)
+    assert not any(Path(run._folder).exists() for run in made)
