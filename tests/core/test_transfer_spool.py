@@ -18,7 +18,7 @@ from core import Memory, Message, open_store
 from core.cli import main
 from core.transfer import export_data, import_data, preview_import, render
 from core.transfer.errors import ExportFormatError
-from core.transfer.format import check_fits, load
+from core.transfer.format import check_fits, load, loads
 from core.transfer import spool
 from core.transfer.spool import RowSpool, SpoolError, sorted_rows
 from core.transfer.stream_json import HeldTooMuch, load_pieces
@@ -305,3 +305,28 @@ def test_a_sorted_run_changed_on_disk_is_refused(monkeypatch):
     with pytest.raises(SpoolError, match="that file changed .* Nothing was imported"):
         list(ordered)
     assert not any(Path(run._folder).exists() for run in made)
+
+
+@pytest.mark.parametrize("spoil, says", [
+    (lambda v: v[3].update(op="bogus"), r"messageVersions\[3\] \(message_id '.*'\) is refused: its op 'bogus'"),
+    (lambda v: v[5].update(thread_id="t-elsewhere"), r"messageVersions\[5\] .* is refused: it names thread"),
+    (lambda v: v[7].update(message_id="m-other"), r"messageVersions\[7\] .* its before_row is message .* not the "),
+])
+def test_message_versions_read_from_disk_are_refused_as_from_text(tmp_path, spoil, says):
+    """Spooled, the versions are checked by the same rules in the same order: the same message as ``loads``."""
+    _versioned_db(tmp_path / "source.db", "ada", 8)
+    with open_store(tmp_path / "source.db") as source:
+        data = json.loads(render(export_data(source, resource_id="ada"), "json"))
+    spoil(data["messageVersions"])
+    path = tmp_path / "ada.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ExportFormatError, match=says) as from_disk:
+        loaded = load(path)
+        assert isinstance(loaded["messageVersions"], RowSpool)  # (only when the file passes)
+        with open_store(tmp_path / "target.db") as target:
+            import_data(target, loaded)
+    with pytest.raises(ExportFormatError) as from_text:
+        loaded = loads(path.read_text(encoding="utf-8"), name=str(path))
+        with open_store(tmp_path / "target2.db") as target:
+            import_data(target, loaded, name=str(path))
+    assert str(from_disk.value) == str(from_text.value)
