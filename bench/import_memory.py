@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from core import Memory, open_store
 from core.messages import Message
@@ -35,10 +36,15 @@ def main(out: Path, target_mb: int) -> None:
         content["content"] = f"{i} " + text
         rows.append(dict(msg, id=f"m{i:08d}", createdAt=f"2026-01-01T00:00:{i % 60:02d}.{i % 1000:03d}Z",
                          content=json.dumps(content, ensure_ascii=False)))
-    doc["messages"] = rows
-    doc.setdefault("counts", {})["messages"] = n
+    write_export(out, doc, "messages", rows)
+
+
+def write_export(out: Path, doc: dict[str, Any], key: str, rows: list[dict[str, Any]]) -> None:
+    """``doc`` with ``rows`` as its ``key`` list (and count), written to ``out`` as 'memory-studio export' does."""
+    doc[key] = rows
+    doc.setdefault("counts", {})[key] = len(rows)
     out.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    print(out, out.stat().st_size, "bytes,", n, "messages")
+    print(out, out.stat().st_size, "bytes,", len(rows), key)
 
 
 if __name__ == "__main__":

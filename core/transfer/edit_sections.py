@@ -20,7 +20,7 @@ another thread here, or of an observation record not imported are left out with 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import sqlalchemy as sa
 
@@ -28,6 +28,7 @@ from core.edits.schema import MESSAGE_VERSIONS, OBSERVATION_VERSIONS
 from core.storage import catalog
 from core.transfer import rows as R
 from core.transfer import sections as S
+from core.transfer.spool import RowSpool, sorted_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.transfer.importer import _Importer
@@ -124,28 +125,32 @@ OBSERVATION_VERSION_SECTION = S.register(S.Section(
 # -- import --------------------------------------------------------------------------------------------
 def import_versions(imp: "_Importer") -> None:
     """Write the file's message and observation-log versions (inside the import's transaction, after the
-    messages and observation records they belong to)."""
+    messages and observation records they belong to). The lists may be ``RowSpool``s (a file read from disk):
+    they are then read in passes and sorted on disk (``spool.sorted_rows``), never all held."""
     data = imp.data
-    _import_message_versions(imp, list(data.get("messageVersions") or []))
-    _import_observation_versions(imp, list(data.get("observationVersions") or []))
+    _import_message_versions(imp, data.get("messageVersions") or [])
+    _import_observation_versions(imp, data.get("observationVersions") or [])
 
 
-def _import_message_versions(imp: "_Importer", rows: list[Mapping[str, Any]]) -> None:
-    wanted = [r for r in rows if r["thread_id"] not in imp.blocked]
-    if not wanted:
+def _import_message_versions(imp: "_Importer", rows: Iterable[Mapping[str, Any]]) -> None:
+    def wanted() -> Iterator[Mapping[str, Any]]:
+        return (r for r in rows if r["thread_id"] not in imp.blocked)
+
+    count = sum(1 for _ in wanted())
+    if not count:
         return
     table = S.writable(MESSAGE_VERSIONS)
     if not catalog.has_table(imp.conn, table):
-        imp.report.notes.append(_no_table(len(wanted), "message version", table, imp.report.target))
+        imp.report.notes.append(_no_table(count, "message version", table, imp.report.target))
         return
     # A message that is in another thread here: its versions would be read as that message's.
-    ids = sorted({str(r["message_id"]) for r in wanted})
+    ids = sorted({str(r["message_id"]) for r in wanted()})
     elsewhere: dict[str, str] = {}
     for start in range(0, len(ids), 500):
         clause, params = R.in_clause(ids[start:start + 500])
         for found in R.select_rows(imp.conn, "mastra_messages", f"id IN {clause}", params):
             elsewhere[str(found["id"])] = str(found["thread_id"])
-    left = _write_in_order(imp, table, wanted, "messageVersions",
+    left = _write_in_order(imp, table, rows, wanted(), "messageVersions",
                            lambda row: elsewhere.get(str(row["message_id"]), row["thread_id"]) == row["thread_id"])
     if left:
         imp.report.notes.append(
@@ -153,16 +158,19 @@ def _import_message_versions(imp: "_Importer", rows: list[Mapping[str, Any]]) ->
             f"in another thread in {imp.report.target}, and a version is read by message id (not even with overwrite).")
 
 
-def _import_observation_versions(imp: "_Importer", rows: list[Mapping[str, Any]]) -> None:
-    wanted = [r for r in rows if r.get("thread_id") not in imp.blocked]
-    if not wanted:
+def _import_observation_versions(imp: "_Importer", rows: Iterable[Mapping[str, Any]]) -> None:
+    def wanted() -> Iterator[Mapping[str, Any]]:
+        return (r for r in rows if r.get("thread_id") not in imp.blocked)
+
+    count = sum(1 for _ in wanted())
+    if not count:
         return
     table = S.writable(OBSERVATION_VERSIONS)
     if not catalog.has_table(imp.conn, table):
-        imp.report.notes.append(_no_table(len(wanted), "observation-log version", table, imp.report.target))
+        imp.report.notes.append(_no_table(count, "observation-log version", table, imp.report.target))
         return
     imported = imp.observation_records  # record id -> lookup key, of the records this import keeps
-    left = _write_in_order(imp, table, wanted, "observationVersions",
+    left = _write_in_order(imp, table, rows, wanted(), "observationVersions",
                            lambda row: imported.get(str(row["record_id"])) == row["lookup_key"])
     if left:
         imp.report.notes.append(
@@ -170,11 +178,18 @@ def _import_observation_versions(imp: "_Importer", rows: list[Mapping[str, Any]]
             f"{'it belongs' if left == 1 else 'they belong'} to was not imported (see above).")
 
 
-def _write_in_order(imp: "_Importer", table: str, rows: list[Mapping[str, Any]], kind: str,
-                    keep: Callable[[Mapping[str, Any]], bool]) -> int:
-    """Write the ``rows`` that ``keep`` accepts, oldest version first; returns how many it left out."""
+def _oldest_first(row: Mapping[str, Any]) -> tuple[str, int]:
+    return str(row.get("createdAt")), int(row.get("id") or 0)
+
+
+def _write_in_order(imp: "_Importer", table: str, source: Iterable[Mapping[str, Any]],
+                    rows: Iterable[Mapping[str, Any]], kind: str, keep: Callable[[Mapping[str, Any]], bool]) -> int:
+    """Write the ``rows`` that ``keep`` accepts, oldest version first (by createdAt, then id: a version whose id
+    is taken here gets the next free one, so the copy's ids keep the order of the edits); returns how many it
+    left out. ``rows`` come from ``source``: when that is a ``RowSpool``, they are sorted on disk."""
+    ordered = sorted_rows(rows, _oldest_first, kind) if isinstance(source, RowSpool) else sorted(rows, key=_oldest_first)
     left = 0
-    for row in sorted(rows, key=lambda r: (str(r.get("createdAt")), int(r.get("id") or 0))):
+    for row in ordered:
         if keep(row):
             _write(imp, table, row, kind)
         else:

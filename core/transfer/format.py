@@ -240,8 +240,9 @@ _CHOOSE = "Choose the .json file written by 'memory-studio export'."
 #: export held whole; docs/ARCHITECTURE.md, Figures), with a margin.
 MEMORY_PER_FILE_BYTE = 1.5
 #: The lists of an export kept on disk while import reads them (``core.transfer.spool``): nearly all of a file (its
-#: messages, and its turn records, which hold each turn's prompt).
-SPOOLED = ("messages", "turns")
+#: messages, its turn records, which hold each turn's prompt, and the message and observation-log versions, which
+#: hold whole rows before and after each edit).
+SPOOLED = ("messages", "turns", "messageVersions", "observationVersions")
 #: The same for a file read whole (one the piece reader does not take, to say what is wrong with it; a pipe):
 #: its text and the rows parsed from it (measured: 2.06).
 WHOLE_TEXT_PER_FILE_BYTE = 2.5
@@ -271,7 +272,8 @@ def check_fits(size: int, name: str = "the file", available: int | None = None, 
         return
     what = (f"import holds all of its rows at once, about {MEMORY_PER_FILE_BYTE:g} times the file's size"
             if held is None else
-            f"import holds all of its rows but its messages and turn records at once, and those of its other lists "
+            f"import holds all of its rows but its messages, turn records and message and observation-log versions "
+            f"at once, and those of its other lists "
             f"passed {_size(held)} of its text, about {MEMORY_PER_FILE_BYTE:g} times that in memory")
     raise ExportFormatError(
         f"{name} is {_size(size)}; importing it needs about {_size(need)} of memory ({what}), and this machine "
@@ -312,7 +314,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise ExportFormatError(f"{name} is not a regular file (a device or a socket). {_CHOOSE}")
         if stat.S_ISREG(mode):
             # In pieces: the text is never held whole beside the rows, and the rows of the SPOOLED lists (its
-            # messages and turn records) are kept on disk, so what is held is the other lists' rows, refused once
+            # messages, turn records and message and observation-log versions) are kept on disk, so what is held is the other lists' rows, refused once
             # they pass what fits. A file it does not take (any problem) is read whole below, whose errors say what
             # is wrong; a pipe cannot be read twice, so it is too.
             available = available_memory()

@@ -6,6 +6,9 @@ and the importer's writes, goes through them again from the spool, a batch at a 
 and the few small facts the checks keep per row (ids, their threads). Rows are stored with ``marshal``, which
 gives back exactly the values ``json`` made (dicts, lists, strings, numbers, booleans, None) and runs no code.
 
+The message and observation-log versions are written oldest first, so the importer reads them through ``sorted_rows``: an external merge sort
+whose runs are spools too, so that sort holds a bounded part of them as well.
+
 A spool is written once: after ``close`` its rows never change. Each record's length and SHA-256 are kept in memory
 as it is written, and every read checks the bytes it reads against them (``SpoolError`` if they differ), so every
 reader gets exactly the rows the file held. That is what lets ``validate`` remember that a document's rows passed
@@ -19,17 +22,22 @@ cannot be written (the temporary folder full or not writable) is ``SpoolError``,
 from __future__ import annotations
 
 import hashlib
+import heapq
 import marshal
 import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from core.transfer.errors import TransferError
 
 BATCH = 256  # rows per record of the spool: what a reader holds at a time
+#: ``sorted_rows``: about how many bytes of rows (their marshal form) it sorts in memory at a time, and about how
+#: big one record of a sorted run may be (what the merge holds per run).
+SORT_BYTES = 32 << 20
+RUN_RECORD_BYTES = 1 << 20
 
 
 class SpoolError(TransferError):
@@ -41,8 +49,9 @@ class RowSpool:
     again by every ``for row in spool``, in order. ``len`` is the number of rows. Used where the document's list
     was (``Mapping`` rows, read only by iterating)."""
 
-    def __init__(self, what: str = "rows") -> None:
+    def __init__(self, what: str = "rows", batch: int = BATCH) -> None:
         self.what = what
+        self._batch = max(1, batch)
         try:
             self._folder = tempfile.mkdtemp(prefix="memory-studio-import-")  # readable by its owner only
         except OSError as exc:
@@ -71,7 +80,7 @@ class RowSpool:
             raise RuntimeError("a RowSpool is not appended to after close()")
         self._pending.append(row)
         self._count += 1
-        if len(self._pending) >= BATCH:
+        if len(self._pending) >= self._batch:
             self._flush()
 
     def _flush(self) -> None:
@@ -133,4 +142,47 @@ class RowSpool:
         return f"<RowSpool of {self._count} {self.what}>"
 
 
-__all__ = ["BATCH", "RowSpool", "SpoolError"]
+def sorted_rows(rows: Iterable[Any], key: Callable[[Any], Any], what: str = "rows", *,
+                held_bytes: int | None = None) -> Iterator[Any]:
+    """``rows`` in the order ``sorted(rows, key=key)`` gives (stable: rows with equal keys keep their order),
+    holding about ``held_bytes`` (default ``SORT_BYTES``) of rows at a time. Rows that fit are sorted in memory;
+    otherwise each ``held_bytes`` of them is sorted and kept on disk as a run (a ``RowSpool``, checked on every read
+    like the file's), and the runs are merged, holding one record of each (about ``RUN_RECORD_BYTES``).
+    ``heapq.merge`` is stable across runs in the order they are given, so the result is exactly ``sorted``'s. The
+    runs are deleted when the rows have all been given, or when the caller stops reading (an error)."""
+    held_bytes = SORT_BYTES if held_bytes is None else held_bytes
+    runs: list[RowSpool] = []
+    chunk: list[Any] = []
+    size = 0
+    try:
+        for row in rows:
+            chunk.append(row)
+            size += len(marshal.dumps(row))
+            if size >= held_bytes:
+                runs.append(_run(chunk, key, size, what))
+                chunk, size = [], 0
+        if not runs:
+            yield from sorted(chunk, key=key)
+            return
+        if chunk:
+            runs.append(_run(chunk, key, size, what))
+        chunk = []
+        yield from heapq.merge(*runs, key=key)
+    finally:
+        for run in runs:
+            run.discard()
+
+
+def _run(chunk: list[Any], key: Callable[[Any], Any], size: int, what: str) -> RowSpool:
+    chunk.sort(key=key)
+    run = RowSpool(what, batch=max(1, RUN_RECORD_BYTES * len(chunk) // max(size, 1)))
+    try:
+        for row in chunk:
+            run.append(row)
+        return run.close()
+    except BaseException:
+        run.discard()
+        raise
+
+
+__all__ = ["BATCH", "RUN_RECORD_BYTES", "SORT_BYTES", "RowSpool", "SpoolError", "sorted_rows"]

@@ -11,13 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core import Memory, Message, open_store
 from core.cli import main
 from core.transfer import export_data, import_data, preview_import, render
 from core.transfer.errors import ExportFormatError
-from core.transfer.format import check_fits, load
-from core.transfer.spool import RowSpool, SpoolError
+from core.transfer.format import check_fits, load, loads
+from core.transfer import spool
+from core.transfer.spool import RowSpool, SpoolError, sorted_rows
 from core.transfer.stream_json import HeldTooMuch, load_pieces
 
 MESSAGES = 1200  # more than two of the importer's chunks (500)
@@ -124,7 +127,8 @@ def test_the_rows_held_in_memory_are_refused_once_they_pass_what_fits(tmp_path):
     with pytest.raises(ExportFormatError) as caught:
         check_fits(20_000_000_000, "big.json", available=2_000_000_000, held=1_500_000_000)
     message = str(caught.value)
-    assert "big.json is 20.0 GB" in message and "all of its rows but its messages" in message
+    assert "big.json is 20.0 GB" in message
+    assert "all of its rows but its messages, turn records and message and observation-log versions" in message
     assert "1.5 GB of its text" in message and "about 2.2 GB of memory" in message and "Nothing was imported" in message
     check_fits(20_000_000_000, "big.json", available=2_000_000_000, held=1_000_000_000)  # fits: no error
 
@@ -207,3 +211,122 @@ def test_a_message_refused_by_the_rules_asked_in_validates_pass_is_raised_in_its
     assert "threads[0] (id 't1') is refused: its 'title' holds a NUL" in refusal(
         lambda d: d["threads"][0].update(title="a\x00b"))
     assert "messages[5] (id " in refusal(lambda d: d.update(observations=[{"id": "o1", "scope": "nowhere"}]))
+
+
+# -- version histories: spooled and sorted on disk --------------------------------------------------------------
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["2026-03-01T09:00:00.000Z", "2026-03-01T08:00:00.000Z", "None", ""]),
+                          st.integers(0, 5), st.text(max_size=30)), max_size=60),
+       st.integers(1, 400))
+def test_sorted_rows_gives_exactly_what_sorted_gives_and_leaves_no_run_behind(rows, held_bytes):
+    """However few bytes it may hold (down to one row per run on disk), the order is ``sorted``'s, ties in file
+    order included (the ``n`` field tells rows with equal keys apart)."""
+    data = [{"createdAt": t, "id": i, "n": n, "text": text} for n, (t, i, text) in enumerate(rows)]
+
+    def key(r: dict[str, Any]) -> tuple[str, int]:
+        return r["createdAt"], r["id"]
+
+    with tempfile.TemporaryDirectory() as folder:
+        before, tempfile.tempdir = tempfile.tempdir, folder
+        try:
+            assert list(sorted_rows(iter(data), key, held_bytes=held_bytes)) == sorted(data, key=key)
+            assert list(Path(folder).iterdir()) == []  # every run was deleted
+        finally:
+            tempfile.tempdir = before
+
+
+def _versioned_db(path: Path, resource: str, edits: int) -> None:
+    """A database with a thread of ``resource`` whose first message was edited ``edits`` times (version ids
+    1..edits)."""
+    with open_store(path) as store:
+        memory = Memory(store)
+        memory.create_thread(thread_id=f"t-{resource}", resource_id=resource)
+        memory.save_messages([Message.user(f"{resource} {i}", thread_id=f"t-{resource}", resource_id=resource)
+                              for i in range(3)])
+        first = memory.recall(thread_id=f"t-{resource}", per_page=False).messages[0]
+        for n in range(edits):
+            memory.edit_message(first.id, resource_id=resource, text=f"{resource} edit {n}")
+
+
+def _versions(path: Path) -> list[tuple[Any, ...]]:
+    with open_store(path) as store, store.db.read() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(
+            'SELECT id, message_id, thread_id, resource_id, op, author, before_row, after_row, note, "createdAt" '
+            "FROM memory_studio_message_versions ORDER BY id")]
+
+
+def test_message_versions_are_read_from_disk_sorted_there_and_stored_as_from_a_list(tmp_path, monkeypatch):
+    """A file's message versions are spooled and, when they do not fit what the sort may hold, sorted on disk: the
+    target gets exactly the rows it gets from the same document held as lists, oldest first. The file lists them
+    newest first and the target already has versions 1..3, so the ids given to those that collide depend on the
+    order they are written in."""
+    _versioned_db(tmp_path / "source.db", "ada", 8)
+    with open_store(tmp_path / "source.db") as source:
+        data = json.loads(render(export_data(source, resource_id="ada"), "json"))
+    data["messageVersions"].reverse()
+    assert len(data["messageVersions"]) == 8
+    path = tmp_path / "ada.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    for name in ("from_list.db", "from_disk.db"):
+        _versioned_db(tmp_path / name, "bob", 3)
+    with open_store(tmp_path / "from_list.db") as target:
+        assert import_data(target, json.loads(path.read_text(encoding="utf-8"))).written["messageVersions"] == 8
+    monkeypatch.setattr(spool, "SORT_BYTES", 1)  # every version a run of its own on disk
+    made: list[RowSpool] = []
+    monkeypatch.setattr(spool, "_run", lambda *a: made.append(real_run(*a)) or made[-1])
+    loaded = load(path)
+    assert isinstance(loaded["messageVersions"], RowSpool)
+    with open_store(tmp_path / "from_disk.db") as target:
+        assert import_data(target, loaded).written["messageVersions"] == 8
+    assert len(made) == 8
+    mine = [r for r in _versions(tmp_path / "from_disk.db") if r[2] == "t-ada"]  # (each target's own: bob's)
+    assert mine == [r for r in _versions(tmp_path / "from_list.db") if r[2] == "t-ada"]
+    assert min(r[0] for r in mine) == 4  # (1..3 were taken: ids were given in the order the rows were written)
+    # by id: the edits in the order they were made
+    assert [json.loads(json.loads(r[7])["content"])["content"] for r in mine] == [f"ada edit {n}" for n in range(8)]
+
+
+real_run = spool._run
+
+
+def test_a_sorted_run_changed_on_disk_is_refused(monkeypatch):
+    """The runs of the sort on disk are spools: one another program changes before the merge reads it is
+    ``SpoolError`` (the import's transaction then rolls back, as for the file's spools), and every run is deleted."""
+    made: list[RowSpool] = []
+    monkeypatch.setattr(spool, "_run", lambda *a: made.append(real_run(*a)) or made[-1])
+    monkeypatch.setattr(spool, "RUN_RECORD_BYTES", 1)  # a record per row: the merge reads each run a row at a time
+    rows = [{"createdAt": f"2026-03-01T09:00:{n % 60:02d}.000Z", "id": n, "text": "x" * 2000} for n in range(300)]
+    ordered = sorted_rows(iter(rows), lambda r: (r["createdAt"], r["id"]), "messageVersions", held_bytes=40_000)
+    assert next(ordered) == rows[0]  # every run is written before the first row comes
+    assert len(made) > 2
+    with open(made[-1]._path, "r+b") as fh:
+        fh.seek(-10, 2)  # (its last record, past what the merge has read: a run is 40 KB, read 8 KB at a time)
+        fh.write(b"\x00")
+    with pytest.raises(SpoolError, match="that file changed .* Nothing was imported"):
+        list(ordered)
+    assert not any(Path(run._folder).exists() for run in made)
+
+
+@pytest.mark.parametrize("spoil, says", [
+    (lambda v: v[3].update(op="bogus"), r"messageVersions\[3\] \(message_id '.*'\) is refused: its op 'bogus'"),
+    (lambda v: v[5].update(thread_id="t-elsewhere"), r"messageVersions\[5\] .* is refused: it names thread"),
+    (lambda v: v[7].update(message_id="m-other"), r"messageVersions\[7\] .* its before_row is message .* not the "),
+])
+def test_message_versions_read_from_disk_are_refused_as_from_text(tmp_path, spoil, says):
+    """Spooled, the versions are checked by the same rules in the same order: the same message as ``loads``."""
+    _versioned_db(tmp_path / "source.db", "ada", 8)
+    with open_store(tmp_path / "source.db") as source:
+        data = json.loads(render(export_data(source, resource_id="ada"), "json"))
+    spoil(data["messageVersions"])
+    path = tmp_path / "ada.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ExportFormatError, match=says) as from_disk:
+        loaded = load(path)
+        assert isinstance(loaded["messageVersions"], RowSpool)  # (only when the file passes)
+        with open_store(tmp_path / "target.db") as target:
+            import_data(target, loaded)
+    with pytest.raises(ExportFormatError) as from_text:
+        loaded = loads(path.read_text(encoding="utf-8"), name=str(path))
+        with open_store(tmp_path / "target2.db") as target:
+            import_data(target, loaded, name=str(path))
+    assert str(from_disk.value) == str(from_text.value)
