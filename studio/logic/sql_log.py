@@ -153,8 +153,8 @@ class SqlLog:
         # does an id of it, which a later store could be given and then be taken for watched already)
         self._watched: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
         self._stop_traces: Callable[[], None] | None = None  # ends the trace files' observer (while any is watched)
-        # engine -> (its listener, its name) for the engines made in an ``opening()`` block still open
-        self._fresh: weakref.WeakKeyDictionary[Any, tuple[Any, dict[int, str]]] = weakref.WeakKeyDictionary()
+        # engine -> its listener, for the engines made in an ``opening()`` block still open
+        self._fresh: weakref.WeakKeyDictionary[Any, _Listener] = weakref.WeakKeyDictionary()
 
     def add(self, sql: str, params: Any, database: str, on: On = DATABASE, connection: str = "") -> None:
         thread = "UI" if threading.current_thread() is self._main else "worker"
@@ -198,19 +198,6 @@ class SqlLog:
             return both
 
     # -- what is listed --------------------------------------------------------------------------
-    def _listener(self, names: dict[int, str], key: int) -> Callable[..., None]:
-        """A ``before_cursor_execute`` listener adding each statement under the name ``names[key]`` holds
-        when it runs (an engine met while opening is named from its URL until its store is known)."""
-
-        def listener(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any,
-                     _executemany: bool) -> None:
-            try:
-                self.add(statement, parameters, names[key])
-            except Exception:  # noqa: BLE001 - never fail the statement for its log line
-                pass
-
-        return listener
-
     @contextmanager
     def opening(self) -> Iterator[None]:
         """Open stores inside this block: every engine made here (``core.storage.engine_watch``) is listed from
@@ -223,11 +210,10 @@ class SqlLog:
         made: list[tuple[Any, Any]] = []
 
         def on_engine(engine: Any) -> None:
-            names = {0: _engine_name(engine)}
-            listener = self._listener(names, 0)
+            listener = _Listener(self, _engine_name(engine))
             with self._watch_lock:
                 sa.event.listen(engine, "before_cursor_execute", listener)
-                self._fresh[engine] = (listener, names)
+                self._fresh[engine] = listener
             made.append((engine, listener))
 
         try:
@@ -253,12 +239,11 @@ class SqlLog:
         with self._watch_lock:
             if store in self._watched:
                 return
-            fresh = self._fresh.get(engine)
-            if fresh is not None:  # made in ``opening()``: listed since its first statement; named from now on
-                listener, names = fresh
-                names[0] = database
+            listener = self._fresh.get(engine)
+            if listener is not None:  # made in ``opening()``: listed since its first statement; named from now on
+                listener.database = database
             else:
-                listener = self._listener({0: database}, 0)
+                listener = _Listener(self, database)
                 sa.event.listen(engine, "before_cursor_execute", listener)
             self._watched[store] = (engine, listener)
             if self._stop_traces is None:
@@ -295,6 +280,22 @@ class SqlLog:
                 self._stop_traces_when_unwatched()
             return
         self.add(statement, params, path.name, TRACE_FILE, "read-only" if read_only else "read-write")
+
+
+class _Listener:
+    """A ``before_cursor_execute`` listener adding each statement to ``log`` under ``database``, the name it holds
+    when the statement runs (an engine met while opening is named from its URL until ``watch`` knows its store)."""
+
+    def __init__(self, log: SqlLog, database: str) -> None:
+        self.log = log
+        self.database = database
+
+    def __call__(self, _conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any,
+                 _executemany: bool) -> None:
+        try:
+            self.log.add(statement, parameters, self.database)
+        except Exception:  # noqa: BLE001 - never fail the statement for its log line
+            pass
 
 
 _shared: SqlLog | None = None
