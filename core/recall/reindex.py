@@ -91,7 +91,6 @@ class ReindexReport:
             lines.append(f"Dropped {n:,} vector(s) of {model_id}: the database is now indexed by {self.model_id}.")
         return lines
 
-
     def keyword_line(self) -> str | None:
         """What the keyword index's catch-up wrote before a run for one resource embedded, or None when its queue
         was empty (a whole-database run, which indexes everything, says nothing of it)."""
