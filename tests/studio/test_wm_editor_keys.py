@@ -7,16 +7,26 @@ cursor. A read-only viewer ("Stored now") takes no Tab: the focus moves on."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterator
 
+import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QTextCursor
+from PySide6.QtGui import QGuiApplication, QTextCursor
 
 from studio.selection import Selection
 
 from .test_working_memory_pane import load, pane, session  # noqa: F401 - fixtures
 
 M = Qt.KeyboardModifier
+
+
+@pytest.fixture(autouse=True)
+def _no_modifier_left_held(pane: Any, qtbot: Any) -> Iterator[None]:
+    """QTest leaves the application's modifier state as its last key event had it (Ctrl after a Ctrl+Z); a
+    later test's ``selectRow`` then toggled its row instead of selecting it. A release with none clears it."""
+    yield
+    qtbot.keyRelease(pane, Qt.Key.Key_Control)
+    assert QGuiApplication.keyboardModifiers() == M.NoModifier
 
 
 def _focused(qtbot: Any, pane: Any, widget: Any) -> None:
