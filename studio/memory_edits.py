@@ -451,10 +451,10 @@ class MemoryEditActions(QObject):
         def done(report: Any) -> None:
             finish()
             lines = report.summary_lines()
-            keywords = report.keyword_line()  # (other resources' keyword docs written too: said, not hidden)
-            if report.indexed or report.changed or keywords:
+            if report.indexed or report.changed or report.keyword_line():
                 session.notify_local_write()
-            self._status(f"Resource {resource_id}: {lines[0]}" + (f" {keywords}" if keywords else ""))
+            # (short: other resources' keyword docs written too must be in sight, not past the status bar's end)
+            self._status(f"Resource {resource_id}: {report.status_line()}")
             if report.failed or report.skipped:
                 window.presenter.error(window, Problem(
                     "Indexed, with messages left out", f"Resource {resource_id}: {lines[0]}", "\n".join(lines[1:]),

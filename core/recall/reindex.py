@@ -68,7 +68,7 @@ class ReindexReport:
         else:
             lines = [f"Embedded {self.indexed:,} of {self.total:,} message(s) with {self.model_id}{changed}; "
                      f"{self.already_indexed:,} already had a current vector."]
-        keywords = self.keyword_line()
+        keywords = self.keyword_line(why=True)
         if keywords:
             lines.append(keywords)
         for what, found in (("Skipped", self.skipped), ("Failed", self.failed)):
@@ -91,19 +91,31 @@ class ReindexReport:
             lines.append(f"Dropped {n:,} vector(s) of {model_id}: the database is now indexed by {self.model_id}.")
         return lines
 
-    def keyword_line(self) -> str | None:
-        """What the keyword index's catch-up wrote before a run for one resource embedded, or None when its queue
-        was empty (a whole-database run, which indexes everything, says nothing of it)."""
-        if self.resource_id is None or not (self.keyword_docs or self.keyword_docs_elsewhere
-                                            or self.keyword_docs_dropped):
+    def keyword_line(self, *, why: bool = False) -> str | None:
+        """What the keyword index's catch-up wrote before a run for one resource embedded, other resources' first
+        (the surprise), or None when its queue was empty (a whole-database run, which indexes every resource, says
+        nothing of it). ``why``: and why other resources' were written."""
+        own, elsewhere, dropped = self.keyword_docs, self.keyword_docs_elsewhere, self.keyword_docs_dropped
+        if self.resource_id is None or not (own or elsewhere or dropped):
             return None
-        parts = [f"{self.keyword_docs:,} message(s) of resource {self.resource_id} waited for keyword indexing"]
-        if self.keyword_docs_elsewhere:
-            parts.append(f"{self.keyword_docs_elsewhere:,} queued message(s) of other resources were "
-                         "keyword-indexed too (the queue is the whole database's; any recall write applies it)")
-        if self.keyword_docs_dropped:
-            parts.append(f"the keyword docs of {self.keyword_docs_dropped:,} deleted message(s) were dropped")
-        return "Keyword index: " + "; ".join(parts) + "."
+        parts = []
+        if elsewhere:
+            parts += [f"{elsewhere:,} queued message(s) of other resources indexed too", f"{own:,} of this resource's"]
+        elif own:
+            parts.append(f"{own:,} queued message(s) of this resource indexed")
+        if dropped:
+            parts.append(f"the docs of {dropped:,} deleted message(s) dropped")
+        reason = (" (the queue of recent changes is the whole database's; any recall write applies it)"
+                  if why and elsewhere else "")
+        return "Keyword index: " + ", ".join(parts) + reason + "."
+
+    def status_line(self) -> str:
+        """One line for a status bar (the Studio's): what was embedded, then the keyword catch-up's line; the model,
+        skips and failures are in ``summary_lines``."""
+        head = (f"Nothing new: 0 embedded, {self.already_indexed:,} already current." if self.total == 0 else
+                f"Embedded {self.indexed:,} of {self.total:,} message(s), {self.already_indexed:,} already current.")
+        keywords = self.keyword_line()
+        return f"{head} {keywords}" if keywords else head
 
 
 def _by_reason(per_message: dict[str, str]) -> list[tuple[str, list[str]]]:

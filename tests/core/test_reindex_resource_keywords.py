@@ -47,9 +47,11 @@ def test_a_resources_run_counts_the_other_resources_keyword_docs_it_wrote(store:
     assert _docs(store, "bob") == 4  # what it says it wrote
     assert report.summary_lines() == [
         f"Nothing new: 0 indexed, all 2 message(s) already have a current vector from {emb.model_id}.",
-        "Keyword index: 0 message(s) of resource ada waited for keyword indexing; 4 queued message(s) of other "
-        "resources were keyword-indexed too (the queue is the whole database's; any recall write applies it).",
+        "Keyword index: 4 queued message(s) of other resources indexed too, 0 of this resource's (the queue of "
+        "recent changes is the whole database's; any recall write applies it).",
     ]
+    assert report.status_line() == ("Nothing new: 0 embedded, 2 already current. Keyword index: 4 queued message(s) "
+                                    "of other resources indexed too, 0 of this resource's.")
 
     # An edit of ada's (by another program) and a deletion of bob's: its own counted as its own, the gone one's
     # doc dropped; nothing of bob's embedded.
@@ -59,13 +61,15 @@ def test_a_resources_run_counts_the_other_resources_keyword_docs_it_wrote(store:
     report = reindex(store, emb, resource_id="ada")
     assert (report.total, report.changed) == (2, 2)  # its vector and its next message's are stale (their passage)
     assert (report.keyword_docs, report.keyword_docs_elsewhere, report.keyword_docs_dropped) == (1, 0, 1)
-    assert report.keyword_line() == ("Keyword index: 1 message(s) of resource ada waited for keyword indexing; the "
-                                     "keyword docs of 1 deleted message(s) were dropped.")
+    assert report.keyword_line() == ("Keyword index: 1 queued message(s) of this resource indexed, the docs of 1 "
+                                     "deleted message(s) dropped.")
+    assert report.status_line().startswith("Embedded 2 of 2 message(s), 0 already current. Keyword index: 1 ")
     assert _docs(store, "bob") == 3
 
     # Nothing waits: nothing said beyond the first line, nothing written.
     again = reindex(store, emb, resource_id="ada")
     assert again.keyword_line() is None and len(again.summary_lines()) == 1
+    assert again.status_line() == "Nothing new: 0 embedded, 2 already current."
 
 
 def test_a_whole_database_run_counts_every_keyword_doc_it_wrote_as_its_own(store: Any) -> None:
