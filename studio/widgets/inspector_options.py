@@ -46,7 +46,7 @@ def _group(*widgets: QWidget | str) -> QWidget:
 
 
 def _spin(low: int, high: int, special: str | None = None, tip: str = "") -> QSpinBox:
-    # No width cap: a spin box's hint is the width of its widest value and special text. Capped 3-17 px
+    # No width cap: a spin box's hint is the width of its widest value and special text. Capped 1-24 px
     # below it, digits were clipped at some widths and themes; the flow wraps a group that does not fit.
     spin = QSpinBox()
     spin.setRange(low, high)
