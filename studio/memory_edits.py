@@ -421,7 +421,9 @@ class MemoryEditActions(QObject):
             "yet, or indexed before their text changed?",
             "The model is the one this database's vectors come from (the one the Recall Playground searches "
             "with); messages with a current vector are not embedded again. Only recall's own tables are written "
-            "(vectors and keyword docs): no message, thread or memory changes. A large resource takes a while "
+            "(vectors and keyword docs): no message, thread or memory changes. The keyword index first applies its "
+            "queue of recent message changes, which is the whole database's: other resources' waiting keyword docs "
+            "are written too, and the result says how many. A large resource takes a while "
             "(several hundred messages a second with the local model); closing the Studio stops it between "
             "batches, keeping what was indexed.",
             "Index", lambda: self._index(resource_id, session))
@@ -449,9 +451,10 @@ class MemoryEditActions(QObject):
         def done(report: Any) -> None:
             finish()
             lines = report.summary_lines()
-            if report.indexed or report.changed:
+            if report.indexed or report.changed or report.keyword_line():
                 session.notify_local_write()
-            self._status(f"Resource {resource_id}: {lines[0]}")
+            # (short: other resources' keyword docs written too must be in sight, not past the status bar's end)
+            self._status(f"Resource {resource_id}: {report.status_line()}")
             if report.failed or report.skipped:
                 window.presenter.error(window, Problem(
                     "Indexed, with messages left out", f"Resource {resource_id}: {lines[0]}", "\n".join(lines[1:]),

@@ -48,9 +48,11 @@ class KeywordBackend(Protocol):
     def delete_thread(self, conn: sa.Connection, thread_id: str) -> None: ...
 
     def drain(self, conn: sa.Connection, indexed: Collection[str] = (),
-              changed: "dict[str, StoredPassage] | None" = None) -> tuple[int, list[str]]:
+              changed: "dict[str, StoredPassage] | None" = None,
+              touched: "dict[str, str | None] | None" = None) -> tuple[int, list[str]]:
         """Apply one batch of queued message changes; (changes applied, ids of messages gone).
-        ``changed``: filled with the stored messages whose doc was rewritten for a queued change."""
+        ``changed``: filled with the stored messages whose doc was rewritten for a queued change;
+        ``touched``: with every message whose doc was written or dropped, and its resource (None: gone)."""
 
     def has_pending(self, conn: sa.Connection) -> bool: ...
 

@@ -847,11 +847,13 @@ class RecallIndex:
             if self.writable and self.has_fts:
                 self.keywords.delete_thread(conn, thread_id)
 
-    def sync_keywords(self, limit: int = DRAIN_PER_SEARCH) -> str | None:
+    def sync_keywords(self, limit: int = DRAIN_PER_SEARCH, touched: dict[str, str | None] | None = None) -> str | None:
         """Apply queued message changes (from any process) to the keyword index; drop deleted messages' vectors.
 
         A writer's job (``reindex``; every ``index_messages`` drains one batch too), never a search's.
         Returns a reason when changes remain unapplied (read-only database, or a backlog over ``limit``).
+        ``touched``: filled with every message whose keyword doc was written or dropped, and its resource
+        (None: the message is gone). The queue is the whole database's, whichever resource a caller is for.
         """
         if not self.has_fts:
             return None
@@ -864,8 +866,11 @@ class RecallIndex:
         while done < limit:
             try:
                 with self.store.db.write() as conn:
-                    applied, gone = self.keywords.drain(conn)
+                    drained: dict[str, str | None] = {}  # (kept only once its transaction commits)
+                    applied, gone = self.keywords.drain(conn, touched=drained)
                     self.vectors.delete(conn, "message_id", gone)
+                if touched is not None:
+                    touched.update(drained)
             except (sa.exc.DBAPIError, ValueError) as exc:  # e.g. another process draining at the same moment (libSQL's
                 # driver errors arrive as bare ValueErrors through the driver's cursor)
                 log.warning("keyword index queue not applied: %s", exc)

@@ -199,7 +199,7 @@ _FRESH_SQL = "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY row
 
 def drain_queue(
     conn: sa.Connection, limit: int = DRAIN_BATCH, indexed: Collection[str] = (),
-    changed: "dict[str, passages.StoredPassage] | None" = None,
+    changed: "dict[str, passages.StoredPassage] | None" = None, touched: "dict[str, str | None] | None" = None,
 ) -> tuple[int, list[str]]:
     """Apply up to ``limit`` message changes to the keyword index: rows inserted since the watermark
     (from any process, Mastra included; up to ``limit`` besides the caller's ``indexed``) and queued
@@ -213,6 +213,8 @@ def drain_queue(
     ``changed``: when given, the stored messages whose doc this drain rewrote for a queued change (an
     update, or a delete followed by a re-insert under the same id) are added to it with their passage
     now, so the caller can check their vectors (``RecallIndex.stale_vectors``); new rows are not.
+    ``touched``: when given, every message whose doc this drain wrote or dropped is added to it with its
+    resource (None: the message is gone), so a caller can say whose docs it wrote (``reindex``).
     """
     # The rows inserted above the watermark are read up to ``limit`` past the caller's own: a save of
     # more than ``limit`` messages otherwise left the watermark inside its own rows, and the next saves'
@@ -254,6 +256,9 @@ def drain_queue(
     delete_docs(conn, gone)
     if changed is not None:
         changed.update((mid, stored[mid]) for mid in last_op if mid in stored)
+    if touched is not None:
+        touched.update((mid, p.resource_id) for mid, p in stored.items())
+        touched.update((mid, None) for mid in gone)
     if queued:
         conn.exec_driver_sql(f"DELETE FROM {QUEUE_TABLE} WHERE seq <= ?", (queued[-1][0],))
     if newest is not None:
@@ -368,8 +373,9 @@ class Fts5Keywords:
         delete_thread(conn, thread_id)
 
     def drain(self, conn: sa.Connection, indexed: Collection[str] = (),
-              changed: "dict[str, passages.StoredPassage] | None" = None) -> tuple[int, list[str]]:
-        return drain_queue(conn, indexed=indexed, changed=changed)
+              changed: "dict[str, passages.StoredPassage] | None" = None,
+              touched: "dict[str, str | None] | None" = None) -> tuple[int, list[str]]:
+        return drain_queue(conn, indexed=indexed, changed=changed, touched=touched)
 
     def has_pending(self, conn: sa.Connection) -> bool:
         return has_pending(conn)

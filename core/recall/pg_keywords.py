@@ -216,12 +216,14 @@ def claim_queued(conn: sa.Connection, message_ids: list[str]) -> None:
 
 
 def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH,
-                changed: "dict[str, passages.StoredPassage] | None" = None) -> tuple[int, list[str]]:
+                changed: "dict[str, passages.StoredPassage] | None" = None,
+                touched: "dict[str, str | None] | None" = None) -> tuple[int, list[str]]:
     """Apply queued message changes (from any process). Returns (entries applied, ids deleted).
 
     Runs in the caller's write transaction; ``SKIP LOCKED`` lets two processes drain at once
     without waiting on each other or applying one change twice. ``changed``: when given, the stored
-    messages whose doc this drain rewrote are added to it with their passage (``keyword.drain_queue``).
+    messages whose doc this drain rewrote are added to it with their passage, and ``touched`` every message
+    whose doc it wrote or dropped, with its resource (``keyword.drain_queue``).
     """
     queued = conn.exec_driver_sql(
         f"SELECT seq, message_id, op FROM {QUEUE_TABLE} ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED", (limit,)
@@ -251,6 +253,9 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH,
     if changed is not None:
         # Updated, or deleted and written again (a new message another program wrote is not one); oldest first.
         changed.update((mid, stored[mid]) for mid in todo if mid in stored and (last[mid] != "insert" or mid in deleted))
+    if touched is not None:
+        touched.update((mid, p.resource_id) for mid, p in stored.items())
+        touched.update((mid, None) for mid in gone)
     conn.exec_driver_sql(f"DELETE FROM {QUEUE_TABLE} WHERE seq = ANY(CAST(? AS bigint[]))", ([q[0] for q in queued],))
     return len(queued), gone
 
@@ -370,8 +375,9 @@ class TsvectorKeywords:
         delete_thread(conn, thread_id)
 
     def drain(self, conn: sa.Connection, indexed: Collection[str] = (),
-              changed: "dict[str, passages.StoredPassage] | None" = None) -> tuple[int, list[str]]:
-        return drain_queue(conn, changed=changed)
+              changed: "dict[str, passages.StoredPassage] | None" = None,
+              touched: "dict[str, str | None] | None" = None) -> tuple[int, list[str]]:
+        return drain_queue(conn, changed=changed, touched=touched)
 
     def has_pending(self, conn: sa.Connection) -> bool:
         if self.log is not None and self.log.sync(conn):

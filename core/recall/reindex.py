@@ -48,6 +48,14 @@ class ReindexReport:
     pieces: bool = False  # the index writes piece vectors (``core.recall.pieces``)
     pieces_written: int = 0  # messages (beyond ``indexed``) whose piece vectors were made or replaced
     pieces_dropped: int = 0  # messages whose piece vectors were dropped (pieces off, or the text has none now)
+    # The keyword index's catch-up before embedding: its queue is the whole database's (every recall write applies
+    # it), so a run for one resource writes other resources' keyword docs too; said, not hidden. Messages whose
+    # doc it wrote, by whose they are: the run's resource (or, for a whole-database run, any), other resources',
+    # and deleted messages whose doc it dropped.
+    resource_id: str | None = None
+    keyword_docs: int = 0
+    keyword_docs_elsewhere: int = 0
+    keyword_docs_dropped: int = 0
 
     def summary_lines(self, shown: int = 3) -> list[str]:
         """What the run did, in sentences for a person (``memory-studio reindex`` prints them): counts
@@ -60,6 +68,9 @@ class ReindexReport:
         else:
             lines = [f"Embedded {self.indexed:,} of {self.total:,} message(s) with {self.model_id}{changed}; "
                      f"{self.already_indexed:,} already had a current vector."]
+        keywords = self.keyword_line(why=True)
+        if keywords:
+            lines.append(keywords)
         for what, found in (("Skipped", self.skipped), ("Failed", self.failed)):
             if not found:
                 continue
@@ -79,6 +90,32 @@ class ReindexReport:
         for model_id, n in sorted(self.dropped.items()):
             lines.append(f"Dropped {n:,} vector(s) of {model_id}: the database is now indexed by {self.model_id}.")
         return lines
+
+    def keyword_line(self, *, why: bool = False) -> str | None:
+        """What the keyword index's catch-up wrote before a run for one resource embedded, other resources' first
+        (the surprise), or None when its queue was empty (a whole-database run, which indexes every resource, says
+        nothing of it). ``why``: and why other resources' were written."""
+        own, elsewhere, dropped = self.keyword_docs, self.keyword_docs_elsewhere, self.keyword_docs_dropped
+        if self.resource_id is None or not (own or elsewhere or dropped):
+            return None
+        parts = []
+        if elsewhere:
+            parts += [f"{elsewhere:,} queued message(s) of other resources indexed too", f"{own:,} of this resource's"]
+        elif own:
+            parts.append(f"{own:,} queued message(s) of this resource indexed")
+        if dropped:
+            parts.append(f"the docs of {dropped:,} deleted message(s) dropped")
+        reason = (" (the queue of recent changes is the whole database's; any recall write applies it)"
+                  if why and elsewhere else "")
+        return "Keyword index: " + ", ".join(parts) + reason + "."
+
+    def status_line(self) -> str:
+        """One line for a status bar (the Studio's): what was embedded, then the keyword catch-up's line; the model,
+        skips and failures are in ``summary_lines``."""
+        head = (f"Nothing new: 0 embedded, {self.already_indexed:,} already current." if self.total == 0 else
+                f"Embedded {self.indexed:,} of {self.total:,} message(s), {self.already_indexed:,} already current.")
+        keywords = self.keyword_line()
+        return f"{head} {keywords}" if keywords else head
 
 
 def _by_reason(per_message: dict[str, str]) -> list[tuple[str, list[str]]]:
@@ -120,14 +157,22 @@ def reindex(
     index.ensure_tables()
     if pieces is not None:
         index.set_pieces(None if pieces == "default" else pieces == "on")
-    index.sync_keywords(limit=10**9)
+    touched: dict[str, str | None] = {}
+    index.sync_keywords(limit=10**9, touched=touched)
     todo, already = _work_list(index, resource_id)
     changed, piece_work, piece_drops = _changed(index, resource_id)
     if changed:
         todo = [*todo, *changed]
         already -= len(changed)
     report = ReindexReport(total=len(todo), already_indexed=already, changed=len(changed), model_id=index.model_id,
-                           pieces=index.pieces)
+                           pieces=index.pieces, resource_id=resource_id)
+    for owner in touched.values():
+        if owner is None:
+            report.keyword_docs_dropped += 1
+        elif resource_id is None or owner == resource_id:
+            report.keyword_docs += 1
+        else:
+            report.keyword_docs_elsewhere += 1
     done = 0
     if progress is not None:
         progress(0, len(todo))

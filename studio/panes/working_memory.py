@@ -54,8 +54,10 @@ from studio.session import DatabaseFileLostError, StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.conflict_view import ConflictView
+from studio.widgets.content_height import grow_to_content
 from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, elastic, header_bar, pane_header, pane_layout, status_label
+from studio.widgets.scroll_fit import least_height_at_width
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 from studio.widgets.template_editor import TemplateEditor
 from studio.widgets.version_history import VersionHistory
@@ -232,10 +234,16 @@ class WorkingMemoryPane(QWidget):
         self.result_view = CodeEditor("json", read_only=True)
         self.merge_caption = elastic(QLabel(""), wrap=True)  # "Changes: …" can list many paths
         self.merge_caption.setStyleSheet("color: palette(placeholder-text);")
+        for viewer in (self.template_view, self.current_view, self.result_view):
+            grow_to_content(viewer)  # (the page scrolls, not a viewer inside it)
         js_side = QSplitter(Qt.Orientation.Vertical)
         js_side.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         js_side.addWidget(self._titled("Stored now", self.current_view))
-        js_side.addWidget(self._titled("Result after save (merge preview)", self.result_view, self.merge_caption))
+        result_box = self._titled("Result after save (merge preview)", self.result_view, self.merge_caption)
+        # (its caption's lines at the width it has: counted at one line, a wrapped caption lay over the viewer's
+        # last lines once the viewer asked its whole text)
+        least_height_at_width(result_box, grow=True, shrink=False)
+        js_side.addWidget(result_box)
         self.side = QStackedWidget()
         self.side.addWidget(md_side)
         self.side.addWidget(js_side)
@@ -305,6 +313,7 @@ class WorkingMemoryPane(QWidget):
         self.agent_model: RecordTableModel[AgentConfig] = RecordTableModel(AGENT_COLUMNS, self)
         self.agent_table = record_table_view(self.agent_model)
         self.agent_config_view = CodeEditor("json", read_only=True)
+        grow_to_content(self.agent_config_view)
         split = QSplitter(Qt.Orientation.Vertical)
         split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         split.addWidget(self._titled("Registered agents and the memory configuration each runs with",

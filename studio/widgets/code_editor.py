@@ -20,6 +20,7 @@ from PySide6.QtGui import (
     QColor,
     QFont,
     QFontDatabase,
+    QKeyEvent,
     QSyntaxHighlighter,
     QTextCharFormat,
     QTextCursor,
@@ -153,10 +154,20 @@ class ProseHighlighter(MarkdownHighlighter):
 
 
 
+INDENT = "  "  # what Tab inserts: the JSON the Studio formats is indented by two (``pretty_json``), as a Markdown list
+
+
 class CodeEditor(QPlainTextEdit):
     """A monospace editor; ``language`` is "json", "markdown", "prose" (model text: prompt fragments,
     replies) or "" (plain). Markdown and prose wrap at the widget's width; a reply or a message of the
-    model's on one line was read by scrolling sideways, a window's width at a time."""
+    model's on one line was read by scrolling sideways, a window's width at a time.
+
+    The keyboard of an editable JSON or Markdown one (working memory, its template or schema), as in a code
+    editor: Tab indents (spaces up to the next stop of ``INDENT``; every line of a selection over several),
+    Ctrl+] and Ctrl+[ indent and outdent the lines, and Shift+Tab, Ctrl+Tab and Ctrl+Shift+Tab leave it
+    (back, on, back). Qt's own Tab typed a tab character into JSON indented with spaces, and Ctrl+Tab switched
+    the pane's tab under the cursor. A plain one (a message's text, stored as typed) keeps Qt's keys; a
+    read-only viewer takes no Tab: it moves the focus on, as everywhere else."""
 
     def __init__(self, language: str = "", parent: QWidget | None = None, *, read_only: bool = False) -> None:
         super().__init__(parent)
@@ -180,6 +191,67 @@ class CodeEditor(QPlainTextEdit):
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange and self.shows_marks and self.highlighter is not None:
             self.highlighter.rehighlight()  # the priority marks' colours follow the theme
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt's name
+        if self.language not in ("json", "markdown"):
+            super().keyPressEvent(event)
+            return
+        key, mods = event.key(), event.modifiers()
+        ctrl, shift = bool(mods & Qt.KeyboardModifier.ControlModifier), bool(mods & Qt.KeyboardModifier.ShiftModifier)
+        if key in (Qt.Key.Key_Tab, Qt.Key.Key_Backtab):
+            if key == Qt.Key.Key_Tab and not (ctrl or shift) and not self.isReadOnly():
+                self.indent()
+            else:  # (Shift+Tab arrives as Backtab; Ctrl+Shift+Tab as either)
+                QWidget.focusNextPrevChild(self, key == Qt.Key.Key_Tab and not shift)
+            event.accept()
+            return
+        if ctrl and not shift and key in (Qt.Key.Key_BracketRight, Qt.Key.Key_BracketLeft) and not self.isReadOnly():
+            self.indent(lines=True) if key == Qt.Key.Key_BracketRight else self.outdent()
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
+    def _lines(self) -> tuple[QTextCursor, int, int]:
+        """A cursor for one edit block, and the first and last block numbers the selection touches."""
+        cursor = self.textCursor()
+        doc = self.document()
+        first = doc.findBlock(cursor.selectionStart()).blockNumber()
+        end = doc.findBlock(cursor.selectionEnd())
+        last = end.blockNumber()
+        if cursor.hasSelection() and last > first and cursor.selectionEnd() == end.position():
+            last -= 1  # (a selection ending at a line's start does not take that line)
+        return cursor, first, last
+
+    def indent(self, *, lines: bool = False) -> None:
+        """Tab: spaces to the next indent stop at the cursor (replacing a selection within a line); with a
+        selection over several lines, or ``lines``, ``INDENT`` before each line. One undoable step."""
+        cursor, first, last = self._lines()
+        if not lines and first == last:
+            column = cursor.selectionStart() - cursor.document().findBlock(cursor.selectionStart()).position()
+            cursor.insertText(" " * (len(INDENT) - column % len(INDENT)))
+            self.setTextCursor(cursor)
+            return
+        cursor.beginEditBlock()
+        for number in range(first, last + 1):
+            at = QTextCursor(self.document().findBlockByNumber(number))
+            at.insertText(INDENT)
+        cursor.endEditBlock()
+
+    def outdent(self) -> None:
+        """Ctrl+[: up to ``INDENT``'s width of spaces (or one tab) off the start of each line the selection
+        touches. One undoable step."""
+        cursor, first, last = self._lines()
+        cursor.beginEditBlock()
+        for number in range(first, last + 1):
+            block = self.document().findBlockByNumber(number)
+            text = block.text()
+            lead = text[:len(INDENT)]
+            cut = 1 if text.startswith("\t") else len(lead) - len(lead.lstrip(" "))
+            if cut:
+                at = QTextCursor(block)
+                at.movePosition(QTextCursor.MoveOperation.Right, QTextCursor.MoveMode.KeepAnchor, cut)
+                at.removeSelectedText()
+        cursor.endEditBlock()
 
     def replace_all(self, text: str) -> None:
         """Replace the whole text as one undoable edit (unlike ``setPlainText``, which wipes undo)."""

@@ -45,13 +45,11 @@ def _group(*widgets: QWidget | str) -> QWidget:
     return box
 
 
-SPIN_WIDTH = 78  # wide enough for "100,000"; the hint for a 1,000,000 range would be wider
-
-
 def _spin(low: int, high: int, special: str | None = None, tip: str = "") -> QSpinBox:
+    # No width cap: a spin box's hint is the width of its widest value and special text. Capped 1-24 px
+    # below it, digits were clipped at some widths and themes; the flow wraps a group that does not fit.
     spin = QSpinBox()
     spin.setRange(low, high)
-    spin.setMaximumWidth(SPIN_WIDTH if high > 100 else SPIN_WIDTH - 18)
     if special:
         spin.setSpecialValueText(special)
     spin.setToolTip(tip)
@@ -109,7 +107,6 @@ class InspectorOptionsBar(QFrame):
         self.threshold_spin.setSingleStep(0.05)
         self.threshold_spin.setDecimals(2)
         self.threshold_spin.setSpecialValueText("none")
-        self.threshold_spin.setMaximumWidth(SPIN_WIDTH - 8)
         self.threshold_spin.setToolTip("The minimum score a hit needs (hybrid: the fused score, 0–1). "
                                        "'none' keeps every hit.")
         self.before_spin = named(_spin(0, 50, tip="Messages recalled before each hit (message_range.before)."),

@@ -127,3 +127,25 @@ def test_indexing_stopped_between_batches_keeps_what_was_indexed(tmp_path: Path)
         report = edit_jobs.index_resource(store, "bob", lambda d, t: None)
     assert (report.total, report.indexed, report.already_indexed) == (36, 36, 64)
     assert _vectors_of(db, "bob") == 100
+
+
+def test_indexing_a_resource_with_nothing_new_says_which_other_resources_keyword_docs_it_wrote(
+        qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    """ada is indexed, bob's messages wait for the keyword index (the queue is the database's): Index Recall for
+    ada embeds nothing, and its status said "0 indexed" while it had keyword-indexed bob's 4 messages. It says so
+    now, and the question before it says that it may (found by session 28)."""
+    db = tmp_path / "memory.db"
+    _two_resources(db)
+    window = _open(qtbot, make_window, db)
+    window.select_thread(Selection("ada", "t-ada"))
+    window.commands.run("resource.index")
+    box = _dialog(qtbot, window, QMessageBox)
+    assert "resource ada" in box.text() and "other resources' waiting keyword docs" in box.informativeText()
+    with qtbot.waitSignal(window.edits.indexed, timeout=60_000) as done:
+        box.property("yesButton").click()
+    report = done.args[0]
+    assert (report.total, report.keyword_docs, report.keyword_docs_elsewhere) == (0, 0, 4)
+    status = window.status_text.text()
+    assert status == ("Resource ada: Nothing new: 0 embedded, 2 already current. Keyword index: 4 queued message(s) "
+                      "of other resources indexed too, 0 of this resource's."), status
+    assert _vectors_of(db, "bob") == 0  # nothing of bob's embedded

@@ -1,0 +1,92 @@
+"""Working Memory's read-only viewers ("Stored now", "Result after save", an agent's resolved configuration)
+grow to their text, up to ``CAP_LINES`` lines, so the pane's page scrolls as one: a viewer with its own scroll
+bar inside a scrolling page made a user scroll two things to read one value. A value longer than the cap still
+scrolls inside its viewer, the viewer then ``CAP_LINES`` lines tall. At 1,440 x 900 and 720 x 800, light and
+dark; the PNGs were looked at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import Memory, MemoryOptions, open_store
+from studio.selection import Selection
+from studio.widgets.content_height import CAP_LINES
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"},
+                                           "tags": {"type": "array", "items": {"type": "string"}}}}
+
+
+def _db(path: Path, owners: dict[str, int]) -> Path:
+    """A resource per entry of ``owners`` whose JSON working memory pretty-prints to that many tags, a line each."""
+    store = open_store(path)
+    memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": SCHEMA}), name="profiler")
+    for owner, tags in owners.items():
+        memory.create_thread(resource_id=owner, thread_id=f"{owner}-t", title=owner, metadata={"agent": "profiler"})
+        memory.merge_working_memory(thread_id=f"{owner}-t", resource_id=owner,
+                                    patch={"name": owner, "tags": [f"tag {i}" for i in range(tags)]})
+    memory.register("profiler")
+    store.close()
+    return path
+
+
+def _shown(qtbot: Any, window: Any, owner: str) -> Any:
+    window.resources.set_selection(Selection(owner, f"{owner}-t"))
+    window.show_tab("working_memory")
+    pane = window.panes["working_memory"]
+    qtbot.waitUntil(lambda: pane.snapshot is not None and pane.snapshot.text is not None
+                    and f'"{owner}"' in pane.current_view.toPlainText(), timeout=20_000)
+    qtbot.wait(200)
+    return pane
+
+
+def _page(window: Any) -> Any:
+    from studio.main_window import PANES, WORKING_MEMORY
+
+    return window.pages[PANES.index(WORKING_MEMORY)].area
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+@pytest.mark.parametrize("size", [(1440, 900), (720, 800)])
+def test_json_viewers_grow_to_their_text_and_the_page_scrolls_as_one(
+        tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, theme: str, size: tuple[int, int]) -> None:
+    path = _db(tmp_path / "memory.db", {"short": 2, "long": 20, "huge": 200})
+    window = make_window()
+    window.resize(*size)
+    window.open_database(str(path))
+    qtbot.waitUntil(lambda: window.resources is not None and len(window.resources.thread_rows()) == 3,
+                    timeout=20_000)
+    line = None
+    for owner in ("short", "long", "huge"):
+        pane = _shown(qtbot, window, owner)
+        line = pane.current_view.fontMetrics().lineSpacing()
+        for view in (pane.current_view, pane.result_view):
+            bar = view.verticalScrollBar()
+            if owner == "huge":  # (more than the cap: it scrolls inside, at the cap's height, not squeezed)
+                assert bar.maximum() > 0
+                assert view.viewport().height() >= CAP_LINES * line, (owner, view.accessibleName())
+            else:
+                assert bar.maximum() == 0, (owner, view.accessibleName(), view.height(), bar.maximum())
+        caption, result = pane.merge_caption, pane.result_view  # (the caption under the viewer, not over it)
+        assert caption.geometry().top() >= result.geometry().bottom(), (owner, caption.geometry(), result.geometry())
+        if owner != "short":  # both viewers whole, one over the other: taller than the window's page
+            assert _page(window).verticalScrollBar().maximum() > 0, owner
+    window.resources.set_selection(Selection("short", "short-t"))
+    qtbot.waitUntil(lambda: '"short"' in pane.current_view.toPlainText(), timeout=20_000)
+    qtbot.wait(200)
+    assert _page(window).verticalScrollBar().maximum() == 0  # (a short value gives its room back)
+
+    pane.tabs.setCurrentIndex(pane.tabs.indexOf(pane.agent_table.parentWidget().parentWidget().parentWidget()))
+    pane.agent_table.selectRow(0)
+    qtbot.waitUntil(lambda: '"profiler"' in pane.agent_config_view.toPlainText(), timeout=5_000)
+    qtbot.wait(200)
+    config = pane.agent_config_view
+    lines = config.document().blockCount()
+    assert lines > 10
+    if lines <= CAP_LINES:
+        assert config.verticalScrollBar().maximum() == 0, (config.height(), lines)
+    else:
+        assert config.viewport().height() >= CAP_LINES * line
+    window.session.pool.wait(20_000)
