@@ -102,8 +102,10 @@ def _scan(conn: sa.Connection, values: Sequence[str], since_xmin: int | None = N
     pg = not capabilities_of(conn).implicit_rowid
     newer = ""
     if since_xmin is not None:
-        # ``xmin`` is the 32-bit id; one not frozen is less than 2**31 transactions old (Postgres guarantees it),
-        # so "not before ``since_xmin``" is a distance modulo 2**32. A frozen row reads 2 (and 1: bootstrap).
+        # ``xmin`` is the 32-bit id, so "not before ``since_xmin``" is a distance modulo 2**32: every transaction
+        # that began since is less than 2**31 after it, so no new row is left out. This only saves time: a frozen
+        # row keeps its old id, which may wrap into the range and be read, and what tells a new row from a left
+        # one is the scan inside (``found``), not this. (1 and 2 are the bootstrap and frozen ids.)
         low = since_xmin % _XID_SPAN
         newer = (f"CAST(CAST(xmin AS TEXT) AS BIGINT) > 2 AND "
                  f"(CAST(CAST(xmin AS TEXT) AS BIGINT) - {low} + {_XID_SPAN}) % {_XID_SPAN} < {_XID_SPAN // 2} AND ")
