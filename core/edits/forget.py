@@ -386,7 +386,10 @@ def _database(store: "Store", resource_id: str, dry_run: bool, report: ForgetRep
 
 
 # -- the trace store beside the database -----------------------------------------------------------
-def _trace_store(store: "Store", targets: Targets, dry_run: bool, report: ForgetReport) -> None:
+def _trace_store(store: "Store", targets: Targets, dry_run: bool, report: ForgetReport,
+                 committed: AtCommit | None = None) -> None:
+    """``committed``: the check afterwards wants to know what the trace file held when its forget did (its spans
+    naming the targets, taken while the forget still holds the file: ``AtCommit.spans``)."""
     if store.capabilities.traces_in_database:
         return  # the span table is one of the database's places
     obs = store.observability
@@ -400,8 +403,16 @@ def _trace_store(store: "Store", targets: Targets, dry_run: bool, report: Forget
         from core.traces.locking import StoreBusy
         from core.traces.recovery import is_broken_file_error
 
+        naming = getattr(obs, "spans_naming", None)
+        values = [*targets.resources, *targets.threads]
+        then = None
+        if committed is not None and callable(naming):
+            def then(con: Any) -> None:
+                committed.spans = naming(values, con)
         try:
-            traces, spans = forget(targets.threads, targets.resources, dry_run=dry_run) if forget else (0, 0)
+            traces, spans = forget(targets.threads, targets.resources, dry_run=dry_run, then=then) if forget else (0, 0)
+            if then is not None and committed is not None and committed.spans is None:
+                committed.spans = set()  # (no spans table in it: nothing was there)
         except StoreBusy:
             report.complete = False
             report.notes.append(f"the trace file {path} stayed busy (an agent is writing); run forget again")
@@ -504,11 +515,12 @@ def forget_resource(store: "Store", resource_id: str, *, dry_run: bool = False,
         raise ReadOnlyError(f"{store.location.display} is open read-only; nothing was forgotten. Allow writes first.")
     report = ForgetReport(resource_id, [resource_id], [], dry_run=dry_run)
     targets, committed = _database(store, resource_id, dry_run, report, checked=check is not None)
-    _trace_store(store, targets, dry_run, report)
+    _trace_store(store, targets, dry_run, report, committed)
     if not dry_run:
         if check is not None and committed is not None:
             found = check(store, [*targets.resources, *targets.threads], committed)
             report.leftovers, report.written_since = dict(found.left), dict(found.since)
+            report.notes += found.notes
         if report.total:
             report.notes.append(vacuum_note(store))
     return report

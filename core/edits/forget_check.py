@@ -9,8 +9,10 @@ transaction (``at_commit``), after its deletes:
 - SQLite (libSQL): the largest rowid of every table. The forget holds the file's only write lock from its first
   read to its commit, so nothing else was written in between, and a row there at commit keeps its rowid when it
   is updated afterwards; a row inserted afterwards gets a larger one, unless someone deleted the table's last
-  row first (SQLite then reuses numbers): such a new row is counted as left, never the other way round. A table
-  without rowids (none of ours or Mastra's) counts every row found as left.
+  row first (SQLite then reuses numbers): such a new row is counted as left, never the other way round. The
+  keyword index's vocabulary (an ``fts5vocab`` instance table, whose rowid is only a row's place in the listing)
+  goes by its rows' documents' rowids;
+  any other table without rowids counts every row found as left.
 - Postgres: the scan itself, run inside the transaction (its statements see every row committed before them, the
   forget's deletes included), keeping each row's key (its primary key, else its ``ctid``). The scan after the
   commit counts as written since only rows whose key the scan inside did not find, and reads only rows whose
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -53,6 +56,9 @@ class AtCommit:
     rowids: dict[str, int] = field(default_factory=dict)  # SQLite: table -> its largest rowid (0: empty)
     found: dict[str, set[tuple[Any, ...]]] | None = None  # Postgres: table -> keys of rows naming the ids
     xmin: int | None = None  # Postgres: the oldest transaction still running when the scan inside began
+    # the trace file beside the database (DuckDB): (traceId, spanId) of its spans naming the ids when its forget
+    # still held it (None: not checked: no such file, or its forget did not get to it)
+    spans: set[tuple[str, str]] | None = None
 
 
 @dataclass
@@ -62,6 +68,7 @@ class CheckResult:
 
     left: dict[str, int] = field(default_factory=dict)
     since: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 def _has_rowid(conn: sa.Connection, quoted: str) -> bool:
@@ -84,10 +91,24 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+_VOCAB = re.compile(r"USING\s+fts5vocab\s*\(\s*['\"]?(\w+)['\"]?\s*,\s*['\"]?instance['\"]?\s*\)", re.I)
+
+
+def _instances_of(conn: sa.Connection, table: str) -> str | None:
+    """SQLite: the full-text table an ``fts5vocab`` table of type ``instance`` lists (one row per term in a
+    document, ``doc`` being the document's rowid there; the keyword index's ``memory_studio_fts_vocab``)."""
+    row = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = ? AND type = 'table'", (table,)).fetchone()
+    m = _VOCAB.search(str(row[0] or "")) if row else None
+    return m.group(1) if m else None
+
+
 def _key_sql(conn: sa.Connection, pg: bool, table: str, columns: Iterable[tuple[str, str, bool]]) -> str:
-    """What tells a table's rows apart: SQLite's rowid (a whole row where there is none); on Postgres the
-    primary key (it survives an update, a ``ctid`` does not), else the ``ctid``."""
+    """What tells a table's rows apart: SQLite's rowid (an ``fts5vocab`` instance table: its document's rowid
+    first, then the rest of the row; a whole row where there is neither); on Postgres the primary key (it
+    survives an update, a ``ctid`` does not), else the ``ctid``."""
     if not pg:
+        if _instances_of(conn, table):  # (its rowid is only a row's place in the listing: it moves)
+            return 'doc, term, col, "offset"'
         return "rowid" if _has_rowid(conn, _quoted(table)) else "*"
     pk = [f"CAST({_quoted(name)} AS TEXT)" for name, _kind, is_pk in columns if is_pk]
     return ", ".join(pk) if pk else "CAST(ctid AS TEXT)"
@@ -158,10 +179,17 @@ def at_commit(conn: sa.Connection, values: Sequence[str]) -> AtCommit:
     if capabilities_of(conn).implicit_rowid:
         rowids: dict[str, int] = {}
         tables = set(catalog.all_tables(conn))
+        vocabularies = {}
         for table in sorted(tables):
             quoted = _quoted(table)
-            if _has_rowid(conn, quoted):
+            documents = _instances_of(conn, table)
+            if documents is not None:
+                vocabularies[table] = documents
+            elif _has_rowid(conn, quoted):
                 rowids[table] = int(conn.exec_driver_sql(f"SELECT coalesce(max(rowid), 0) FROM {quoted}").scalar() or 0)
+        for table, documents in vocabularies.items():  # a vocabulary's rows are its documents': their rowids then
+            if documents in rowids:
+                rowids[table] = rowids[documents]
         return AtCommit(tables, rowids=rowids)
     xmin = int(conn.exec_driver_sql("SELECT CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS TEXT) AS BIGINT)")
                .scalar() or 0)
@@ -173,6 +201,7 @@ def check_after_forget(store: "Store", values: Sequence[str], committed: AtCommi
     result = CheckResult()
     if not values:
         return result
+    _trace_file(store, values, committed, result)
     if committed.found is not None:  # Postgres: what the scan inside found is what was left
         result.left = {table: len(keys) for table, keys in committed.found.items()}
         with store.db.read() as conn:
@@ -189,12 +218,38 @@ def check_after_forget(store: "Store", values: Sequence[str], committed: AtCommi
             result.since[table] = len(keys)
             continue
         top = committed.rowids.get(table)  # (None: a table without rowids: every row counts as left)
-        new = sum(1 for k in keys if top is not None and len(k) == 1 and isinstance(k[0], int) and k[0] > top)
+        # (a key's first value is its rowid, or its document's in a vocabulary: ``_key_sql``)
+        new = sum(1 for k in keys if top is not None and isinstance(k[0], int) and k[0] > top)
         if len(keys) - new:
             result.left[table] = len(keys) - new
         if new:
             result.since[table] = new
     return result
+
+
+def _trace_file(store: "Store", values: Sequence[str], committed: AtCommit, result: CheckResult) -> None:
+    """The trace file's spans naming ``values``: those there when its forget held the file are left, the others
+    were written since (a span keeps its key, (traceId, spanId), when its writer finishes it)."""
+    obs = store.observability
+    naming = getattr(obs, "spans_naming", None)
+    if committed.spans is None or obs is None or not callable(naming):
+        return
+    import duckdb
+
+    from core.traces.locking import StoreBusy
+
+    where = f"traces ({obs.path.name})"
+    try:
+        after: set[tuple[str, str]] = naming(values)
+    except (StoreBusy, duckdb.Error) as exc:
+        log.warning("forget check could not read the trace file %s: %s", obs.path, exc)
+        result.notes.append(f"the check afterwards could not read the trace file {obs.path} ({str(exc).splitlines()[0]}); "
+                            "its forget ran: run forget again to check it")
+        return
+    if committed.spans:
+        result.left[where] = len(committed.spans)
+    if after - committed.spans:
+        result.since[where] = len(after - committed.spans)
 
 
 __all__ = ["AtCommit", "CheckResult", "at_commit", "check_after_forget", "mentions"]

@@ -23,7 +23,7 @@ from core.llm import ScriptedModel, ScriptedReply, tool_call
 
 pytestmark = pytest.mark.backends
 
-R = "ada-writing-5c1"
+R = "adawriting5c1"  # (one word: the keyword index's vocabulary lists it as a term of what names it)
 OTHER = "bob-untouched-2"
 TEMPLATE = "# User\n- Name:\n- Note:\n"
 
@@ -79,13 +79,13 @@ def test_rows_the_users_agents_write_after_the_forget_are_reported_apart_not_as_
         # Another of the user's agents goes on writing once the forget committed: the same thread again (its id
         # comes back) and a new one.
         report = forget_resource(store, R, check=_written_after_commit(
-            lambda: (_turns(db_path, f"{R}-t1"), _turns(db_path, f"{R}-t9"))))
+            lambda: (_turns(db_path, f"{R}-t1"), _turns(db_path, f"{R}-t9", text=f"{R} HERE"))))
         assert report.removed["messages"] > 0 and report.complete
         assert report.leftovers == {}, "nothing of what was forgotten is left"
         since = report.written_since
         for table in ("mastra_messages", "mastra_threads", "memory_studio_turns", "memory_studio_wm_versions",
-                      "memory_studio_fts_docs"):
-            if table == "memory_studio_fts_docs" and not store.capabilities.implicit_rowid:
+                      "memory_studio_fts_docs", "memory_studio_fts_vocab"):
+            if table.startswith("memory_studio_fts") and not store.capabilities.implicit_rowid:
                 continue  # (Postgres keeps keyword terms in the messages' own tsvector)
             assert since.get(table, 0) > 0, f"the agent's new rows in {table} are reported: {since}"
         lines = "\n".join(report.summary_lines())
@@ -166,3 +166,36 @@ def test_postgres_a_row_another_session_commits_before_the_forget_commits_counts
         _in_another_thread(new_thread(f"{R}-t3"))  # after its commit
         result = check_after_forget(store, ids, committed)
     assert result.left == {"mastra_threads": 1} and result.since == {"mastra_threads": 1}
+
+
+@pytest.mark.libsql_only
+def test_the_trace_file_tells_spans_left_from_spans_written_since(db_path: Path | str) -> None:
+    """The trace file beside a libSQL database (DuckDB) is checked too, by what it held when its forget held it:
+    a span naming the thread only in its input (another trace, which forget does not take) is left; a run the
+    user's agent traced after the forget is written since."""
+    from datetime import datetime, timezone
+
+    from core.traces.spans import SpanRecord
+
+    thread = f"{R}-t1"
+    at = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+    def run(trace: str, **fields: Any) -> SpanRecord:
+        return SpanRecord(trace_id=trace, span_id=f"{trace}-root", name="agent run: 'main'", span_type="agent_run",
+                          entity_name="main", started_at=at, ended_at=at, **fields)
+
+    with open_store(db_path) as store:
+        Memory(store).create_thread(resource_id=R, thread_id=thread)
+        store.observability.write_spans([
+            run("gone", thread_id=thread, resource_id=R),
+            run("quotes-it", thread_id="another", resource_id=OTHER, input={"asked about": thread}),
+            run("kept", thread_id="another", resource_id=OTHER)])
+
+        def writer() -> None:
+            with open_store(db_path) as other:
+                other.observability.write_spans([run("new", thread_id=f"{R}-t9", resource_id=R)])
+
+        report = forget_resource(store, R, check=_written_after_commit(writer))
+        name = f"traces ({store.observability.path.name})"
+    assert report.removed[name] == 1 and report.complete
+    assert report.leftovers == {name: 1} and report.written_since == {name: 1}
