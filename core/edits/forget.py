@@ -405,14 +405,19 @@ def _trace_store(store: "Store", targets: Targets, dry_run: bool, report: Forget
 
         naming = getattr(obs, "spans_naming", None)
         values = [*targets.resources, *targets.threads]
+        taken: list[set[tuple[str, str]] | None] = []
         then = None
         if committed is not None and callable(naming):
             def then(con: Any) -> None:
-                committed.spans = naming(values, con)
+                try:
+                    taken.append(naming(values, con))
+                except duckdb.Error as exc:  # the forget itself is done: only its check will not read the file
+                    log.warning("forget could not take what the trace file %s held: %s", path, exc)
+                    taken.append(None)
         try:
             traces, spans = forget(targets.threads, targets.resources, dry_run=dry_run, then=then) if forget else (0, 0)
-            if then is not None and committed is not None and committed.spans is None:
-                committed.spans = set()  # (no spans table in it: nothing was there)
+            if then is not None and committed is not None:
+                committed.spans = taken[0] if taken else set()  # (not called: no spans table, nothing was there)
         except StoreBusy:
             report.complete = False
             report.notes.append(f"the trace file {path} stayed busy (an agent is writing); run forget again")
