@@ -11,8 +11,7 @@ transaction (``at_commit``), after its deletes:
   is updated afterwards; a row inserted afterwards gets a larger one, unless someone deleted the table's last
   row first (SQLite then reuses numbers): such a new row is counted as left, never the other way round. The
   keyword index's vocabulary (an ``fts5vocab`` instance table, whose rowid is only a row's place in the listing)
-  goes by its rows' documents' rowids;
-  any other table without rowids counts every row found as left.
+  goes by its rows' documents' rowids; any other table without rowids counts every row found as left.
 - Postgres: the scan itself, run inside the transaction (its statements see every row committed before them, the
   forget's deletes included), keeping each row's key (its primary key, else its ``ctid``). The scan after the
   commit counts as written since only rows whose key the scan inside did not find, and reads only rows whose
@@ -20,6 +19,8 @@ transaction (``at_commit``), after its deletes:
   it. A row left at commit is counted as left even when an agent has updated it since. Concurrent writers run
   on Postgres, so a row an agent commits between the scan inside and the forget's commit is counted as written
   since: the forget never saw it.
+- The trace file beside a libSQL database (DuckDB): its spans naming the ids, taken while its own forget still
+  holds the file (``AtCommit.spans``); a span found afterwards under another (traceId, spanId) is new.
 
 Each test matches a column equal to an id, or JSON holding it as a string (``"id"``).
 """
