@@ -128,7 +128,7 @@ def test_a_row_left_at_the_commit_stays_a_failure_even_when_an_agent_updates_it_
     assert "STILL NAMING IT: app_notes (1)" in lines and "written since the forget committed: app_notes (1)" in lines
 
 
-def test_the_command_exits_0_when_only_rows_written_since_name_the_resource(tmp_path: Path, db_path: Path | str) -> None:
+def test_the_command_exits_0_when_only_rows_written_since_name_the_resource() -> None:
     """The command line's exit: 1 for a row left, 0 when the only rows naming it came after (the report's
     ``leftovers`` decide it; rows written since are said, not counted as failure)."""
     from core.edits import commands
