@@ -156,8 +156,10 @@ def run_command(store: Any, name: str, steps: Steps) -> tuple[float, str]:
     if name == "forget":
         import core.edits.forget as forget_mod
 
-        report = forget_resource(store, "bob", check=forget_mod.mentions)
-        said = f"{report.total} rows, leftovers {report.leftovers or 'none'}"
+        check = getattr(forget_mod, "check_after_forget", None) or forget_mod.mentions  # (the code before: mentions)
+        report = forget_resource(store, "bob", check=check)
+        said = (f"{report.total} rows, leftovers {report.leftovers or 'none'}, "
+                f"written since {getattr(report, 'written_since', None) or 'none'}")
     else:
         said = f"{store.vacuum():,} bytes given back"
     return time.perf_counter() - started, said
@@ -241,7 +243,11 @@ def main() -> None:
 
         steps = Steps()
         for fn in ("_targets", "mentions", "_forget_log", "_unknown_tables"):
-            steps.wrap(forget_mod, fn)
+            if hasattr(forget_mod, fn):
+                steps.wrap(forget_mod, fn)
+        if hasattr(forget_mod, "at_commit"):  # the check: its part in the write transaction, and after the commit
+            steps.wrap(forget_mod, "at_commit", "check at commit")
+            steps.wrap(forget_mod, "check_after_forget", "check after")
         steps.wrap(forget_mod, "_apply", "deletes")
         store = open_store(url)
         steps.wrap(store.db, "lock", "advisory locks")

@@ -2,7 +2,8 @@
 
 It shows what would go, place by place, asks (unless ``--yes``), deletes, shows what went, and offers
 ``vacuum`` so freed pages stop holding the deleted bytes. Exit 1 when something could not be reached
-or still names the resource afterwards.
+or a row there when it committed still names the resource afterwards (rows the resource's agents
+wrote since are said, no failure).
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(vacuum_report(store, vacuum_progress(err)) + "\n")
         elif report.total:
             out.write("run `memory-studio vacuum` to drop the freed pages\n")
+    return exit_code(report)
+
+
+def exit_code(report: Any) -> int:
+    """1 when a place was not reached or a row there at the commit still names the resource; rows its agents
+    wrote since (``written_since``) are no failure."""
     return 0 if report.complete and not report.leftovers else 1
 
 
@@ -106,4 +113,4 @@ def vacuum_report(store: Any, progress: Callable[[str], None] | None = None) -> 
     return f"vacuumed: {reclaimed / 1e6:.2f} MB from the database, {traces / 1e6:.2f} MB from the trace file"
 
 
-__all__ = ["COMMANDS", "add_parsers", "run", "vacuum_progress", "vacuum_report"]
+__all__ = ["COMMANDS", "add_parsers", "exit_code", "run", "vacuum_progress", "vacuum_report"]

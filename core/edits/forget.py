@@ -15,8 +15,8 @@ name prefix) and the columns that point at the targets. A table this list does n
 a thread or resource column (another feature's table, a Mastra table) is swept by the same rule and
 reported under its own name. On Postgres the recall change log goes last (every delete before it logged
 the ids it touched), and every process's kept recall reads are told to start over. Afterwards every
-table is scanned for the resource's ids
-(``mentions``): anything left is reported, never silently kept.
+table is scanned for the resource's ids (``forget_check``): anything left is reported, never silently kept;
+rows the resource's agents wrote after the commit (still running) are reported apart, as no failure.
 
 Deleted rows leave their bytes in free pages until ``vacuum`` rewrites the file; the report says so
 and the CLI and the Studio offer it.
@@ -29,11 +29,12 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import sqlalchemy as sa
 
 from core.delegation_results import delegations_in
+from core.edits.forget_check import AtCommit, CheckResult, at_commit, check_after_forget, mentions
 from core.edits.schema import MESSAGE_VERSIONS, OBSERVATION_VERSIONS
 from core.ids import check_id
 from core.scopes import delegation_resource, is_delegation_resource
@@ -55,7 +56,6 @@ _LOG = "memory_studio_recall_log"  # Postgres: the recall change log (``core.rec
 _LOG_PRUNED = ("memory_studio_recall_state", "log:pruned_below")  # where readers learn rows may be gone
 _VECTORS = "memory_messages"
 _CHUNK = 400
-_MENTION_TESTS = 200  # column-value tests in one statement of the check after a forget
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,9 @@ class ForgetReport:
     threads: list[str]
     removed: dict[str, int] = field(default_factory=dict)  # place -> rows
     dry_run: bool = False
-    leftovers: dict[str, int] = field(default_factory=dict)  # table -> rows still naming the resource
+    leftovers: dict[str, int] = field(default_factory=dict)  # table -> rows it left that still name the resource
+    # table -> rows naming it that others wrote after the forget committed (its agents still running): no failure
+    written_since: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     complete: bool = True  # False: a place could not be reached (a busy trace file); run it again
 
@@ -139,6 +141,12 @@ class ForgetReport:
     def found(self) -> bool:
         return bool(self.total or self.threads)
 
+    def since_note(self) -> str:
+        """What the rows written since are, and what to do about them (the command line and the Studio say it)."""
+        n = sum(self.written_since.values())
+        return (f"{n:,} row{'s' if n != 1 else ''} written since by running agents — not a failure; stop them and run "
+                "forget again to remove those too")
+
     def summary_lines(self) -> list[str]:
         verb = "would remove" if self.dry_run else "removed"
         head = f"Forget resource {self.resource_id!r}: {verb} {self.total:,} row(s)"
@@ -148,7 +156,12 @@ class ForgetReport:
         lines += [f"  {name}: {count:,}" for name, count in self.removed.items() if count]
         if self.leftovers:
             lines.append("  STILL NAMING IT: " + ", ".join(f"{t} ({n})" for t, n in self.leftovers.items()))
+        if self.written_since:
+            lines.append("  written since the forget committed: "
+                         + ", ".join(f"{t} ({n})" for t, n in self.written_since.items()))
         lines += [f"  note: {n}" for n in self.notes]
+        if self.written_since:
+            lines.append(f"  note: {self.since_note()}")
         return lines
 
 
@@ -332,8 +345,10 @@ def _unknown_tables(conn: sa.Connection, existing: set[str], known: set[str]) ->
     return out
 
 
-def _database(store: "Store", resource_id: str, dry_run: bool, report: ForgetReport) -> Targets:
-    def run(conn: sa.Connection) -> Targets:
+def _database(store: "Store", resource_id: str, dry_run: bool, report: ForgetReport,
+              checked: bool = False) -> tuple[Targets, AtCommit | None]:
+    """``checked``: also take, before the commit, what the check afterwards compares with (``forget_check``)."""
+    def run(conn: sa.Connection) -> tuple[Targets, AtCommit | None]:
         targets = _targets(conn, resource_id)
         report.resources, report.threads = list(targets.resources), list(targets.threads)
         report.notes += targets.notes
@@ -359,7 +374,9 @@ def _database(store: "Store", resource_id: str, dry_run: bool, report: ForgetRep
         if not dry_run and targets.fts_rows and capabilities_of(conn).full_text == "fts5" and _FTS in existing:
             # Merge the index's segments, so deleted terms leave the index itself, not only its doc list.
             conn.exec_driver_sql(f"INSERT INTO {_FTS}({_FTS}) VALUES ('optimize')")
-        return targets
+        if checked and not dry_run:  # last, so it sees every delete above
+            return targets, at_commit(conn, [*targets.resources, *targets.threads])
+        return targets, None
 
     if dry_run:
         with store.db.read() as conn:
@@ -369,7 +386,10 @@ def _database(store: "Store", resource_id: str, dry_run: bool, report: ForgetRep
 
 
 # -- the trace store beside the database -----------------------------------------------------------
-def _trace_store(store: "Store", targets: Targets, dry_run: bool, report: ForgetReport) -> None:
+def _trace_store(store: "Store", targets: Targets, dry_run: bool, report: ForgetReport,
+                 committed: AtCommit | None = None) -> None:
+    """``committed``: the check afterwards wants to know what the trace file held when its forget did (its spans
+    naming the targets, taken while the forget still holds the file: ``AtCommit.spans``)."""
     if store.capabilities.traces_in_database:
         return  # the span table is one of the database's places
     obs = store.observability
@@ -383,8 +403,21 @@ def _trace_store(store: "Store", targets: Targets, dry_run: bool, report: Forget
         from core.traces.locking import StoreBusy
         from core.traces.recovery import is_broken_file_error
 
+        naming = getattr(obs, "spans_naming", None)
+        values = [*targets.resources, *targets.threads]
+        taken: list[set[tuple[str, str]] | None] = []
+        then = None
+        if committed is not None and callable(naming):
+            def then(con: Any) -> None:
+                try:
+                    taken.append(naming(values, con))
+                except duckdb.Error as exc:  # the forget itself is done: only its check will not read the file
+                    log.warning("forget could not take what the trace file %s held: %s", path, exc)
+                    taken.append(None)
         try:
-            traces, spans = forget(targets.threads, targets.resources, dry_run=dry_run) if forget else (0, 0)
+            traces, spans = forget(targets.threads, targets.resources, dry_run=dry_run, then=then) if forget else (0, 0)
+            if then is not None and committed is not None:
+                committed.spans = taken[0] if taken else set()  # (not called: no spans table, nothing was there)
         except StoreBusy:
             report.complete = False
             report.notes.append(f"the trace file {path} stayed busy (an agent is writing); run forget again")
@@ -461,67 +494,6 @@ def _broken_copies(db: Path, report: ForgetReport) -> None:
                             "nothing of this resource stays there")
 
 
-# -- checking ----------------------------------------------------------------------------------------
-def _has_rowid(conn: sa.Connection, quoted: str) -> bool:
-    """SQLite: whether the table has a rowid (not a WITHOUT ROWID table, nor a virtual table without one)."""
-    try:
-        conn.exec_driver_sql(f"SELECT rowid FROM {quoted} LIMIT 0").fetchall()
-        return True
-    except (ValueError, sa.exc.DBAPIError):
-        return False
-
-
-_NO_TEXT_TYPES = ("VECTOR", "SMALLINT", "INTEGER", "BIGINT", "REAL", "DOUBLE PRECISION", "NUMERIC", "BOOLEAN",
-                  "DATE", "TIMESTAMP", "TIME", "INTERVAL", "OID")
-
-
-def _holds_no_text(kind: str) -> bool:
-    """A Postgres column type no id can be written in (vectors, numbers, times). The check skips them:
-    each test cast every value of such a column to text, and a vector's text is long (at 9,000
-    vectors of 64 dimensions the vector table's scan was the check's longest statement)."""
-    return kind.split("(")[0].strip().rstrip("[]") in _NO_TEXT_TYPES or kind.startswith(("TIMESTAMP", "TIME "))
-
-
-def mentions(store: "Store", values: Sequence[str]) -> dict[str, int]:
-    """Rows of every table that still name one of ``values``: a column equal to it, or JSON holding it
-    as a string (``"value"``). The check after a forget; reads only. The tests go in statements of at most
-    ``_MENTION_TESTS`` (SQLite refuses an expression deeper than 1,000: a resource of 3,000 threads made
-    one statement of ~50,000 tests), and a row is counted once however many statements find it."""
-    found: dict[str, int] = {}
-    if not values:
-        return found
-    with store.db.read() as conn:
-        pg = not capabilities_of(conn).implicit_rowid
-        for table in catalog.all_tables(conn):
-            columns = [name for name, kind, _pk in catalog.table_columns(conn, table)
-                       if not (pg and _holds_no_text(kind))]
-            if not columns:
-                continue
-            quoted = '"' + table.replace('"', '""') + '"'
-            per = max(1, _MENTION_TESTS // len(columns))
-            key = _row_key(conn) if pg or _has_rowid(conn, quoted) else "*"  # (a whole row, where there is no key)
-            rows: set[Any] = set()
-            try:
-                for start in range(0, len(values), per):
-                    tests, params = [], []
-                    for column in columns:
-                        text = f'CAST("{column}" AS TEXT)' if pg else f'CAST("{column}" AS BLOB)'
-                        for value in values[start:start + per]:
-                            if pg:
-                                tests.append(f"({text} = ? OR strpos({text}, ?) > 0)")
-                            else:
-                                tests.append(f"({text} = CAST(? AS BLOB) OR instr({text}, CAST(? AS BLOB)) > 0)")
-                            params += [value, json.dumps(value, ensure_ascii=False)]
-                    rows.update(tuple(r) for r in conn.exec_driver_sql(
-                        f"SELECT {key} FROM {quoted} WHERE {' OR '.join(tests)}", tuple(params)))
-            except sa.exc.DBAPIError as exc:  # a virtual table that cannot be scanned this way
-                log.warning("forget check could not scan %s: %s", table, exc)
-                continue
-            if rows:
-                found[table] = len(rows)
-    return found
-
-
 #: The note a forget that deleted rows ends with (``memory-studio forget --vacuum`` says it vacuums next).
 VACUUM_NOTE = "deleted rows keep their bytes in the file's free pages until it is vacuumed (`memory-studio vacuum`)"
 #: The same on a server database, whose tables keep deleted rows' bytes in their pages (``PgDatabase._reclaim``).
@@ -535,8 +507,10 @@ def vacuum_note(store: "Store") -> str:
 
 
 def forget_resource(store: "Store", resource_id: str, *, dry_run: bool = False,
-                    check: Callable[["Store", Sequence[str]], Mapping[str, int]] | None = mentions) -> ForgetReport:
-    """Delete (``dry_run``: count) every row about ``resource_id``; see the module docstring."""
+                    check: Callable[["Store", Sequence[str], AtCommit], CheckResult] | None = check_after_forget,
+                    ) -> ForgetReport:
+    """Delete (``dry_run``: count) every row about ``resource_id``; see the module docstring. ``check``: what
+    looks for rows still naming it afterwards (``forget_check``; None: no check)."""
     if not isinstance(resource_id, str) or not resource_id.strip():
         raise InvalidArgumentError("Say which resource to forget (a non-empty resource id).")
     check_id(resource_id, "resource id", InvalidArgumentError)
@@ -545,11 +519,13 @@ def forget_resource(store: "Store", resource_id: str, *, dry_run: bool = False,
 
         raise ReadOnlyError(f"{store.location.display} is open read-only; nothing was forgotten. Allow writes first.")
     report = ForgetReport(resource_id, [resource_id], [], dry_run=dry_run)
-    targets = _database(store, resource_id, dry_run, report)
-    _trace_store(store, targets, dry_run, report)
+    targets, committed = _database(store, resource_id, dry_run, report, checked=check is not None)
+    _trace_store(store, targets, dry_run, report, committed)
     if not dry_run:
-        if check is not None:
-            report.leftovers = dict(check(store, [*targets.resources, *targets.threads]))
+        if check is not None and committed is not None:
+            found = check(store, [*targets.resources, *targets.threads], committed)
+            report.leftovers, report.written_since = dict(found.left), dict(found.since)
+            report.notes += found.notes
         if report.total:
             report.notes.append(vacuum_note(store))
     return report

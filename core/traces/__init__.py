@@ -32,9 +32,11 @@ def is_broken_trace_file_error(exc: BaseException) -> bool:
     return is_broken_file_error(exc)
 
 
-def observe_trace_statements(observer: Callable[[Path, str, Any, bool], None]) -> Callable[[], None]:
-    """Tell ``observer`` of each statement this process runs on a DuckDB trace file from now on: (file,
-    statement, parameters, whether the connection is read-only), before it runs, on the thread that runs it.
+def observe_trace_statements(observer: Callable[[Path, str, Any, bool, bool], None]) -> Callable[[], None]:
+    """Tell ``observer`` of each statement this process runs on a DuckDB trace file from now on, and on a
+    database's own spans table (a Mastra database's, read on a connection of its own): (file, statement,
+    parameters, whether the connection is read-only, whether the file is the memory database itself), before it
+    runs, on the thread that runs it.
     Returns the call that stops it. For the Studio's SQL Log (``core.traces.locking.observe_statements``)."""
     from core.traces.locking import observe_statements
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import libsql_experimental as libsql
 
-from core.traces.locking import StoreBusy, StoreMissing
+from core.traces.locking import StoreBusy, StoreMissing, observed_database_reader
 from core.storage.catalog import has_table
 from core.timeutil import to_iso
 from core.traces.spans import SPANS_TABLE
@@ -46,7 +46,7 @@ class LibSQLSpanReader(SpanReader):
         if not self.path.exists():
             raise StoreMissing(str(self.path))
         start = time.monotonic()
-        con = libsql.connect(str(self.path))
+        con = observed_database_reader(libsql.connect(str(self.path)), self.path)  # (the SQL Log lists its reads)
         try:
             # Mastra runs in WAL mode, so reads rarely wait; this covers a checkpoint in progress.
             con.execute(f"PRAGMA busy_timeout = {int(self.read_budget_s * 1000)}")

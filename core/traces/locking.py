@@ -132,8 +132,10 @@ def is_lock_conflict(exc: BaseException) -> bool:
 
 
 #: Told of each statement run on a connection ``open_duckdb`` hands out: (file, statement, parameters,
-#: read_only), on the thread that runs it, just before it runs (``observe_statements``).
-StatementObserver = Callable[[Path, str, Any, bool], None]
+#: read_only, in_database), on the thread that runs it, just before it runs (``observe_statements``).
+#: ``in_database``: the file is the memory database itself, not a trace file (a Mastra database's own spans
+#: table, read by ``core.traces.libsql_reader`` on a connection of its own).
+StatementObserver = Callable[[Path, str, Any, bool, bool], None]
 _observers: tuple[StatementObserver, ...] = ()  # replaced whole, never changed in place: no lock to read it
 _observers_lock = threading.Lock()
 
@@ -156,21 +158,23 @@ def observe_statements(observer: StatementObserver) -> Callable[[], None]:
 
 
 class _Observed:
-    """A DuckDB connection whose statements (``execute``, ``executemany``, ``sql``, ``query``) are told to the
-    observers before they run; everything else is the connection's own."""
+    """A connection (DuckDB's, or libSQL's for a database's spans table) whose statements (``execute``,
+    ``executemany``, ``sql``, ``query``) are told to the observers before they run; everything else is the
+    connection's own."""
 
-    __slots__ = ("_con", "_path", "_read_only")
+    __slots__ = ("_con", "_in_database", "_path", "_read_only")
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
+    def __init__(self, con: Any, path: Path, read_only: bool, in_database: bool = False) -> None:
         self._con = con
         self._path = path
         self._read_only = read_only
+        self._in_database = in_database
 
     def _tell(self, statement: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         params = args[0] if args else kwargs.get("parameters", kwargs.get("params"))
         for observer in _observers:
             try:
-                observer(self._path, str(statement), params, self._read_only)
+                observer(self._path, str(statement), params, self._read_only, self._in_database)
             except Exception:  # noqa: BLE001 - a log line must never fail the statement
                 log.debug("a statement observer failed", exc_info=True)
 
@@ -198,6 +202,12 @@ class _Observed:
 
 def _observed(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     return cast(duckdb.DuckDBPyConnection, _Observed(con, path, read_only)) if _observers else con
+
+
+def observed_database_reader(con: Any, path: Path) -> Any:
+    """A connection that only reads the memory database ``path`` itself (a Mastra database's spans table), its
+    statements told to the observers like a trace file's (``in_database``), so the SQL Log lists them too."""
+    return _Observed(con, path, True, in_database=True) if _observers else con
 
 
 _GATE = ".lock"

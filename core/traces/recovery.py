@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from core.traces.locking import _process_lock, gated, is_lock_conflict
+from core.traces.locking import _observed, _process_lock, gated, is_lock_conflict
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def set_aside_if_broken(path: Path, budget_s: float) -> bool:
         if not path.exists():
             return True
         try:
-            con = duckdb.connect(str(path), read_only=True)
+            con = _observed(duckdb.connect(str(path), read_only=True), path, True)  # (the SQL Log lists what it runs)
         except duckdb.Error as exc:
             if not is_broken_file_error(exc):
                 return False

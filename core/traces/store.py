@@ -10,6 +10,7 @@ microsecond (Mastra's text has milliseconds), ``isEvent`` is ``BOOLEAN``. Every 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -539,11 +540,13 @@ class DuckDBObservabilityStore(SpanReader):
 
     def forget(
         self, thread_ids: Sequence[str], resource_ids: Sequence[str], *, dry_run: bool = False,
-        budget_s: float = 10.0,
+        budget_s: float = 10.0, then: Callable[[Any], None] | None = None,
     ) -> tuple[int, int]:
         """Delete (``dry_run``: count) every trace one of whose spans names one of the threads or
         resources: the whole trace, since its other spans carry the same conversation. Returns
-        (traces, spans). Raises ``StoreBusy`` when the file stays locked for ``budget_s``."""
+        (traces, spans). Raises ``StoreBusy`` when the file stays locked for ``budget_s``. ``then``: called
+        with the connection after the deletes, while the file is still held (the check after a forget takes
+        what was left then: ``spans_naming``); not called when there is no file or no spans table."""
         if not dry_run:
             self._check_writable()
         if not self.path.exists() or not (thread_ids or resource_ids):
@@ -553,26 +556,59 @@ class DuckDBObservabilityStore(SpanReader):
         with opener as con:
             if not self._table_exists(con):
                 return 0, 0
-            doomed: set[str] = set()
-            for column, values in (("threadId", list(thread_ids)), ("resourceId", list(resource_ids))):
-                for chunk in iter_chunks(values, 1000):
-                    marks = ", ".join("?" for _ in chunk)
-                    doomed.update(r[0] for r in con.execute(
-                        f'SELECT DISTINCT "traceId" FROM {SPANS_TABLE} WHERE "{column}" IN ({marks})', list(chunk)
-                    ).fetchall())
-            if not doomed:
-                return 0, 0
-            if dry_run:
-                spans = 0
-                for chunk in iter_chunks(sorted(doomed), 1000):
-                    marks = ", ".join("?" for _ in chunk)
-                    row = con.execute(f'SELECT count(*) FROM {SPANS_TABLE} WHERE "traceId" IN ({marks})',
-                                      list(chunk)).fetchone()
-                    spans += int(row[0]) if row else 0
-                return len(doomed), spans
-            spans = self._delete_traces(con, sorted(doomed))
-            con.execute("CHECKPOINT")
+            counted = self._forget_in(con, thread_ids, resource_ids, dry_run)
+            if then is not None and not dry_run:
+                then(con)
+        return counted
+
+    def _forget_in(self, con: Any, thread_ids: Sequence[str], resource_ids: Sequence[str],
+                   dry_run: bool) -> tuple[int, int]:
+        doomed: set[str] = set()
+        for column, values in (("threadId", list(thread_ids)), ("resourceId", list(resource_ids))):
+            for chunk in iter_chunks(values, 1000):
+                marks = ", ".join("?" for _ in chunk)
+                doomed.update(r[0] for r in con.execute(
+                    f'SELECT DISTINCT "traceId" FROM {SPANS_TABLE} WHERE "{column}" IN ({marks})', list(chunk)
+                ).fetchall())
+        if not doomed:
+            return 0, 0
+        if dry_run:
+            spans = 0
+            for chunk in iter_chunks(sorted(doomed), 1000):
+                marks = ", ".join("?" for _ in chunk)
+                row = con.execute(f'SELECT count(*) FROM {SPANS_TABLE} WHERE "traceId" IN ({marks})',
+                                  list(chunk)).fetchone()
+                spans += int(row[0]) if row else 0
+            return len(doomed), spans
+        spans = self._delete_traces(con, sorted(doomed))
+        con.execute("CHECKPOINT")
         return len(doomed), spans
+
+    def spans_naming(self, values: Sequence[str], con: Any = None) -> set[tuple[str, str]]:
+        """(traceId, spanId) of the spans naming one of ``values``: a text or JSON column equal to it or holding it
+        as a JSON string (``"value"``), as the check after a forget reads the database's tables. Reads only
+        (``con``: one already open, else a read-only one); no file or no spans table: none."""
+        if not values:
+            return set()
+        if con is None:
+            if not self.path.exists():
+                return set()
+            with self._read_connection() as own:
+                return self.spans_naming(values, own)
+        if not self._table_exists(con):
+            return set()
+        columns = [name for name, _, kind in COLUMNS if kind in ("text", "json")]
+        per = max(1, 200 // len(columns))
+        found: set[tuple[str, str]] = set()
+        for chunk in iter_chunks(list(values), per):
+            tests, params = [], []
+            for column in columns:
+                for value in chunk:
+                    tests.append(f'(CAST("{column}" AS VARCHAR) = ? OR contains(CAST("{column}" AS VARCHAR), ?))')
+                    params += [value, json.dumps(value, ensure_ascii=False)]
+            found.update((str(t), str(s)) for t, s in con.execute(
+                f'SELECT "traceId", "spanId" FROM {SPANS_TABLE} WHERE {" OR ".join(tests)}', params).fetchall())
+        return found
 
     def compact(self, budget_s: float = 10.0) -> int:
         """Rewrite the file without its free blocks (DuckDB reuses them but never gives them back, and

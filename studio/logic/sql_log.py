@@ -5,8 +5,10 @@ changes nothing" is something they can check, statement by statement, not take o
 the Studio opens a database, puts a listener on SQLAlchemy's ``before_cursor_execute`` of that store's engine (the
 engine's own statements and the hand-written ones of ``core.storage.driver_sql`` fire it) and, while any store is
 watched, observes the statements run on DuckDB trace files (``core.traces.observe_trace_statements``: the Traces
-pane's reads, Replay's, a tracer's writes); ``unwatch(store)`` after it closed takes them off again, so a process
-that opens and closes databases (tests, a script) keeps no listener on a closed one. A statement is appended to a
+pane's reads, Replay's, a tracer's writes, the check of a trace file that may be broken) and on a Mastra
+database's own spans table (the Traces pane reads it on a connection of its own: listed as the memory
+database's); ``unwatch(store)`` after it closed takes them off again, so a process that opens and closes
+databases (tests, a script) keeps no listener on a closed one. A statement is appended to a
 bounded ring; the log view copies what is new on a timer. Appending is a few microseconds on the thread that runs
 the statement and never blocks it on the UI. The statements a store runs while it opens (the first look at the file,
 its journal mode, a migration on open) are listed too: the Studio opens inside ``opening()``, whose engines
@@ -31,6 +33,7 @@ On = Literal["database", "trace file"]  # what a statement ran on: the memory da
 DATABASE: On = "database"
 TRACE_FILE: On = "trace file"
 
+SPANS_READER = "spans reader"  # the connection a Mastra database's spans table is read on (its own, reads only)
 CAPACITY = 5_000  # statements kept; older ones are dropped (counted in ``dropped``)
 PARAMS_SHOWN = 300  # characters of a statement's parameters kept (a message's whole text is not)
 
@@ -124,7 +127,9 @@ class Statement(NamedTuple):
     params: str  # a short text of its parameters ("" for none)
     database: str  # the engine's database (a file name, or a Postgres host/database), or the trace file's name
     on: On = DATABASE
-    connection: str = ""  # a trace file's connection: "read-only" or "read-write" ("" for the database's)
+    # a trace file's connection: "read-only" or "read-write"; the database's: "" (the store's engine) or
+    # SPANS_READER (a Mastra database's spans table, read on a connection of its own)
+    connection: str = ""
     purpose: str = ""  # what ran it, when marked (``purpose``): CHANGE_CHECK
 
     @property
@@ -274,10 +279,13 @@ class SqlLog:
         with self._watch_lock:
             return store in self._watched
 
-    def _trace_statement(self, path: Path, statement: str, params: Any, read_only: bool) -> None:
+    def _trace_statement(self, path: Path, statement: str, params: Any, read_only: bool, in_database: bool) -> None:
         if not self._watched:  # every watched store was dropped without ``unwatch``: stop observing
             with self._watch_lock:
                 self._stop_traces_when_unwatched()
+            return
+        if in_database:  # a Mastra database's spans table, read on a connection of the reader's own
+            self.add(statement, params, path.name, DATABASE, SPANS_READER)
             return
         self.add(statement, params, path.name, TRACE_FILE, "read-only" if read_only else "read-write")
 
@@ -346,5 +354,5 @@ def close_watched(store: Any) -> None:
         shared_log().unwatch(store)
 
 
-__all__ = ["CAPACITY", "CHANGE_CHECK", "DATABASE", "TRACE_FILE", "Kind", "On", "SqlLog", "Statement", "close_watched",
+__all__ = ["CAPACITY", "CHANGE_CHECK", "DATABASE", "SPANS_READER", "TRACE_FILE", "Kind", "On", "SqlLog", "Statement", "close_watched",
            "kind_of", "one_line", "purpose", "shared_log", "watch"]

@@ -98,6 +98,9 @@ class ForgetDialog(QDialog):
         if report.leftovers:
             lines.append("Still naming it: " + ", ".join(f"{t} ({n})" for t, n in report.leftovers.items())
                          + ". Report this; nothing else was kept.")
+        if report.written_since:
+            lines.append("Written since the forget: " + ", ".join(f"{t} ({n})" for t, n in report.written_since.items())
+                         + f". {report.since_note()[0].upper()}{report.since_note()[1:]}.")
         lines += report.notes
         self.detail.setText("\n".join(lines))
         self.understood.hide()

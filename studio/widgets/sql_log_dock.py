@@ -51,7 +51,7 @@ def _where(r: Statement) -> str:
     """The statement's database in full: which one, its name, and a trace file's connection."""
     if r.on == TRACE_FILE:
         return f"trace file {r.database} ({r.connection} connection)"
-    return f"memory database {r.database}"
+    return f"memory database {r.database}" + (f" ({r.connection} connection)" if r.connection else "")
 
 
 #: The database choice: what it lists (None: both).

@@ -160,9 +160,11 @@ def test_an_observer_is_told_each_statement_before_it_runs_and_only_while_it_obs
 
     monkeypatch.setattr(locking, "_observers", ())  # (none of another test's, such as a Studio's SQL Log)
     told: list[tuple[str, str, object, bool]] = []
+    in_database: list[bool] = []
 
-    def observer(path: Path, statement: str, params: object, read_only: bool) -> None:
+    def observer(path: Path, statement: str, params: object, read_only: bool, database: bool) -> None:
         told.append((path.name, statement, params, read_only))
+        in_database.append(database)
 
     def broken(*_args: object) -> None:
         raise RuntimeError("a log that fails")
@@ -187,6 +189,7 @@ def test_an_observer_is_told_each_statement_before_it_runs_and_only_while_it_obs
         ("observability.duckdb", "SELECT sum(a) FROM t WHERE a > ?", (0,), True),
         ("observability.duckdb", "SELECT count(*) FROM t", None, True),
     ]
+    assert in_database == [False] * 4, "a trace file, not the memory database"
     with open_duckdb(trace_file, read_only=True, budget_s=5) as con:
         con.execute("SELECT 1").fetchall()
     assert len(told) == 4

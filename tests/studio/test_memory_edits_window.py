@@ -370,6 +370,34 @@ def test_the_forget_dialog_shows_a_resource_id_and_a_path_as_written_never_as_ma
     assert dialog.detail.textFormat() == Qt.TextFormat.PlainText
 
 
+def test_the_forget_dialog_says_rows_written_since_are_no_failure(qtbot: Any, no_leaked_widgets: None,
+                                                                   tmp_path: Path) -> None:
+    """The user's agents kept writing after the forget committed: the dialog names their rows as written since
+    (not a failure, what to do), and "Still naming it" only for a row the forget left."""
+    from core import Message
+    from core.edits.forget import forget_resource
+    from core.edits.forget_check import check_after_forget
+
+    db = tmp_path / "m.db"
+    with open_store(db) as store:
+        Memory(store).save_messages([Message.user("hi", thread_id="ada-t1", resource_id="ada")])
+        preview = forget_resource(store, "ada", dry_run=True)
+    dialog = ForgetDialog(preview, str(db))
+    qtbot.addWidget(dialog)
+
+    def check(store: Any, values: Any, committed: Any) -> Any:  # an agent of ada's writes once the forget committed
+        with open_store(db) as other:
+            Memory(other).save_messages([Message.user("back", thread_id="ada-t2", resource_id="ada")])
+        return check_after_forget(store, values, committed)
+
+    with open_store(db) as store:
+        dialog.show_done(forget_resource(store, "ada", check=check))
+    shown = dialog.detail.text()
+    assert "Written since the forget: mastra_messages (1), mastra_threads (1). 2 rows written since by running " \
+           "agents — not a failure; stop them and run forget again to remove those too." in shown
+    assert "Still naming it" not in shown
+
+
 def test_the_edit_dialog_never_drops_typed_text_unasked(qtbot: Any) -> None:
     """Cancel, Escape or closing the edit dialog dropped what the user typed without a word, and switching
     between Text and Whole content (JSON) put the stored message back in the editor (found 2026-12-06 walking

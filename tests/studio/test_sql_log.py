@@ -350,3 +350,50 @@ def test_an_open_keeps_one_listener_on_the_store_it_returns_and_none_on_its_prob
     with engines_made(engines.append), pytest.raises(Exception):
         open_for_studio(damaged)
     assert engines and all(not _own_listeners(e) for e in engines)
+
+
+def test_a_mastra_databases_spans_table_reads_are_listed_as_the_memory_databases(qtbot: Any, make_window: Any,
+                                                                                   tmp_path: Path) -> None:
+    """Mastra keeps its spans in the memory database (``mastra_ai_spans``); the Traces pane reads them on a
+    connection of its own (``LibSQLSpanReader``), whose statements the log did not list: browsing the traces
+    showed nothing of them. They are the memory database's, reads, on the spans reader's connection."""
+    import libsql_experimental as libsql
+
+    from studio.logic.sql_log import SPANS_READER
+
+    from .conftest import make_mastra_db
+    from .test_traces_pane import _create_spans_table, _insert
+
+    db = tmp_path / "mastra.db"
+    make_mastra_db(db)
+    con = libsql.connect(str(db))
+    _create_spans_table(con)
+    for i in range(2):
+        _insert(con, traceId=f"T{i}", spanId=f"root{i}", name="agent run: 'chef'", spanType="agent_run", isEvent=0,
+                startedAt=f"2026-01-01T10:0{i}:00.000Z", endedAt=f"2026-01-01T10:0{i}:02.000Z",
+                createdAt=f"2026-01-01T10:0{i}:00.000Z", threadId="mastra-thread", resourceId="user-42")
+    con.commit()
+    con.close()
+    window = _open(qtbot, make_window, db)
+    window.commands.run("view.sql_log")
+    dock = window.sql_log_dock
+    dock.clear()
+    window.select_thread(Selection("user-42", "mastra-thread"))
+    window.show_tab("traces")
+    pane = window.pane(TRACES)
+    qtbot.waitUntil(lambda: len(pane.traces) == 2 and bool(pane.spans), timeout=15_000)
+    window.show_tab("messages")
+    qtbot.wait(200)
+    dock.refresh()
+    spans = [r for r in dock.log.rows() if r.connection == SPANS_READER]
+    assert any("mastra_ai_spans" in r.sql for r in spans), [r.line for r in dock.log.rows()]
+    assert {(r.on, r.database) for r in spans} == {(DATABASE, "mastra.db")}
+    assert {r.kind for r in spans} <= {"read", "setting"}, [r.line for r in spans if r.kind not in ("read", "setting")]
+    assert dock.log.counts(DATABASE)["write"] == 0 and dock.log.counts(TRACE_FILE) == {
+        "read": 0, "write": 0, "transaction": 0, "setting": 0}, "no trace file here: nothing listed as one"
+    dock.database.setCurrentText("Memory database")
+    dock.filter_edit.setText("mastra_ai_spans")
+    shown = dock.model.rows()
+    assert any(r.connection == SPANS_READER for r in shown) and all(r.on == DATABASE for r in shown)
+    dock.table.selectRow(next(i for i, r in enumerate(shown) if r.connection == SPANS_READER))
+    assert "memory database mastra.db (spans reader connection)" in dock.detail.toPlainText()
