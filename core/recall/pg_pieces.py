@@ -115,12 +115,17 @@ def _kept_in_row(conn: sa.Connection, table: str) -> None:
     buffer reads each). With only the vector kept in, the row was still over that size, so Postgres
     moved the next largest value out instead: every row's ``text_hash`` (24 bytes) sat in the TOAST
     table, ~3 buffer reads and half of a search's server time to read them (found 2026-12-06)."""
-    plain = [str(c) for c, s in cursor.rows(
-        conn, "SELECT attname, attstorage FROM pg_attribute WHERE attrelid = CAST(? AS regclass) "
-              "AND attname = ANY(CAST(? AS text[]))", (quoted(table), list(_IN_ROW))) if s != "m"]
+    plain = not_in_row(conn, table)
     if plain:
         conn.exec_driver_sql(f"ALTER TABLE {quoted(table)} "
                              + ", ".join(f"ALTER COLUMN {c} SET STORAGE MAIN" for c in plain))
+
+
+def not_in_row(conn: sa.Connection, table: str) -> list[str]:
+    """The columns of a pieces table that Postgres may move out of its rows (read only; ``_kept_in_row``)."""
+    return [str(c) for c, s in cursor.rows(
+        conn, "SELECT attname, attstorage FROM pg_attribute WHERE attrelid = CAST(? AS regclass) "
+              "AND attname = ANY(CAST(? AS text[]))", (quoted(table), list(_IN_ROW))) if s != "m"]
 
 
 def exists(conn: sa.Connection, dim: int) -> bool:

@@ -361,6 +361,7 @@ class PgVectors:
         self._logged = False  # this table's writes go into it
         self.pieces_table: str | None = None  # the pieces table (``pg_pieces``), once found or made
         self._pieces_logged = False  # its writes go into the change log
+        self._pieces_in_row = False  # its columns are kept in the row (``pg_pieces.not_in_row``)
         self.reads_pieces = False  # (set by the index: whether its searches read pieces)
         self._piece_lock = threading.Lock()
         self._piece_scopes: dict[tuple[str | None, str | None], bool] = {}  # scope -> has pieces
@@ -374,6 +375,7 @@ class PgVectors:
             self._logged = exists and self._log_table and pg_changes.has_log(conn, self.table)
             found = pg_pieces.exists(conn, self.dim)
             self._pieces_logged = found and self._log_table and pg_changes.has_log(conn, pieces.table_name(self.dim))
+            self._pieces_in_row = found and not pg_pieces.not_in_row(conn, pieces.table_name(self.dim))
         self.info = PgTableInfo(self.table, self.dim) if exists else None
         self.pieces_table = pieces.table_name(self.dim) if found else None
         if self._cache is None:
@@ -385,7 +387,7 @@ class PgVectors:
         """The vector table and the pieces table, each with its writes logged; only what is missing is
         made (an existing database gets its pieces table at its next write)."""
         done = (self._logged or not self._log_table) and self.pieces_table is not None and (
-            self._pieces_logged or not self._log_table)
+            self._pieces_logged or not self._log_table) and self._pieces_in_row
         if self.info is not None and (done or db.read_only):
             return
         with db.write() as conn:
@@ -398,6 +400,7 @@ class PgVectors:
             table = pg_pieces.ensure(conn, self.dim)
             pg_changes.log_pieces_writes(conn, table)
             self._pieces_logged = pg_changes.has_log(conn, table)
+        self._pieces_in_row = True
         self.info = PgTableInfo(self.table, self.dim)
         self.pieces_table = table
 
