@@ -185,7 +185,8 @@ def _usable(content: Any, hashes: tuple[Any, Any], vectors_ok: bool) -> bool:
     """Whether a message's pieces are read (``read``) and estimated (``estimate``): its passage row's vector
     and every piece's are of the table's dimension, its pieces were cut together (one text hash) and from
     the text its passage row holds now."""
-    return bool(vectors_ok) and hashes[0] == hashes[1] and pieces.text_hash(content if isinstance(content, str) else "") == hashes[0]
+    text = content if isinstance(content, str) else ""
+    return bool(vectors_ok) and hashes[0] == hashes[1] and pieces.text_hash(text) == hashes[0]
 
 
 # Each passage row is found by its message id through the vector table's unique (namespace, vector_id)

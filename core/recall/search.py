@@ -307,7 +307,8 @@ def _with_pieces(backend: Any, conn: sa.Connection, out: SearchRun, wide: list[h
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     if len(got) == len(owners):
         vecs = np.concatenate([got[m].vectors for m in owners])
-        whole = np.concatenate([got[m].passage for m in owners]).reshape(len(owners), -1)  # (np.stack's rows, at half its cost)
+        # (np.stack's rows, at half its cost)
+        whole = np.concatenate([got[m].passage for m in owners]).reshape(len(owners), -1)
     else:
         vecs = np.zeros((int(counts.sum()), dim), dtype=np.float32)
         whole = np.zeros((len(owners), dim), dtype=np.float32)
@@ -344,8 +345,8 @@ def _with_pieces(backend: Any, conn: sa.Connection, out: SearchRun, wide: list[h
             return _with_pieces(backend, conn, out, wide, qvec, depth, False)  # (a bound that did not hold)
     if np.isfinite(final).all() or unread:
         order = np.argsort(-final, kind="stable")[:depth].tolist()
-        kept = [r if r.message_id not in got else ranked_of((r[0], r[1], r[2], float(final[i])))
-                for i, r in ((i, wide[i]) for i in order)]
+        kept = [wide[i] if ids[i] not in got else ranked_of((wide[i][0], wide[i][1], wide[i][2], float(final[i])))
+                for i in order]
     else:  # (a sort by NaN has no order numpy and Python agree on: Python's, as before)
         at = dict(zip(owners, best.tolist()))
         scored = [r if (s := at.get(r.message_id)) is None else ranked_of((r[0], r[1], r[2], s)) for r in wide]

@@ -51,9 +51,9 @@ class MessagePieces(NamedTuple):
 
 
 class PieceEstimate(NamedTuple):
-    """A message's best mixed row as a server computed it (``score``), and how far from it the
-    search's own computation (``search._with_pieces``; ``pieces.estimate``) can be: the score lies within ``score ± bound``.
-    ``pieces``: how many pieces the message has (all usable, as ``read_pieces`` would answer them)."""
+    """A message's best mixed row as a server computed it (``score``), and how far from it the search's own
+    computation (``search._with_pieces``) can be (``bound``, ``pieces.bounds``): its score lies within
+    ``score ± bound``. ``pieces``: how many pieces it has (as ``read_pieces`` would answer them)."""
 
     pieces: int
     score: float
