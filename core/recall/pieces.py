@@ -231,7 +231,7 @@ def rows_alone(dim: int) -> bool:
     the other rows hold, for the same shape and the row at the same place: then a search that read only
     some messages' pieces scores them exactly as it would with all of them, by leaving the others' rows
     zero (``search._with_pieces``). (BLAS does not give a row the same bits in a matrix of another shape:
-    on OpenBLAS about 2 % of rows differ by an ulp.) Checked once per dimension on random rows; where it
+    on OpenBLAS 1-3 % of rows differ by an ulp.) Checked once per dimension on random rows; where it
     does not hold, a search reads every re-scored message's pieces."""
     known = _ALONE.get(dim)
     if known is None:
