@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
+import numpy as np
 import sqlalchemy as sa
 
 from core.recall.keyword import KeywordHit, TermStats
 from core.recall.matrix import ScopeVectors
 from core.recall.passages import StoredPassage
-from core.recall.types import DocRow, MessagePieces, PieceRow, VectorRow
+from core.recall.types import DocRow, MessagePieces, PieceEstimate, PieceRow, VectorRow
 from core.recall.vector_table import VectorState
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,6 +68,7 @@ class KeywordBackend(Protocol):
 class VectorBackend(Protocol):
     table: str
     keeps_pieces: bool  # writes and reads pieces (False: a backend without a pieces table; the index embeds none)
+    estimates_pieces: bool  # ``estimate_pieces`` answers (a server that scores pieces where they are stored)
     reads_pieces: bool  # this index's pieces are on (``RecallIndex.pieces``): its scans follow the pieces' writes
     info: Any  # the table's description (``name``, ``has_model_id``...), None when there is no table
 
@@ -117,6 +119,12 @@ class VectorBackend(Protocol):
         500 ids on Postgres). Only messages whose passage row of this model exists and holds the text the
         pieces were cut from (``metadata.content`` hashes to their ``text_hash``): any other message is
         scored by its passage row alone."""
+
+    def estimate_pieces(self, conn: sa.Connection, message_ids: Sequence[str],
+                        qvec: np.ndarray) -> dict[str, PieceEstimate]:
+        """Where ``estimates_pieces``: for each message ``read_pieces`` would answer, its pieces' count and
+        its best mixed row for the unit query ``qvec`` as the server computes it, within a bound of the
+        search's own computation (``PieceEstimate``), without sending a vector; else empty."""
 
     def has_pieces(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> bool:
         """Whether a message of the scope may have pieces of this model (True may be stale, False is

@@ -23,7 +23,7 @@ from core.recall.matrix import ScopeVectors, VectorSet
 from core.recall.schema import ensure_vector_table, quoted, vector_table_name
 from core.storage.catalog import has_table
 from core.recall.tables import IVF_TABLE, STATE_TABLE
-from core.recall.types import MessagePieces, PieceRow
+from core.recall.types import MessagePieces, PieceEstimate, PieceRow
 from core.recall.vector_table import TableInfo, VectorState
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,6 +34,7 @@ MAX_CACHED_SETS = 64
 
 class MatrixVectors:
     keeps_pieces = True  # (``piece_table``)
+    estimates_pieces = False  # (its pieces are read from the file, in process: nothing to spare sending)
 
     def __init__(self, dim: int, model_id: str) -> None:
         self.dim = dim
@@ -207,6 +208,10 @@ class MatrixVectors:
         table, info = self.pieces_table, self.info
         return self._piece_cache.read(conn, message_ids,
                                       lambda ids: piece_table.read(conn, table, info, self.model_id, ids))
+
+    def estimate_pieces(self, conn: sa.Connection, message_ids: Sequence[str],
+                        qvec: np.ndarray) -> dict[str, PieceEstimate]:
+        return {}
 
     def has_pieces(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> bool:
         """Kept per scope while the write counter read by the last ``scope`` stands (no read); else one

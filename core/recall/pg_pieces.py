@@ -9,20 +9,20 @@ before an ``IF NOT EXISTS`` finds there is nothing to do.
 
 Vectors go to the server as one binary ``real[]`` parameter per statement (``Float4s``), cut into rows
 by the statement: pgvector's text form costs ~0.6 ms of client CPU for a 512-dimension vector, and a
-save of a hundred long messages writes several hundred pieces. They come back in pgvector's binary
-form (``vector_send``), in a result sent in binary (a ``bytea`` as hex text is twice the bytes), and
-only those the process does not hold already at the row's version (``VectorCache``): a vector-only
-search reads its best 200 messages' pieces and passages, ~870 vectors (1.8 MB at 512-d) on LoCoMo-length
-messages, and the searches of one conversation keep finding the same messages. The cache keeps each
-message's answer too, reused while the server's rows of it are the ones it was made from.
+save of a hundred long messages writes several hundred pieces.
+
+A vector-only search re-scores its best 200 messages by their pieces: ~880 vectors (1.8 MB at 512-d) on
+LoCoMo-length messages, which cost most of such a search to send. The server scores them instead
+(``estimate``: a row per message, its best mixed row and what bounds the difference from the search's own
+float32 arithmetic), and the search reads (``read``: vectors in pgvector's binary form, in a result sent
+in binary) only the messages that could be among its best, whose exact scores it then computes as it
+would with all of them (``search._with_pieces``): the answers are those of reading every message.
 """
 
 from __future__ import annotations
 
 import struct
-import threading
-from collections import OrderedDict
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import psycopg
@@ -33,8 +33,8 @@ from psycopg.pq import Format
 from core.recall import pieces
 from core.recall.pg_order import text_array
 from core.recall.schema import quoted
-from core.recall.types import MessagePieces, PieceRow
-from core.recall.vector_table import unit_rows
+from core.recall.types import MessagePieces, PieceEstimate, PieceRow
+from core.recall.vector_table import UNIT_TOLERANCE, unit_rows
 from core.storage import catalog
 from core.storage.pg import cursor
 
@@ -96,15 +96,36 @@ def ensure(conn: sa.Connection, dim: int) -> str:
             "span_start INTEGER NOT NULL, span_end INTEGER NOT NULL, text_hash TEXT NOT NULL, thread_id TEXT, "
             f"resource_id TEXT, embedding vector({int(dim)}) NOT NULL, PRIMARY KEY (message_id, model_id, piece))"
         )
-        # Kept in the row (compressed only if that gains, out of line only if the row would not fit a
-        # page): a 512-d vector is just over the size at which Postgres moves a value out of line, and
-        # a search reads a few hundred pieces at a time (1,000 of them out of line: ~3 buffer reads each).
-        conn.exec_driver_sql(f"ALTER TABLE {q} ALTER COLUMN embedding SET STORAGE MAIN")
+    _kept_in_row(conn, table)
     for key in ("thread_id", "resource_id"):
         name = f"{table}_{key}"
         if _missing(conn, name):
             conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {quoted(name)} ON {q} ({key})")
     return table
+
+
+_IN_ROW = ("embedding", "text_hash", "message_id", "model_id", "thread_id", "resource_id")
+
+
+def _kept_in_row(conn: sa.Connection, table: str) -> None:
+    """Every column kept in the row (``STORAGE MAIN``: compressed only if that gains, out of line only if
+    the row would not fit a page), set where it is not (a change of the catalog alone; rows written before
+    keep their layout until rewritten). A 512-d vector is just over the size at which Postgres moves a
+    value out of line, and a search reads a few hundred pieces at a time (1,000 vectors out of line: ~3
+    buffer reads each). With only the vector kept in, the row was still over that size, so Postgres
+    moved the next largest value out instead: every row's ``text_hash`` (24 bytes) sat in the TOAST
+    table, ~3 buffer reads and half of a search's server time to read them (found 2026-12-06)."""
+    plain = not_in_row(conn, table)
+    if plain:
+        conn.exec_driver_sql(f"ALTER TABLE {quoted(table)} "
+                             + ", ".join(f"ALTER COLUMN {c} SET STORAGE MAIN" for c in plain))
+
+
+def not_in_row(conn: sa.Connection, table: str) -> list[str]:
+    """The columns of a pieces table that Postgres may move out of its rows (read only; ``_kept_in_row``)."""
+    return [str(c) for c, s in cursor.rows(
+        conn, "SELECT attname, attstorage FROM pg_attribute WHERE attrelid = CAST(? AS regclass) "
+              "AND attname = ANY(CAST(? AS text[]))", (quoted(table), list(_IN_ROW))) if s != "m"]
 
 
 def exists(conn: sa.Connection, dim: int) -> bool:
@@ -160,175 +181,51 @@ def _floats(sent: Sequence[Any], dim: int) -> tuple[np.ndarray, np.ndarray]:
     return out, ok
 
 
-class Built(NamedTuple):
-    """A message's answer as ``read`` made it, and the rows it was made from: each (piece, span start, span
-    end, text hash or the passage row's text, version); the passage row's piece is -1. Its vectors are
-    those the cache holds of the message (the same arrays)."""
-
-    rows: frozenset[tuple[Any, ...]]
-    answer: MessagePieces
-
-
-# What the cache holds of a message: piece (-1: the passage row) -> (version, unit vector), and its answer
-# as ``read`` last made it (None: none made, e.g. its passage row holds another text).
-Entry = tuple[dict[int, tuple[str, np.ndarray]], Built | None]
+def _usable(content: Any, hashes: tuple[Any, Any], vectors_ok: bool) -> bool:
+    """Whether a message's pieces are read (``read``) and estimated (``estimate``): its passage row's vector
+    and every piece's are of the table's dimension, its pieces were cut together (one text hash) and from
+    the text its passage row holds now."""
+    text = content if isinstance(content, str) else ""
+    return bool(vectors_ok) and hashes[0] == hashes[1] and pieces.text_hash(text) == hashes[0]
 
 
-class VectorCache:
-    """The piece and passage vectors this process read, each with its row's version (``xmin``, which
-    every insert or update of the row changes): a read names the versions it holds, and the server
-    sends only the vectors of rows it does not hold at their version now, so a search that re-scores
-    messages an earlier search read moves their ids and versions, not their vectors. Which version is
-    current is the server's answer in the read's own snapshot, so a write by any process (or a
-    snapshot older than the cache's) never makes an answer stale. Beside a message's vectors, the
-    answer ``read`` made of them (``MessagePieces``, with its pieces' p·v) and the rows it was made from
-    (``Built``): a later read whose rows of that message are the same rows at the same versions, none
-    sent, answers it as it is (no rebuild, no hash of its text). The least recently read messages go
-    first past ``max_bytes``. Thread-safe."""
-
-    def __init__(self, max_bytes: int = 0) -> None:
-        self.max_bytes = max_bytes or CACHE_BYTES
-        self._lock = threading.Lock()
-        self._held: OrderedDict[str, Entry] = OrderedDict()
-        self._bytes = 0
-
-    def held(self, message_ids: Sequence[str]) -> dict[str, Entry]:
-        with self._lock:
-            out = {}
-            for mid in message_ids:
-                found = self._held.get(mid)
-                if found is not None:
-                    self._held.move_to_end(mid)
-                    out[mid] = found
-            return out
-
-    def keep(self, asked: Sequence[str], read: dict[str, Entry]) -> None:
-        """What a read found of the messages it asked for (one it found nothing of is dropped)."""
-        with self._lock:
-            for mid in asked:
-                gone = self._held.pop(mid, None)
-                if gone is not None:
-                    self._bytes -= _size(gone)
-                entry = read.get(mid)
-                if entry is not None and entry[0]:
-                    self._held[mid] = entry
-                    self._bytes += _size(entry)
-            while self._bytes > self.max_bytes and self._held:
-                _, old = self._held.popitem(last=False)
-                self._bytes -= _size(old)
-
-    def status(self) -> dict[str, int]:
-        with self._lock:
-            return {"piece_cache_messages": len(self._held), "piece_cache_bytes": self._bytes}
-
-    def clear(self) -> None:
-        with self._lock:
-            self._held.clear()
-            self._bytes = 0
-
-
-def _size(entry: Entry) -> int:
-    rows, built = entry
-    dots = built.answer.passage_dots if built is not None else None
-    return sum(v.nbytes for _, v in rows.values()) + (dots.nbytes if dots is not None else 0)
-
-
-def _signature(rows: list[tuple[Any, ...]]) -> frozenset[tuple[Any, ...]]:
-    """A message's rows as ``Built.rows`` names them (in any order: piece numbers are unique within a
-    message)."""
-    return frozenset(r[1:6] for r in rows)
-
-
-CACHE_BYTES = 64 * 2**20  # a ``VectorCache``'s vectors at most (10k LoCoMo-length messages at 512-d: ~90 MB)
+# Each passage row is found by its message id through the vector table's unique (namespace, vector_id)
+# index, for the ids that have pieces (a probe of the pieces' primary key each); the lookup is a LATERAL
+# subquery with LIMIT 1 so that it stays a probe: planned as a join, it was a scan of the vector table (22
+# ms at 10k), and as an EXISTS against the pieces, a probe per piece (160 ms for 200 messages of 1,000).
+_PASSAGE = ("CROSS JOIN LATERAL (SELECT metadata->>'content' AS content, {columns} FROM {v} "
+            f"WHERE namespace = '{NAMESPACE}' AND vector_id = d.m AND model_id = ? LIMIT 1) v")
 
 
 def read(conn: sa.Connection, table: str, vector_table: str, dim: int, model_id: str,
-         message_ids: Sequence[str], cache: VectorCache | None = None) -> dict[str, MessagePieces]:
+         message_ids: Sequence[str]) -> dict[str, MessagePieces]:
     """``model_id``'s pieces of these messages with each one's passage vector and text, one statement per
     ``IN_CHUNK`` ids: the pieces' rows, then (``UNION ALL``) each of those messages' passage row once
-    (piece -1), each row's vector only when ``cache`` does not hold it at the row's version. Messages
-    whose passage row is missing, of another model, or holds another text than the pieces were cut
-    from are left out (as on libSQL)."""
+    (piece -1), every vector in pgvector's binary form in a binary result. Messages whose passage row is
+    missing, of another model, or holds another text than the pieces were cut from are left out (as on
+    libSQL). A search reads only the messages its ``estimate`` cannot rule out (``search._with_pieces``)."""
     ids = list(dict.fromkeys(message_ids))
-    rows: list[tuple[Any, ...]] = []
     q, v = quoted(table), quoted(vector_table)
-    # (Each passage row found by its message id through the vector table's unique (namespace, vector_id)
-    # index, for the ids that have pieces (a probe of the pieces' primary key each); the lookup is a
-    # LATERAL subquery with LIMIT 1 so that it stays a probe: planned as a join, it was a scan of the
-    # vector table (22 ms at 10k), and as an EXISTS against the pieces, a probe per piece (160 ms for 200
-    # messages of 1,000). A vector is read, by its row's ctid, only when sent. ``d``: the ids with the
-    # versions the cache holds of their pieces (one transaction writes all of a message's pieces) and
-    # of their passage row; as a table joined by (id, piece, version) it was planned as a nested loop.)
     sql = (
-        "SELECT p.message_id, p.piece, p.span_start, p.span_end, p.text_hash, p.x, "
-        f"CASE WHEN p.x IS DISTINCT FROM d.kx THEN (SELECT vector_send(t.embedding) FROM {q} t WHERE t.ctid = p.ctid) END "
-        f"FROM (SELECT message_id, piece, span_start, span_end, text_hash, xmin::text AS x, ctid FROM {q} "
-        "WHERE model_id = ? AND message_id = ANY(CAST(? AS text[])) OFFSET 0) p "
-        "JOIN unnest(CAST(? AS text[]), CAST(? AS text[])) AS d(m, kx) ON d.m = p.message_id "
-        "UNION ALL SELECT v.vector_id, -1, 0, 0, v.content, v.x, "
-        f"CASE WHEN v.x IS DISTINCT FROM d.kv THEN (SELECT vector_send(t.embedding) FROM {v} t WHERE t.ctid = v.ctid) END "
-        "FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS d(m, kv) "
-        f"CROSS JOIN LATERAL (SELECT vector_id, metadata->>'content' AS content, xmin::text AS x, ctid FROM {v} "
-        f"WHERE namespace = '{NAMESPACE}' AND vector_id = d.m AND model_id = ? LIMIT 1) v "
-        f"WHERE EXISTS (SELECT 1 FROM {q} e WHERE e.message_id = d.m AND e.model_id = ?)"
+        f"SELECT message_id, piece, span_start, span_end, text_hash, vector_send(embedding) FROM {q} "
+        "WHERE model_id = ? AND message_id = ANY(CAST(? AS text[])) "
+        "UNION ALL SELECT d.m, -1, 0, 0, v.content, v.sent FROM unnest(CAST(? AS text[])) AS d(m) "
+        + _PASSAGE.format(columns="vector_send(embedding) AS sent", v=v)
+        + f" WHERE EXISTS (SELECT 1 FROM {q} e WHERE e.message_id = d.m AND e.model_id = ?)"
     )
-    held: dict[str, dict[int, tuple[str, np.ndarray]]] = {}
-    built: dict[str, Built] = {}
+    rows: list[tuple[Any, ...]] = []
     for start in range(0, len(ids), IN_CHUNK):
-        part = ids[start:start + IN_CHUNK]
-        mine = cache.held(part) if cache is not None else {}
-        for mid, (vectors_of, answer_of) in mine.items():
-            held[mid] = vectors_of
-            if answer_of is not None:
-                built[mid] = answer_of
-        kx: list[str | None] = []
-        kv: list[str | None] = []
-        for mid in part:
-            kept = held.get(mid, {})
-            versions = {x for n, (x, _) in kept.items() if n >= 0}
-            kx.append(versions.pop() if len(versions) == 1 else None)
-            kv.append(kept[-1][0] if -1 in kept else None)
-        listed = text_array(part)
-        rows += cursor.rows(conn, sql, (model_id, listed, listed, kx, listed, kv, model_id, model_id), binary=True)
-    # A message whose rows are those its kept answer was made from, at the same versions (so none sent),
-    # is answered by it; the rest are made below.
-    out: dict[str, MessagePieces] = {}
-    read_now: dict[str, Entry] = {}
-    if built:
-        of_built: dict[str, list[tuple[Any, ...]]] = {}
-        for r in rows:
-            if r[0] in built:
-                of_built.setdefault(r[0], []).append(r)
-        for mid, its in of_built.items():
-            before = built[mid]
-            if all(r[6] is None for r in its) and _signature(its) == before.rows:
-                out[mid] = before.answer
-                read_now[mid] = (held[mid], before)
-        if out:
-            rows = [r for r in rows if r[0] not in out]
-    if not rows and not out:
-        if cache is not None:
-            cache.keep(ids, {})
+        listed = text_array(ids[start:start + IN_CHUNK])
+        rows += cursor.rows(conn, sql, (model_id, listed, listed, model_id, model_id), binary=True)
+    if not rows:
         return {}
-    # Every row's vector in one matrix (zero where none: not finite, or not of ``dim``), new ones decoded
-    # together; each message's pieces are then one fancy index of it.
-    fresh = [i for i, r in enumerate(rows) if r[6] is not None]
-    decoded, finite = _floats([rows[i][6] for i in fresh], dim)
-    decoded = unit_rows(decoded)
-    matrix = np.zeros((len(rows), dim), dtype=np.float32)
-    ok = np.zeros(len(rows), dtype=bool)
-    matrix[fresh] = decoded
-    ok[fresh] = finite
-    # (held, at this version; a piece the cache lacks at its message's version leaves the row out)
-    kept_at = [i for i, r in enumerate(rows) if r[6] is None and int(r[1]) in held.get(r[0], {})]
-    if kept_at:
-        matrix[kept_at] = np.stack([held[rows[i][0]][int(rows[i][1])][1] for i in kept_at])
-        ok[kept_at] = True
+    # Every row's vector in one matrix (zero where none: not finite, or not of ``dim``), decoded together;
+    # each message's pieces are then one fancy index of it.
+    matrix, ok = _floats([r[5] for r in rows], dim)
+    matrix = unit_rows(matrix)
     found: dict[str, list[tuple[int, int, int, str, int]]] = {}  # message -> its pieces (..., row)
     passages: dict[str, tuple[int, str]] = {}  # message -> (row, its text)
-    of_message: dict[str, list[int]] = {}  # message -> its rows
-    for i, (mid, piece, a, b, digest, _, _) in enumerate(rows):
-        of_message.setdefault(mid, []).append(i)
+    for i, (mid, piece, a, b, digest, _) in enumerate(rows):
         if piece < 0:
             passages[mid] = (i, digest if isinstance(digest, str) else "")
         else:
@@ -340,45 +237,82 @@ def read(conn: sa.Connection, table: str, vector_table: str, dim: int, model_id:
         if passage is None:
             continue
         at, content = passage
-        if not usable[at] or any(r[3] != pieces_of[0][3] for r in pieces_of) or pieces.text_hash(content) != pieces_of[0][3]:
-            continue
-        pieces_of.sort(key=lambda r: r[0])
-        if all(usable[r[4]] for r in pieces_of):
+        hashes = (min(r[3] for r in pieces_of), max(r[3] for r in pieces_of))
+        if _usable(content, hashes, usable[at] and all(usable[r[4]] for r in pieces_of)):
+            pieces_of.sort(key=lambda r: r[0])
             made.append((mid, at, pieces_of))
+    if not made:
+        return {}
     # The answers' arrays: each message's pieces in one matrix, its passage row once per piece beside them
     # for p·v (one product for all, as ``search._with_pieces`` would compute it stacked: the same bits where
-    # ``pieces.dots_by_row`` holds), each answer's arrays a copy of its slice (kept alone, an answer holds
-    # nothing of the others).
-    if made:
-        picks = [r[4] for _, _, pieces_of in made for r in pieces_of]
-        counts = [len(pieces_of) for _, _, pieces_of in made]
-        vectors = matrix[picks]
-        passage_rows = matrix[[at for _, at, _ in made]]
-        dots = (pieces.passage_dots(vectors, np.repeat(passage_rows, counts, axis=0))
-                if pieces.dots_by_row(dim) else None)
-        start = 0
-        for k, (mid, at, pieces_of) in enumerate(made):
-            end = start + counts[k]
-            arrays = [passage_rows[k].copy(), vectors[start:end].copy(), *([] if dots is None else [dots[start:end].copy()])]
-            for array in arrays:  # (kept and answered again: read-only)
-                array.flags.writeable = False
-            answer = MessagePieces(mid, arrays[0], arrays[1], tuple((r[1], r[2]) for r in pieces_of),
-                                   passages[mid][1], arrays[2] if dots is not None else None)
-            out[mid] = answer
-            # (the cache holds the answer's own arrays: its vectors once)
-            kept = {-1: (rows[at][5], answer.passage)}
-            kept.update((r[0], (rows[r[4]][5], answer.vectors[j])) for j, r in enumerate(pieces_of))
-            read_now[mid] = (kept, Built(_signature([rows[i] for i in of_message[mid]]), answer))
-            start = end
-    for mid, at_rows in of_message.items():  # (what else was read: its vectors, as read)
-        if mid not in read_now:
-            kept = {int(rows[i][1]): (rows[i][5], matrix[i].copy() if rows[i][6] is not None
-                                      else held[mid][int(rows[i][1])][1]) for i in at_rows if usable[i]}
-            if kept:
-                read_now[mid] = (kept, None)
-    if cache is not None:
-        cache.keep(ids, read_now)
+    # ``pieces.dots_by_row`` holds).
+    picks = [r[4] for _, _, pieces_of in made for r in pieces_of]
+    counts = [len(pieces_of) for _, _, pieces_of in made]
+    vectors = matrix[picks]
+    passage_rows = matrix[[at for _, at, _ in made]]
+    dots = (pieces.passage_dots(vectors, np.repeat(passage_rows, counts, axis=0))
+            if pieces.dots_by_row(dim) else None)
+    out: dict[str, MessagePieces] = {}
+    start = 0
+    for k, (mid, at, pieces_of) in enumerate(made):
+        end = start + counts[k]
+        out[mid] = MessagePieces(mid, passage_rows[k], vectors[start:end], tuple((r[1], r[2]) for r in pieces_of),
+                                 passages[mid][1], None if dots is None else dots[start:end])
+        start = end
     return out
+
+
+def _length(x: str) -> str:
+    """A vector's length as the server divides by it (1 when zero: the search leaves a zero row zero)."""
+    return f"COALESCE(NULLIF({x}, 0), 1)"
+
+
+def _off(x: str) -> str:
+    """How far a vector of length ``x`` the search uses as it is (``vector_table.unit_rows``) is off unit
+    length; 0 for one it scales (at the tolerance's edge either may be: counted as used as it is)."""
+    return f"(CASE WHEN abs({x} - 1) <= {UNIT_TOLERANCE * 1.0001!r} THEN abs({x} - 1) ELSE 0 END)"
+
+
+def estimate(conn: sa.Connection, table: str, vector_table: str, dim: int, model_id: str,
+             message_ids: Sequence[str], qvec: np.ndarray) -> dict[str, PieceEstimate]:
+    """Each of these messages' best mixed row for the unit query ``qvec`` as the server computes it
+    (pgvector's float32 sums; ``pieces.estimate`` bounds how far the search's own computation can be),
+    for the messages ``read`` would answer, one statement per ``IN_CHUNK`` ids: a row per message (its
+    passage row's text, its pieces' count and hashes, three numbers), no vector sent. A vector search
+    re-scores ~880 vectors (1.8 MB at 512-d) for its best 200 LoCoMo-length messages, of which it then
+    reads only the few that could be among its best (``pieces.must_read``)."""
+    ids = list(dict.fromkeys(message_ids))
+    q, v = quoted(table), quoted(vector_table)
+    # The passage vector copied once by ``subvector`` (read from its TOAST row at each use otherwise; one
+    # longer than ``dim`` stays longer, so the dimension's check is of the row as stored); each piece's two
+    # dot products and length computed once (``OFFSET 0``: not merged into the aggregates' expressions).
+    pv = f"x.rp / (v.n * {_length('x.n')})"
+    sql = (
+        "SELECT d.m, v.content, g.n, g.h1, g.h2, COALESCE(vector_dims(v.e) = ?, false) AND g.ok, "
+        "g.best, g.least, greatest(v.off, g.off) "
+        "FROM (SELECT CAST(CAST(? AS real[]) AS vector) AS q) k, unnest(CAST(? AS text[])) AS d(m) "
+        "CROSS JOIN LATERAL (SELECT content, e, " + _length("n") + " AS n, " + _off("n") + " AS off, "
+        "-(e <#> k.q) / " + _length("n") + " AS qp FROM (SELECT content, e, vector_norm(e) AS n FROM (SELECT "
+        f"metadata->>'content' AS content, subvector(embedding, 1, {int(dim) + 1}) AS e FROM {v} "
+        f"WHERE namespace = '{NAMESPACE}' AND vector_id = d.m AND model_id = ? LIMIT 1) v0) v1) v "
+        "CROSS JOIN LATERAL (SELECT count(*) AS n, min(x.text_hash) AS h1, max(x.text_hash) AS h2, "
+        f"bool_and(x.dims = ?) AS ok, max((v.qp + x.rq / {_length('x.n')}) / sqrt(greatest(2 + 2 * {pv}, 1e-300))) "
+        f"AS best, min(2 + 2 * {pv}) AS least, max({_off('x.n')}) AS off "
+        "FROM (SELECT p.text_hash, vector_dims(p.embedding) AS dims, -(p.embedding <#> k.q) AS rq, "
+        f"-(p.embedding <#> v.e) AS rp, vector_norm(p.embedding) AS n FROM {q} p "
+        "WHERE p.message_id = d.m AND p.model_id = ? OFFSET 0) x) g "
+        "WHERE g.n > 0"
+    )
+    _registered(conn)
+    query = Float4s(qvec)
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(ids), IN_CHUNK):
+        rows += [r for r in cursor.rows(conn, sql, (dim, query, text_array(ids[start:start + IN_CHUNK]), model_id, dim,
+                                                    model_id)) if _usable(r[1], (r[3], r[4]), r[5])]
+    numbers = np.array([r[6:9] for r in rows], dtype=np.float64).reshape(-1, 3)  # (None: NaN)
+    bound = pieces.bounds(dim, numbers[:, 0], numbers[:, 1], numbers[:, 2])
+    return {r[0]: PieceEstimate(int(r[2]), s if b < np.inf else 0.0, b)  # (no score: any, with no bound)
+            for r, s, b in zip(rows, numbers[:, 0].tolist(), bound.tolist())}
 
 
 def hashes(conn: sa.Connection, table: str, model_id: str, message_ids: Sequence[str]) -> dict[str, str]:

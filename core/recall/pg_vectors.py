@@ -26,7 +26,7 @@ from core.recall.matrix import ScopeVectors, SkipCounts
 from core.recall.pg_order import text_array
 from core.recall.pg_vector_cache import PgVectorCache
 from core.recall.schema import DOCS_TABLE, quoted, vector_table_name
-from core.recall.types import MessagePieces, PieceRow
+from core.recall.types import MessagePieces, PieceEstimate, PieceRow
 from core.recall.vector_table import VectorState
 from core.storage import catalog
 from core.storage.pg import cursor
@@ -348,6 +348,7 @@ class PgVectors:
     scope found without pieces is not looked at again until a pieces write is told."""
 
     keeps_pieces = True  # (``pg_pieces``)
+    estimates_pieces = True  # (the server scores the pieces: ``pg_pieces.estimate``)
 
     def __init__(self, dim: int, model_id: str) -> None:
         self.dim = dim
@@ -360,11 +361,11 @@ class PgVectors:
         self._logged = False  # this table's writes go into it
         self.pieces_table: str | None = None  # the pieces table (``pg_pieces``), once found or made
         self._pieces_logged = False  # its writes go into the change log
+        self._pieces_in_row = False  # its columns are kept in the row (``pg_pieces.not_in_row``)
         self.reads_pieces = False  # (set by the index: whether its searches read pieces)
         self._piece_lock = threading.Lock()
         self._piece_scopes: dict[tuple[str | None, str | None], bool] = {}  # scope -> has pieces
         self._pieces_moved: _Moved | None = None  # the log's listener for the pieces table
-        self._piece_vectors = pg_pieces.VectorCache()  # vectors ``read_pieces`` read, by row version
 
     def open(self, db: "Database") -> None:
         self._db = db
@@ -374,6 +375,7 @@ class PgVectors:
             self._logged = exists and self._log_table and pg_changes.has_log(conn, self.table)
             found = pg_pieces.exists(conn, self.dim)
             self._pieces_logged = found and self._log_table and pg_changes.has_log(conn, pieces.table_name(self.dim))
+            self._pieces_in_row = found and not pg_pieces.not_in_row(conn, pieces.table_name(self.dim))
         self.info = PgTableInfo(self.table, self.dim) if exists else None
         self.pieces_table = pieces.table_name(self.dim) if found else None
         if self._cache is None:
@@ -385,7 +387,7 @@ class PgVectors:
         """The vector table and the pieces table, each with its writes logged; only what is missing is
         made (an existing database gets its pieces table at its next write)."""
         done = (self._logged or not self._log_table) and self.pieces_table is not None and (
-            self._pieces_logged or not self._log_table)
+            self._pieces_logged or not self._log_table) and self._pieces_in_row
         if self.info is not None and (done or db.read_only):
             return
         with db.write() as conn:
@@ -398,6 +400,7 @@ class PgVectors:
             table = pg_pieces.ensure(conn, self.dim)
             pg_changes.log_pieces_writes(conn, table)
             self._pieces_logged = pg_changes.has_log(conn, table)
+        self._pieces_in_row = True
         self.info = PgTableInfo(self.table, self.dim)
         self.pieces_table = table
 
@@ -421,8 +424,13 @@ class PgVectors:
     def read_pieces(self, conn: sa.Connection, message_ids: Sequence[str]) -> dict[str, MessagePieces]:
         if self.pieces_table is None or self.info is None or not message_ids:
             return {}
-        return pg_pieces.read(conn, self.pieces_table, self.table, self.dim, self.model_id, message_ids,
-                              self._piece_vectors)
+        return pg_pieces.read(conn, self.pieces_table, self.table, self.dim, self.model_id, message_ids)
+
+    def estimate_pieces(self, conn: sa.Connection, message_ids: Sequence[str],
+                        qvec: np.ndarray) -> dict[str, PieceEstimate]:
+        if self.pieces_table is None or self.info is None or not message_ids:
+            return {}
+        return pg_pieces.estimate(conn, self.pieces_table, self.table, self.dim, self.model_id, message_ids, qvec)
 
     def has_pieces(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> bool:
         """Kept per scope until the change log tells a write of the pieces table (no read); a database
@@ -497,13 +505,11 @@ class PgVectors:
         return []
 
     def status(self) -> dict[str, Any]:
-        return {"backend": "pgvector", **(self._cache.status() if self._cache is not None else {}),
-                **self._piece_vectors.status()}
+        return {"backend": "pgvector", **(self._cache.status() if self._cache is not None else {})}
 
     def close(self) -> None:
         if self._cache is not None:
             self._cache.close()
-        self._piece_vectors.clear()
 
     @staticmethod
     def delete_thread_everywhere(conn: sa.Connection, thread_id: str) -> None:

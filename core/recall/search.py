@@ -14,6 +14,7 @@ batched read of the candidates' rows (thread order and ``createdAt``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
@@ -30,7 +31,7 @@ from core.recall import order_cache
 from core.recall.order_cache import OrderCache
 from core.recall.text import (LABEL_CHARS, MAX_QUERY_TERMS, SpeakerMatcher, query_dates, query_text,
                                speaker_label)
-from core.recall.types import MIGRATE_HINT, MODES, Mode, SearchHit, SearchResult, ranked_of
+from core.recall.types import MIGRATE_HINT, MODES, MessagePieces, Mode, PieceEstimate, SearchHit, SearchResult, ranked_of
 from core.recall.schema import text_of_raw
 from core.storage import dialect
 from core.timeutil import to_iso
@@ -266,43 +267,85 @@ def run(
 
 
 def _with_pieces(backend: Any, conn: sa.Connection, out: SearchRun, wide: list[hybrid.Ranked], qvec: np.ndarray,
-                 depth: int) -> list[hybrid.Ranked]:
+                 depth: int, estimate: bool = True) -> list[hybrid.Ranked]:
     """Vector mode: the scan's best messages (``wide``) re-scored, each with pieces by its best mixed row
     (``pieces.mixed_scores``: the cosine of ``unit(passage + piece)``), each without by its passage cosine;
     sorted (ties in the scan's order) and cut to ``depth``. One read of their pieces; the scores of every
-    piece in a few array operations."""
+    piece in a few array operations.
+
+    Where the backend scores pieces where they are stored (``estimates_pieces``: Postgres), it first gives
+    each message's score within a bound, and only the messages that could be among the best ``depth`` are
+    read (``pieces.must_read``); the others' rows stay zero in the same matrices (``pieces.rows_alone``: a
+    row's bits do not depend on the other rows), so each message read scores to the bit as it would with
+    all of them read, and the answer is the same."""
     ids = [r.message_id for r in wide]
-    got = backend.read_pieces(conn, ids) if ids else {}
     out.rescored = ids
-    if not got:
+    if not ids:
         return wide[:depth]
     q = np.asarray(qvec, dtype=np.float32)
     norm = float(np.linalg.norm(q))
     q = q / norm if norm > 0 else q
-    entries = [got.get(mid) for mid in ids]
-    has = np.fromiter((e is not None for e in entries), dtype=bool, count=len(ids))
-    held = [e for e in entries if e is not None]
-    owners = [e.message_id for e in held]
-    counts = np.fromiter((len(e.spans) for e in held), dtype=np.int64, count=len(held))
-    vecs = np.concatenate([e.vectors for e in held])
-    whole = np.concatenate([e.passage for e in held]).reshape(len(held), -1)  # (np.stack's rows, at half its cost)
-    of = np.repeat(np.arange(len(held)), counts)
+    dim = len(q)
+    estimates: dict[str, PieceEstimate] = {}
+    got: dict[str, MessagePieces] = {}
+    if (estimate and backend.estimates_pieces and depth < len(wide) and len(set(ids)) == len(ids)
+            and all(math.isfinite(r.score) for r in wide) and pieces.rows_alone(dim)):
+        estimates = backend.estimate_pieces(conn, ids, q)
+        chosen = [ids[i] for i in pieces.must_read([r.score for r in wide], [estimates.get(m) for m in ids], depth)]
+        got = backend.read_pieces(conn, chosen) if chosen else {}
+        if got.keys() != set(chosen) or any(len(got[m].spans) != estimates[m].pieces for m in chosen):
+            return _with_pieces(backend, conn, out, wide, qvec, depth, False)  # (changed between the reads)
+    else:
+        got = backend.read_pieces(conn, ids)
+    if not got and not estimates:
+        return wide[:depth]
+    # The messages with pieces in the scan's order, each read (``got``) or only estimated (its rows zero).
+    held = [(i, m) for i, m in enumerate(ids) if m in got or m in estimates]
+    owners = [m for _, m in held]
+    counts = np.fromiter((len(got[m].spans) if m in got else estimates[m].pieces for m in owners),
+                         dtype=np.int64, count=len(owners))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    if len(got) == len(owners):
+        vecs = np.concatenate([got[m].vectors for m in owners])
+        # (np.stack's rows, at half its cost)
+        whole = np.concatenate([got[m].passage for m in owners]).reshape(len(owners), -1)
+    else:
+        vecs = np.zeros((int(counts.sum()), dim), dtype=np.float32)
+        whole = np.zeros((len(owners), dim), dtype=np.float32)
+        for k, m in enumerate(owners):
+            if m in got:
+                vecs[starts[k]:starts[k] + counts[k]] = got[m].vectors
+                whole[k] = got[m].passage
+    of = np.repeat(np.arange(len(owners)), counts)
     # ``pieces.mixed_scores`` of every piece at once, p its message's passage (q.p and q.v in float32, as the
     # scan's; p.v, the sums and the division in float64). p.v as the read computed it when it did
     # (``MessagePieces.passage_dots``: the same bits, ``pieces.dots_by_row``), else here.
-    dots = [e.passage_dots for e in held]
-    p_v = (np.concatenate(dots) if all(d is not None for d in dots)
-           else pieces.passage_dots(vecs, whole[of]))
+    if len(got) == len(owners) and all(got[m].passage_dots is not None for m in owners):
+        p_v = np.concatenate([got[m].passage_dots for m in owners])
+    elif all(e.passage_dots is not None for e in got.values()):
+        p_v = np.zeros(len(vecs), dtype=np.float64)
+        for k, m in enumerate(owners):
+            if m in got:
+                p_v[starts[k]:starts[k] + counts[k]] = got[m].passage_dots
+    else:
+        p_v = pieces.passage_dots(vecs, whole[of])
     scores = pieces.mixed_scores((whole @ q)[of], vecs @ q, p_v)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     best = np.maximum.reduceat(scores, starts)
     # Every message's score (the scan's cosine, or its best mixed row), sorted stably (equal scores keep the
-    # scan's order), as a Python sort by -score would; only the answered messages are made anew.
+    # scan's order), as a Python sort by -score would; only the answered messages are made anew. A message
+    # only estimated is under the ``depth``-th score by its bound (``pieces.must_read``): it goes last.
     final = np.fromiter((r.score for r in wide), dtype=np.float64, count=len(wide))
-    final[has] = best
-    if np.isfinite(final).all():
+    final[[i for i, _ in held]] = best
+    unread = [i for i, m in held if m not in got]
+    if unread:
+        final[unread] = -np.inf
+        real = np.delete(final, unread)
+        highest = max(estimates[ids[i]].score + estimates[ids[i]].bound for i in unread)
+        if not (np.isfinite(real).all() and len(real) >= depth and np.sort(real)[-depth] > highest):
+            return _with_pieces(backend, conn, out, wide, qvec, depth, False)  # (a bound that did not hold)
+    if np.isfinite(final).all() or unread:
         order = np.argsort(-final, kind="stable")[:depth].tolist()
-        kept = [wide[i] if not has[i] else ranked_of((wide[i][0], wide[i][1], wide[i][2], float(final[i])))
+        kept = [wide[i] if ids[i] not in got else ranked_of((wide[i][0], wide[i][1], wide[i][2], float(final[i])))
                 for i in order]
     else:  # (a sort by NaN has no order numpy and Python agree on: Python's, as before)
         at = dict(zip(owners, best.tolist()))
@@ -311,13 +354,13 @@ def _with_pieces(backend: Any, conn: sa.Connection, out: SearchRun, wide: list[h
         kept = scored[:depth]
     place = dict(zip(owners, range(len(owners))))
     for r in kept:  # which piece won, for the messages answered (the playground names it)
-        i = place.get(r.message_id)
-        if i is None:
+        w = place.get(r.message_id)
+        if w is None:
             continue
-        j = int(np.argmax(scores[starts[i]:starts[i] + counts[i]]))
+        j = int(np.argmax(scores[starts[w]:starts[w] + counts[w]]))
         found = got[r.message_id]
         a, b = found.spans[j]
-        out.by_piece[r.message_id] = (pieces.Best(float(best[i]), j, int(counts[i])),
+        out.by_piece[r.message_id] = (pieces.Best(float(best[w]), j, int(counts[w])),
                                       pieces.label_of(found.content) + found.content[a:b])
     return kept
 

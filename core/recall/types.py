@@ -50,6 +50,16 @@ class MessagePieces(NamedTuple):
     passage_dots: np.ndarray | None = None
 
 
+class PieceEstimate(NamedTuple):
+    """A message's best mixed row as a server computed it (``score``), and how far from it the search's own
+    computation (``search._with_pieces``) can be (``bound``, ``pieces.bounds``): its score lies within
+    ``score ± bound``. ``pieces``: how many pieces it has (as ``read_pieces`` would answer them)."""
+
+    pieces: int
+    score: float
+    bound: float
+
+
 class Ranked(NamedTuple):
     """One candidate of one ranking (vector: cosine; keyword: -BM25, higher is better), best first in its
     list. A named tuple, not a frozen dataclass: a hybrid search builds about a hundred of these, and a

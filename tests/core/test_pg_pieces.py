@@ -11,7 +11,7 @@ import pytest
 
 from core import open_store
 from core.embedding import HashingEmbedder
-from core.recall import RecallIndex, pieces
+from core.recall import RecallIndex, pieces, search
 from core.recall.pg_vectors import PgVectors
 from core.recall.types import PieceRow
 
@@ -147,64 +147,11 @@ def three_pieces_each(store, vectors, rng, ids) -> None:
                                                          [unit(rng.normal(size=DIM)) for _ in range(3)]))
 
 
-def test_vectors_read_before_are_not_sent_again_and_a_rewrite_by_another_process_is_read(pg, pg_url, monkeypatch):
-    from core.recall import pg_pieces
-
+def test_a_rewrite_by_another_process_or_by_a_programs_own_sql_is_read_as_it_is_now(pg, pg_url):
+    """Nothing of a read is kept: each answers the rows as they are, as a process that read nothing before."""
     store, vectors = pg
     rng = np.random.default_rng(5)
     ids = [f"m{i}" for i in range(4)]
-    three_pieces_each(store, vectors, rng, ids)
-    sent: list[int] = []
-    decode = pg_pieces._floats
-    monkeypatch.setattr(pg_pieces, "_floats", lambda rows, dim: (sent.append(len(rows)), decode(rows, dim))[1])
-    with store.db.read() as conn:
-        first = vectors.read_pieces(conn, ids)
-    with store.db.read() as conn:
-        again = vectors.read_pieces(conn, ids)
-    assert sent == [4 * 4, 0]  # (each message's 3 pieces and passage, then nothing)
-    assert all(np.array_equal(first[m].vectors, again[m].vectors) and np.array_equal(first[m].passage, again[m].passage)
-               for m in ids)
-    # another process rewrites one message's pieces and another's passage row: both are read anew
-    other = open_store(pg_url)
-    writer = PgVectors(DIM, MODEL)
-    writer.open(other.db)
-    new_pieces = [unit(rng.normal(size=DIM)) for _ in range(2)]
-    new_passage = unit(rng.normal(size=DIM))
-    with other.db.write() as conn:
-        writer.write_pieces(conn, ["m1"], piece_rows("m1", "t1", "u", "text m1", new_pieces))
-        writer.upsert(conn, [passage_row("m2", "t1", "u", "text m2", new_passage)])
-    writer.close()
-    other.close()
-    with store.db.read() as conn:
-        now = vectors.read_pieces(conn, ids)
-    assert sent[2] == 2 + 1  # m1's two new pieces, m2's new passage row
-    assert np.array_equal(now["m1"].vectors, np.stack(new_pieces)) and len(now["m1"].spans) == 2
-    assert np.array_equal(now["m2"].passage, new_passage) and np.array_equal(now["m2"].vectors, first["m2"].vectors)
-    assert np.array_equal(now["m0"].vectors, first["m0"].vectors)
-    # pieces gone (forget): nothing, and nothing kept of them
-    with store.db.write() as conn:
-        vectors.delete_pieces(conn, "resource_id", ["u"])
-    with store.db.read() as conn:
-        assert vectors.read_pieces(conn, ids) == {}
-    assert vectors.status()["piece_cache_messages"] == 0
-
-def _same(a, b) -> bool:
-    """Two ``read_pieces`` answers equal field by field, the vectors and p·v to the bit."""
-    return a.keys() == b.keys() and all(
-        a[m].content == b[m].content and a[m].spans == b[m].spans and np.array_equal(a[m].passage, b[m].passage)
-        and np.array_equal(a[m].vectors, b[m].vectors)
-        and (a[m].passage_dots is None) == (b[m].passage_dots is None)
-        and (a[m].passage_dots is None or np.array_equal(a[m].passage_dots, b[m].passage_dots)) for m in a)
-
-
-def test_a_kept_answer_is_reused_only_while_its_rows_are_the_same_and_equals_a_fresh_read(pg, pg_url):
-    """The process keeps each message's answer with the rows it was made from; a read whose rows are those
-    (none sent) answers with it, and one whose rows differ without any vector being sent (a piece row
-    deleted by a program's own SQL: the others keep their version) makes it anew. Every answer equals
-    that of a process that holds nothing, p·v included (as the search would compute it stacked)."""
-    store, vectors = pg
-    rng = np.random.default_rng(9)
-    ids = [f"m{i}" for i in range(3)]
     three_pieces_each(store, vectors, rng, ids)
 
     def fresh():
@@ -220,20 +167,175 @@ def test_a_kept_answer_is_reused_only_while_its_rows_are_the_same_and_equals_a_f
 
     with store.db.read() as conn:
         first = vectors.read_pieces(conn, ids)
-        again = vectors.read_pieces(conn, ids)
-    assert all(again[m] is first[m] for m in ids)  # (the kept answers themselves)
-    assert _same(again, fresh())
-    if pieces.dots_by_row(DIM):
+    assert _same(first, fresh())
+    if pieces.dots_by_row(DIM):  # (p·v as the search computes it stacked)
         held = [first[m] for m in ids]
         stacked = pieces.passage_dots(np.concatenate([e.vectors for e in held]),
                                       np.concatenate([np.repeat(e.passage[None], len(e.spans), 0) for e in held]))
         assert np.array_equal(np.concatenate([e.passage_dots for e in held]), stacked)
+    # another process rewrites one message's pieces and another's passage row
+    other = open_store(pg_url)
+    writer = PgVectors(DIM, MODEL)
+    writer.open(other.db)
+    new_pieces = [unit(rng.normal(size=DIM)) for _ in range(2)]
+    new_passage = unit(rng.normal(size=DIM))
+    with other.db.write() as conn:
+        writer.write_pieces(conn, ["m1"], piece_rows("m1", "t1", "u", "text m1", new_pieces))
+        writer.upsert(conn, [passage_row("m2", "t1", "u", "text m2", new_passage)])
+    writer.close()
+    other.close()
+    with store.db.read() as conn:
+        now = vectors.read_pieces(conn, ids)
+    assert np.array_equal(now["m1"].vectors, np.stack(new_pieces)) and len(now["m1"].spans) == 2
+    assert np.array_equal(now["m2"].passage, new_passage) and np.array_equal(now["m2"].vectors, first["m2"].vectors)
+    assert np.array_equal(now["m0"].vectors, first["m0"].vectors) and _same(now, fresh())
+    # a piece row deleted by a program's own SQL
     with store.db.write() as conn:
         conn.exec_driver_sql(f'DELETE FROM "{pieces.table_name(DIM)}" WHERE message_id = ? AND piece = 1', ("m0",))
     with store.db.read() as conn:
         now = vectors.read_pieces(conn, ids)
     assert now["m0"].spans == ((0, 1), (2, 3)) and np.array_equal(now["m0"].vectors, first["m0"].vectors[[0, 2]])
-    assert now["m1"] is first["m1"] and _same(now, fresh())
+    assert _same(now, fresh())
+    # pieces gone (forget): nothing
+    with store.db.write() as conn:
+        vectors.delete_pieces(conn, "resource_id", ["u"])
+    with store.db.read() as conn:
+        assert vectors.read_pieces(conn, ids) == {} and vectors.estimate_pieces(conn, ids, unit(rng.normal(size=DIM))) == {}
+
+
+def _same(a, b) -> bool:
+    """Two ``read_pieces`` answers equal field by field, the vectors and p·v to the bit."""
+    return a.keys() == b.keys() and all(
+        a[m].content == b[m].content and a[m].spans == b[m].spans and np.array_equal(a[m].passage, b[m].passage)
+        and np.array_equal(a[m].vectors, b[m].vectors)
+        and (a[m].passage_dots is None) == (b[m].passage_dots is None)
+        and (a[m].passage_dots is None or np.array_equal(a[m].passage_dots, b[m].passage_dots)) for m in a)
+
+
+def _exact_best(found, q: np.ndarray) -> float:
+    """A message's best mixed row as ``search._with_pieces`` computes it (q.p, q.v in float32; p.v in float64)."""
+    q_v = found.vectors @ q
+    p_v = pieces.passage_dots(found.vectors, np.repeat(found.passage[None], len(found.spans), 0))
+    return float(pieces.mixed_scores(np.float32(found.passage @ q), q_v, p_v).max())
+
+
+@pytest.mark.parametrize("dim", [8, 384])
+def test_the_servers_estimates_bound_the_searchs_own_scores_and_name_the_messages_read_would_answer(pg, dim):
+    """``estimate_pieces`` answers the messages ``read_pieces`` answers (not one whose pieces are stale, of
+    another model, or without a passage row), with their pieces' count, and each exact score (as the search
+    computes it) lies within the estimate's bound: vectors of unit length, slightly off it (the search uses
+    them as they are), far off it (scaled), a zero piece, and a piece almost opposite its passage (no bound)."""
+    store, _ = pg
+    vectors = PgVectors(dim, MODEL)
+    vectors.open(store.db)
+    vectors.ensure(store.db)
+    rng = np.random.default_rng(dim)
+    ids = []
+    with store.db.write() as conn:
+        for i in range(60):
+            mid = f"m{i}"
+            ids.append(mid)
+            p = unit(rng.normal(size=dim))
+            vs = [unit(rng.normal(size=dim) + 2 * p) for _ in range(int(rng.integers(1, 6)))]
+            if i % 5 == 1:  # (within ``unit_rows``' tolerance: used as stored)
+                p = (p * np.float32(1 + 5e-5)).astype(np.float32)
+                vs = [(v * np.float32(1 - 8e-5)).astype(np.float32) for v in vs]
+            if i % 5 == 2:  # (far off: scaled by the search, divided by the server)
+                p = (p * np.float32(3.5)).astype(np.float32)
+                vs = [(v * np.float32(0.25)).astype(np.float32) for v in vs]
+            if i == 3:
+                vs.append(np.zeros(dim, dtype=np.float32))
+            if i == 4:
+                vs.append((-p + np.float32(1e-3) * unit(rng.normal(size=dim))).astype(np.float32))
+            text = f"text {mid}"
+            vectors.upsert(conn, [passage_row(mid, "t1", "u", text, p)])
+            vectors.write_pieces(conn, [mid], piece_rows(mid, "t1", "u", "an older text" if i == 7 else text, vs))
+        vectors.write_pieces(conn, ["alone"], piece_rows("alone", "t1", "u", "x", [unit(rng.normal(size=dim))] * 2))
+    for _ in range(5):
+        q = unit(rng.normal(size=dim))
+        with store.db.read() as conn:
+            got = vectors.read_pieces(conn, [*ids, "alone"])
+            estimates = vectors.estimate_pieces(conn, [*ids, "alone"], q)
+        assert set(estimates) == set(got) == set(ids) - {"m7"}
+        for mid, found in got.items():
+            e = estimates[mid]
+            assert e.pieces == len(found.spans)
+            assert abs(_exact_best(found, q) - e.score) <= e.bound, (mid, e)
+        assert estimates["m4"].bound == float("inf")  # (a piece almost opposite its passage)
+        assert max(e.bound for m, e in estimates.items() if m != "m4") < 1e-3
+    vectors.close()
+
+
+def test_which_messages_a_search_must_read_by_their_bounds():
+    est = pieces.PieceEstimate
+    scan = [0.9, 0.8, 0.7, 0.6, 0.5]
+    # no pieces: scored by the scan (exact); the rest by their estimates' bounds
+    estimates = [None, est(2, 0.85, 0.01), est(3, 0.75, 0.01), est(1, 0.5, 0.01), est(2, 0.79, float("inf"))]
+    assert pieces.must_read(scan, estimates, 2) == [1, 4]  # (the 2nd best lower bound .84: m2's .76 is under)
+    assert pieces.must_read(scan, estimates, 3) == [1, 2, 4]
+    assert pieces.must_read(scan, estimates, 5) == [1, 2, 3, 4]  # (every message answered: all read)
+    assert pieces.must_read(scan, estimates, 0) == []
+    tie = [None, est(1, 0.85, 0.0), est(1, 0.9, 0.0)]  # (an upper bound equal to the cut: read, it may tie)
+    assert pieces.must_read([0.9, 0.1, 0.1], tie, 1) == [2]
+    assert pieces.must_read([0.9, 0.1, 0.1], [None, None, est(1, 0.5, 0.1)], 1) == []
+    one = lambda score, least, off: float(pieces.bounds(512, np.array([score]), np.array([least]), np.array([off]))[0])  # noqa: E731
+    assert one(0.5, 2.0, 1e-7) < 3e-4
+    assert one(0.5, 2.0, 1e-4) > one(0.5, 2.0, 0.0) + 1e-4  # (a vector the search uses unscaled)
+    assert one(0.5, 0.01, 1e-7) == float("inf")  # (p·v near -1)
+    assert one(float("nan"), 2.0, 1e-7) == one(0.5, float("nan"), 0.0) == one(0.5, 2.0, float("nan")) == float("inf")
+
+
+def test_a_zero_padded_product_gives_each_row_the_bits_of_the_whole_one():
+    assert pieces.rows_alone(256) in (True, False)  # (checked once; where it fails, searches read everything)
+    rng = np.random.default_rng(3)
+    full = rng.standard_normal((883, 512), dtype=np.float32)
+    q = rng.standard_normal(512, dtype=np.float32)
+    some = rng.random(883) < 0.05
+    padded = np.zeros_like(full)
+    padded[some] = full[some]
+    assert np.array_equal((padded @ q)[some], (full @ q)[some]) == pieces.rows_alone(512)
+
+
+def test_piece_rows_are_kept_whole_in_the_row_also_in_a_table_made_before(pg_url):
+    """A 512-d piece row is over the size at which Postgres moves a value out of line: every column is
+    kept in the row (its ``text_hash`` had been moved to the TOAST table, read at ~3 buffers a piece)."""
+    store = open_store(pg_url)
+    vectors = PgVectors(512, MODEL)
+    vectors.open(store.db)
+    vectors.ensure(store.db)
+    table = pieces.table_name(512)
+    rng = np.random.default_rng(6)
+
+    def out_of_line() -> int:
+        with store.db.read() as conn:
+            return conn.exec_driver_sql(f'SELECT count(pg_column_toast_chunk_id(text_hash)) + '
+                                        f'count(pg_column_toast_chunk_id(embedding)) FROM "{table}"').scalar()
+
+    def storage() -> set[str]:
+        with store.db.read() as conn:
+            return {r[0] for r in conn.exec_driver_sql(
+                "SELECT attstorage FROM pg_attribute WHERE attrelid = CAST(? AS regclass) AND attnum > 0 "
+                "AND atttypid IN (CAST('text' AS regtype), CAST('vector' AS regtype))", (f'"{table}"',))}
+
+    try:
+        with store.db.write() as conn:
+            vectors.write_pieces(conn, ["m"], piece_rows("m", "t1", "u", "text", [unit(rng.normal(size=512))] * 3))
+        assert out_of_line() == 0 and storage() == {"m"}
+        with store.db.write() as conn:  # (a table of before: its text columns as Postgres makes them)
+            conn.exec_driver_sql(f'ALTER TABLE "{table}" ALTER COLUMN text_hash SET STORAGE EXTENDED')
+            vectors.write_pieces(conn, ["m"], piece_rows("m", "t1", "u", "text", [unit(rng.normal(size=512))] * 3))
+        assert out_of_line() == 3 and storage() == {"m", "x"}
+        later = PgVectors(512, MODEL)  # (a writer of today opening that database: its ensure sets them)
+        later.open(store.db)
+        later.ensure(store.db)
+        later.close()
+        assert storage() == {"m"}
+        with store.db.write() as conn:
+            vectors.write_pieces(conn, ["m"], piece_rows("m", "t1", "u", "text", [unit(rng.normal(size=512))] * 3))
+        assert out_of_line() == 0
+    finally:
+        vectors.close()
+        store.close()
 
 
 def _statements(store):
@@ -393,6 +495,51 @@ def test_the_same_order_as_libsql_for_the_same_messages(both):
         assert [h.message_id for h in pg_plain] == [h.message_id for h in lib_plain]
         moved += [h.message_id for h in pg] != [h.message_id for h in pg_plain]
     assert moved >= 6  # (pieces changed most lists: the comparison is of the pieces' ranking)
+
+
+def test_a_search_reads_only_the_messages_that_could_be_among_its_best_and_answers_as_reading_all(pg_url):
+    """Vector mode on Postgres reads the pieces of only the messages the server's estimates cannot rule out,
+    and answers exactly (ids, scores to the bit, the winning piece) what reading every re-scored message
+    answers, ties at the cut included (two threads hold the same messages: equal scores, the scan's order)."""
+    store = open_store(pg_url)
+    try:
+        index = with_pieces(store)
+        texts = conversation(70, seed=11)
+        msgs = seed(store, texts) + seed(store, texts[:20], thread="t2")
+        assert index.index_messages(msgs).ok
+        backend = index.vectors
+        asked: list[int] = []
+        read = backend.read_pieces
+
+        def counted(conn, ids):
+            asked.append(len(ids))
+            return read(conn, ids)
+
+        backend.read_pieces = counted  # (an instance attribute: what this index's searches call)
+        queries = (*_TOPICS, "my sister loved the marathon", "we planned our camping trip", "Caroline: pottery")
+        reads: list[int] = []
+        ties = 0
+        for top_k in (1, 3, 10, 40):
+            for query in queries:
+                asked.clear()
+                found = search.run(index, query, resource_id="u", thread_id=None, top_k=top_k, mode="vector")
+                partial = asked[:]
+                backend.estimates_pieces = False  # (every re-scored message read: the reference)
+                try:
+                    asked.clear()
+                    whole = search.run(index, query, resource_id="u", thread_id=None, top_k=top_k, mode="vector")
+                finally:
+                    del backend.estimates_pieces
+                assert found.vector == whole.vector and len(found.vector) == top_k  # (ids and scores, to the bit)
+                assert found.by_piece == whole.by_piece and found.by_piece  # (which piece won, and its text)
+                assert len(partial) == 1 and asked == [90]  # (all 90 messages re-scored, one read each)
+                assert partial[0] < 90 if top_k < 40 else partial[0] <= 90
+                reads.append(partial[0])
+                ties += len({r.score for r in found.vector}) < len(found.vector)
+        assert backend.estimates_pieces is True
+        assert ties >= 10 and np.median(reads) < 30  # (answers with equal scores; most searches read few)
+    finally:
+        store.close()
 
 
 def test_hybrid_answers_on_postgres_do_not_change_with_pieces(pg_url, pg_server):

@@ -483,6 +483,8 @@ def test_the_dots_a_read_keeps_are_the_stacked_ones_to_the_bit_and_answer_the_sa
         assert np.array_equal(stacked, np.concatenate([read[m].passage_dots for m in chosen]))
 
     class Reads:  # a backend answering what the table holds, with or without the dots
+        estimates_pieces = False  # (reads every message, as libSQL's)
+
         def __init__(self, keep: bool) -> None:
             self.keep = keep
 
