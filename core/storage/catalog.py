@@ -65,6 +65,38 @@ def virtual_table_sql(conn: sa.Connection, name: str) -> str | None:
     return str(found) if found is not None and str(found).upper().startswith("CREATE VIRTUAL TABLE") else None
 
 
+def byte_equal_text_columns(conn: sa.Connection, table: str) -> frozenset[str]:
+    """The columns of ``table`` where ``column IS ?`` (``IS NOT DISTINCT FROM`` on Postgres) with a bound text or NULL
+    is true exactly when the stored value is that text, byte for byte, or NULL (and, on SQLite, with a bound blob
+    exactly when it is that blob). Postgres: ``text`` and ``varchar`` columns of a deterministic collation.
+    SQLite: columns of TEXT or BLOB affinity (no number is converted: a bound text stays text), none when the table
+    declares a collation anywhere or the file's text is not UTF-8 (the bytes stored are then not the text's UTF-8)."""
+    if is_postgres(conn):
+        rows = conn.exec_driver_sql(
+            "SELECT a.attname, upper(format_type(a.atttypid, a.atttypmod)) FROM pg_catalog.pg_attribute a "
+            "JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation WHERE a.attrelid = to_regclass(quote_ident(?)) "
+            "AND a.attnum > 0 AND NOT a.attisdropped AND c.collisdeterministic", (table,))
+        return frozenset(str(n) for n, t in rows if t == "TEXT" or str(t).startswith("CHARACTER VARYING"))
+    encoding = conn.exec_driver_sql("PRAGMA encoding").scalar()
+    ddl = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).scalar()
+    if str(encoding).upper() != "UTF-8" or "COLLATE" in str(ddl or "").upper():
+        return frozenset()
+    return frozenset(n for n, t, _pk in table_columns(conn, table) if _sqlite_affinity(t) in ("TEXT", "BLOB"))
+
+
+def _sqlite_affinity(declared: str) -> str:
+    """SQLite's affinity of a column of this declared type (upper case; datatype3.html, section 3.1)."""
+    if "INT" in declared:
+        return "INTEGER"
+    if any(word in declared for word in ("CHAR", "CLOB", "TEXT")):
+        return "TEXT"
+    if not declared or "BLOB" in declared:
+        return "BLOB"
+    if any(word in declared for word in ("REAL", "FLOA", "DOUB")):
+        return "REAL"
+    return "NUMERIC"
+
+
 def table_columns(conn: sa.Connection, table: str) -> list[tuple[str, str, bool]]:
     """(name, declared type in upper case, part of the primary key) of each column, in table order.
 
@@ -86,4 +118,5 @@ def table_columns(conn: sa.Connection, table: str) -> list[tuple[str, str, bool]
             for r in conn.exec_driver_sql(f"PRAGMA table_info({quoted})")]
 
 
-__all__ = ["all_tables", "has_table", "has_user_tables", "table_columns", "table_names", "triggers"]
+__all__ = ["all_tables", "byte_equal_text_columns", "has_table", "has_user_tables", "table_columns", "table_names",
+           "triggers"]

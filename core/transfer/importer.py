@@ -48,6 +48,7 @@ from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import rows as R
 from core.transfer import sections as S
+from core.transfer.content_match import ContentIndex
 from core.transfer.edit_sections import import_versions
 from core.transfer.errors import ExportFormatError, TransferError
 from core.transfer.format import check_one_resource, validate
@@ -145,6 +146,8 @@ class _Importer:
         self.version_ids: dict[int, int] = {}  # exported version id -> id in the target
         self.observation_records: dict[str, str] = {}  # observation record id -> lookup key, of records kept
         self._message_counts: collections.Counter[str] | None = None  # thread id -> its messages in the file
+        # (table, key) -> its rows by content; every row written to such a table goes through _insert_keeping_id
+        self._content_indexes: dict[tuple[str, str], ContentIndex] = {}
 
     def run(self) -> ImportReport:
         for name in ("mastra_threads", "mastra_messages", "mastra_resources"):
@@ -340,14 +343,21 @@ class _Importer:
             self.version_ids[src_id] = target_id
 
     def _find_by_content(self, table: str, content: Mapping[str, Any], key: str | None) -> int | None:
-        """The ``key`` of the first row holding exactly ``content`` (1 when the table has no key), or None."""
-        where = " AND ".join(R.same_value_sql(self.conn, k) for k in content)
-        pick = "1" if key is None else ("rowid" if key == "rowid" else R.quote(key))
-        row = self.conn.exec_driver_sql(
-            f"SELECT {pick} FROM {R.quote(table)} WHERE {where} ORDER BY 1 LIMIT 1",
-            R.bind_values(self.conn, table, content),
-        ).first()
-        return int(row[0]) if row else None
+        """The ``key`` of the first row holding exactly ``content`` (1 when the table has no key), or None: the
+        lowest key of the rows where each column of ``content`` ``IS`` its value (``content_match``: the table is
+        read once per import, not scanned per row)."""
+        if key is None:  # a Postgres table without a key: any row holding it
+            where = " AND ".join(R.same_value_sql(self.conn, k) for k in content)
+            row = self.conn.exec_driver_sql(f"SELECT 1 FROM {R.quote(table)} WHERE {where} LIMIT 1",
+                                            R.bind_values(self.conn, table, content)).first()
+            return 1 if row else None
+        return self._content_index(table, key).find(content)
+
+    def _content_index(self, table: str, key: str) -> ContentIndex:
+        found = self._content_indexes.get((table, key))
+        if found is None:
+            found = self._content_indexes[(table, key)] = ContentIndex(self.conn, table, key)
+        return found
 
     def _insert_keeping_id(self, table: str, key: str | None, src_id: Any, content: Mapping[str, Any]) -> int | None:
         """Insert with the exported integer id when the target has it free, else with a new one."""
@@ -367,6 +377,8 @@ class _Importer:
             new_id = R.next_free_id(self.conn, table, key)
             R.insert_row(self.conn, table, {key: new_id, **content})
         R.after_explicit_ids(self.conn, table, key)
+        if (table, key) in self._content_indexes:
+            self._content_indexes[(table, key)].added(int(new_id or 0), content)
         return int(new_id or 0)
 
     # -- observations and turn records ---------------------------------------------------------

@@ -26,7 +26,7 @@ from core.transfer import (
     to_markdown,
 )
 
-from .transfer_data import TABLES, add_turn_table, seed_source, snapshot, table_rows
+from .transfer_data import TABLES, add_turn_table, run_sql, seed_source, snapshot, table_rows
 
 
 # Engine behaviour: every test here runs on libSQL and on Postgres.
@@ -234,6 +234,50 @@ def test_versions_get_new_ids_when_taken_and_turn_records_follow(source: Target,
     turns = table_rows(target, "memory_studio_turns")
     assert turns[0][0] == "g1" and turns[0][6] == newest  # the record points at its version's new id
     assert not _import(target, data).changed  # matched by content the second time
+
+
+def test_a_version_equal_to_rows_already_here_is_the_one_with_the_lowest_id(source: Target, new_db: NewDb) -> None:
+    """A working-memory version is matched by content, and among equal rows here the lowest id is the one the
+    file's turn record then points at (``content_match`` reads the table once; the answer is the scan's)."""
+    data = _export(source, resource="ada")
+    wm = next(v for e in data["workingMemory"] for v in e["versions"]
+              if v["id"] == data["turns"][0]["wm_version_id"])
+    target = _fresh(new_db)
+    run_sql(target, *[('INSERT INTO memory_studio_wm_versions (id, scope, owner_id, working_memory, format, author, '
+                       'note, "createdAt") VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+                       (wid, wm["scope"], wm["owner_id"], wm["working_memory"], wm["format"], wm["author"], wm["note"],
+                        wm["createdAt"])) for wid in (60, 50, 70)])
+    report = _import(target, data)
+    assert report.unchanged["workingMemoryVersions"] == 1 and report.written["workingMemoryVersions"] == 1
+    turn = next(r for r in table_rows(target, "memory_studio_turns") if r[0] == "g1")
+    assert turn[6] == 50  # the lowest of the three equal rows, not the first written nor the file's id
+    ids = sorted(r[0] for r in table_rows(target, "memory_studio_wm_versions"))
+    assert len(ids) == 4 and {50, 60, 70} < set(ids)
+
+
+def test_a_version_matches_only_a_row_equal_in_every_column_as_the_database_compares(
+        source: Target, new_db: NewDb) -> None:
+    """NULL is not '', a note 1 (a number in a text column) is the text '1' as the database stores and compares
+    it, 1.0 is '1.0'; a version the file holds twice is written once (the second finds the first)."""
+    with open_store(source) as store:
+        Memory(store).edit_message("g1", resource_id="ada", text="edited once")
+    data = _export(source, resource="ada")
+    [version] = data["messageVersions"]
+    assert version["note"] is None
+    target = _fresh(new_db)
+    cols = ("message_id", "thread_id", "resource_id", "op", "author", "before_row", "after_row", "createdAt")
+    run_sql(target, *[(f"INSERT INTO memory_studio_message_versions (id, note, {', '.join(map(json.dumps, cols))}) "
+                       f"VALUES (?, ?, {', '.join('?' * len(cols))})", (vid, note, *[version[c] for c in cols]))
+                      for vid, note in ((10, ""), (11, "1"), (12, "1.0"))])
+    notes: list[Any] = [None, "", 1, 1.0, "1", "x", "x", 2, "2"]  # the first is the file's own version, free id 1
+    data["messageVersions"] = [dict(version, id=version["id"] + 100 * i, note=note) for i, note in enumerate(notes)]
+    report = _import(target, data)
+    assert report.written["messageVersions"] == 3 and report.unchanged["messageVersions"] == 6
+    stored = sorted((r[0], r[16]) for r in table_rows(target, "memory_studio_message_versions"))  # (id, note)
+    assert stored == [(version["id"], None), (10, ""), (11, "1"), (12, "1.0"), (version["id"] + 500, "x"),
+                      (version["id"] + 700, "2")]  # the number 2 is stored as the text '2', which "2" then is
+    again = _import(target, data)
+    assert again.unchanged["messageVersions"] == 9 and not again.written.get("messageVersions")
 
 
 def test_a_failure_writes_nothing(source: Target, new_db: NewDb) -> None:
