@@ -339,8 +339,13 @@ def test_serve_model_fits_a_thread_that_outgrew_the_servers_context_and_waits_as
     from core.llm import LoopbackServer
 
     runaway = "The dragon flew on and on. " * 700  # ~4,200 tokens: the whole context of a small local server
-    replies = iter([runaway, "It had no name.", "It had no name."])
-    with LoopbackServer(ScriptedModel(lambda m, t: next(replies))) as upstream:
+    calls: list[int] = []
+
+    def reply(messages: object, tools: object) -> str:
+        calls.append(1)
+        return runaway if len(calls) == 1 else "It had no name."
+
+    with LoopbackServer(ScriptedModel(reply)) as upstream:
         monkeypatch.setenv("LLAMACPP_BASE_URL", upstream.base_url)
         db = str(tmp_path / "gateway.db")
         meta = {"thread_id": "story", "resource_id": "ada"}
@@ -362,15 +367,16 @@ def test_serve_model_fits_a_thread_that_outgrew_the_servers_context_and_waits_as
         with pytest.raises(openai.InternalServerError, match="--context-window 4096"):
             ask(plain, "And its colour?")
         fitted = model_agent("llamacpp/smollm2", name="assistant", instructions="Be brief.", db=db,
-                             context_window=4096, timeout=0.5)
-        assert fitted["assistant"].model.context_window == 4096
+                             context_window=4096, timeout=300)
+        assert (fitted["assistant"].model.context_window, fitted["assistant"].model.timeout) == (4096, 300)
         assert ask(fitted, "And its colour?") == "It had no name."
         sent = upstream.chat_requests()[-1]["messages"]
         assert runaway not in json.dumps(sent)  # the oldest memory dropped to fit, the new question kept
         assert sent[-1] == {"role": "user", "content": "And its colour?"}
-        upstream.stall_next()  # the server holds the next request past the model's timeout
+        hasty = model_agent("llamacpp/smollm2", name="assistant", instructions="Be brief.", db=db, timeout=0.5)
+        upstream.stall_next()  # the server holds the next request until released: past any timeout
         try:
             with pytest.raises(openai.InternalServerError, match=r"no response within 0\.5s.*--model-timeout"):
-                ask(fitted, "Still there?")
+                ask(hasty, "Still there?")
         finally:
             upstream.release()
