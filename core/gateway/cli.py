@@ -1,8 +1,8 @@
 """``memory-studio serve --agents package.module:agents [--host] [--port] [--token] [--tokens-file PATH]``
 ``[--default-resource]
 ``[--allowed-host NAME]... [--allow-origin ORIGIN]... [--max-body-mb MB]``, or ``memory-studio serve
---model provider/model [--name] [--instructions] [--db] [--max-tokens]``: one agent with a default memory, its model
-named as ``Agent(model=...)`` takes it (``core.llm.providers``)."""
+--model provider/model [--name] [--instructions] [--db] [--max-tokens] [--context-window] [--model-timeout]``: one
+agent with a default memory, its model named as ``Agent(model=...)`` takes it (``core.llm.providers``)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,13 @@ def add_serve_parser(sub: Any) -> None:
                    help="with --model: cap each reply at N tokens (the agent's model setting max_tokens; default: "
                         "none, the server's own limit). A small local model may otherwise write until its "
                         "context is full; clients' own sampling parameters are not used")
+    p.add_argument("--context-window", type=int, metavar="N",
+                   help="with --model: the server's context size in tokens (llama.cpp --ctx-size, vLLM "
+                        "--max-model-len, Ollama num_ctx), so the agent drops the oldest memory to fit before "
+                        "sending; without it a thread that has outgrown the server's context fails on every turn")
+    p.add_argument("--model-timeout", type=float, metavar="SECONDS",
+                   help="with --model: how long to wait for the model server's reply (default 60); a local model "
+                        "on a CPU may need longer for a long reply")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     add_guard_arguments(p, token_env=TOKEN_ENV, tokens_file_env=TOKENS_FILE_ENV)
@@ -66,7 +73,9 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         # The module's agents bring their own memory (its database), names and instructions: these flags
         # would be ignored without a word.
         given = [flag for flag, value in (("--db", args.db), ("--name", args.name),
-                                          ("--instructions", args.instructions), ("--max-tokens", args.max_tokens))
+                                          ("--instructions", args.instructions), ("--max-tokens", args.max_tokens),
+                                          ("--context-window", args.context_window),
+                                          ("--model-timeout", args.model_timeout))
                  if value is not None]
         if given:
             raise ValueError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --model only: with "
@@ -74,6 +83,10 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                              f"module gives it. Drop {' and '.join(given)}, or set them in {args.agents.split(':')[0]}.")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be a positive number of tokens, got {args.max_tokens}.")
+    if args.context_window is not None and args.context_window < 1:
+        raise ValueError(f"--context-window must be a positive number of tokens, got {args.context_window}.")
+    if args.model_timeout is not None and not 0 < args.model_timeout < float("inf"):
+        raise ValueError(f"--model-timeout must be a positive number of seconds, got {args.model_timeout:g}.")
     check_settings(default_resource=args.default_resource, max_concurrency=args.max_concurrency,
                    stream_write_timeout=args.stream_write_timeout, flags=True)
     idempotency = idempotency_from_args(args)
@@ -90,7 +103,8 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             agents = model_agent(
                 args.model, name=args.name if args.name is not None else "assistant",
                 instructions=args.instructions if args.instructions is not None else "You are a helpful assistant.",
-                db=args.db, max_tokens=args.max_tokens)
+                db=args.db, max_tokens=args.max_tokens, context_window=args.context_window,
+                timeout=args.model_timeout)
         app = create_app(agents, policy=policy, default_resource=args.default_resource,
                          max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout,
                          idempotency=idempotency)
@@ -127,10 +141,12 @@ def idempotency_from_args(args: argparse.Namespace) -> Any:
 
 
 def model_agent(model: str, *, name: str, instructions: str, db: str | None,
-                max_tokens: int | None = None) -> dict[str, Any]:
+                max_tokens: int | None = None, context_window: int | None = None,
+                timeout: float | None = None) -> dict[str, Any]:
     """``--model``: one agent on the named model with a default memory (an unknown provider or a
     missing key is a ``ConfigurationError`` now, before the server starts); ``max_tokens`` caps its
-    replies (``--max-tokens``)."""
+    replies (``--max-tokens``), ``context_window`` is the server's context size, which the agent fits
+    each prompt into (``--context-window``), ``timeout`` how long a model call may take (``--model-timeout``)."""
     from core.agent import Agent
     from core.cli_store import open_cli_store
     from core.memory import Memory
@@ -139,13 +155,17 @@ def model_agent(model: str, *, name: str, instructions: str, db: str | None,
 
     # An unknown provider or a missing key is refused before the database is opened: a misspelt name
     # left a new, empty database file behind.
-    probe = resolve_model(model, what=f"model of agent {name!r}")
-    close = getattr(probe, "close", None)
-    if callable(close):
-        close()
+    settings: dict[str, Any] = {key: value for key, value in (("context_window", context_window),
+                                                               ("timeout", timeout)) if value is not None}
+    chat_model = resolve_model(model, what=f"model of agent {name!r}", **settings)
     # As every command opens it: another program's database is refused before the server starts (each
     # request failed with 500 on its first read of a table it does not have).
-    agent = Agent(name, instructions=instructions, model=model, memory=Memory(open_cli_store(db, create=True)),
+    try:
+        store = open_cli_store(db, create=True)
+    except BaseException:
+        chat_model.close()
+        raise
+    agent = Agent(name, instructions=instructions, model=chat_model, memory=Memory(store),
                   model_settings={"max_tokens": max_tokens} if max_tokens is not None else None)
     return {name: agent}
 

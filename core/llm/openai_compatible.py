@@ -327,11 +327,12 @@ class OpenAICompatibleModel:
             hint = self._context_hint(exc, detail) or self._status_hint(status)
         elif isinstance(exc, openai.APITimeoutError):
             detail = f"no response within {timeout:g}s"
-            hint = ("raise the timeout (a local server may still be loading the model) "
-                    "or check that the server is responding")
+            hint = ("raise the timeout (the model's timeout=...; memory-studio serve --model takes --model-timeout): "
+                    "a local server may still be loading the model; or check that the server is responding")
             if uncapped:
                 hint += ("; the request set no max_tokens, and a small local model may write until its "
-                         "context is full: cap the reply (model_settings={'max_tokens': 512})")
+                         "context is full: cap the reply (model_settings={'max_tokens': 512}; memory-studio "
+                         "serve --model: --max-tokens 512)")
         elif isinstance(exc, openai.APIConnectionError):
             detail = f"could not connect ({self._scrub(str(exc.__cause__ or exc))})"
             hint = f"check that the server at {self.base_url} is running and the base URL is right"
@@ -378,10 +379,12 @@ class OpenAICompatibleModel:
                    f"context_window (now {self.context_window:,}, e.g. {int(self.context_window * 0.85):,}) to "
                    "leave more room")
         elif size:
-            fix = f"give the model context_window={int(size)} so the agent drops old memory to fit before sending"
+            fix = (f"give the model context_window={int(size)} (memory-studio serve --model: --context-window "
+                   f"{int(size)}) so the agent drops old memory to fit before sending")
         else:
             fix = ("set context_window to the server's context size (llama.cpp --ctx-size, vLLM --max-model-len, "
-                   "Ollama num_ctx) so the agent drops old memory to fit before sending")
+                   "Ollama num_ctx; memory-studio serve --model: --context-window) so the agent drops old memory to "
+                   "fit before sending")
         return f"{CONTEXT_OVERFLOW_HINT}: {where}; {fix}, or lower max_tokens in model_settings"
 
     def _scrub(self, text: str) -> str:

@@ -225,6 +225,8 @@ def test_serve_refuses_model_flags_it_would_ignore_with_agents(tmp_path, monkeyp
     assert code == 1 and "--name, --instructions go with --model only" in err
     code, err = serve_cli("--agents", "gw_some_agents:agents", "--max-tokens", "256")
     assert code == 1 and "--max-tokens goes with --model only" in err
+    code, err = serve_cli("--agents", "gw_some_agents:agents", "--context-window", "4096", "--model-timeout", "300")
+    assert code == 1 and "--context-window, --model-timeout go with --model only" in err
 
 
 def test_serve_refuses_a_reply_cap_that_is_not_a_positive_number(tmp_path, monkeypatch):
@@ -233,6 +235,12 @@ def test_serve_refuses_a_reply_cap_that_is_not_a_positive_number(tmp_path, monke
     code, err = serve_cli("--model", "ollama/llama3.1", "--max-tokens", "0", "--db", str(tmp_path / "m.db"))
     assert code == 1 and "--max-tokens must be a positive number of tokens, got 0" in err
     assert not (tmp_path / "m.db").exists()  # refused before anything was opened
+    for args, said in ((("--context-window", "0"), "--context-window must be a positive number of tokens, got 0"),
+                       (("--model-timeout", "0"), "--model-timeout must be a positive number of seconds, got 0"),
+                       (("--model-timeout", "inf"), "--model-timeout must be a positive number of seconds, got inf")):
+        code, err = serve_cli("--model", "ollama/llama3.1", *args, "--db", str(tmp_path / "m.db"))
+        assert code == 1 and said in err, err
+        assert not (tmp_path / "m.db").exists()
 
 
 def test_serve_refuses_a_misspelt_model_or_setting_by_its_flag_before_making_a_database(tmp_path, monkeypatch):
@@ -320,3 +328,55 @@ def test_a_stream_flag_that_is_not_a_boolean_is_400(client, memory):
     chunks = list(client.chat.completions.create(model="echo", messages=[user("x")], stream=True,
                                                  stream_options={"include_usage": True}))
     assert chunks and all(c.object == "chat.completion.chunk" for c in chunks)  # a real boolean still streams
+
+
+def test_serve_model_fits_a_thread_that_outgrew_the_servers_context_and_waits_as_long_as_told(tmp_path, monkeypatch):
+    # `serve --model llamacpp/…` against llama.cpp (4,096 tokens of context): an uncapped reply wrote until the
+    # context was full and was stored; from then on every turn of that thread was 502 "exceeds the available context
+    # size … give the model context_window=4096", which the command line could not do (nor raise the 60 s timeout
+    # that a long reply on a CPU runs into). --context-window and --model-timeout are the model's settings.
+    from core.gateway.cli import model_agent
+    from core.llm import LoopbackServer
+
+    runaway = "The dragon flew on and on. " * 700  # ~4,200 tokens: the whole context of a small local server
+    calls: list[int] = []
+
+    def reply(messages: object, tools: object) -> str:
+        calls.append(1)
+        return runaway if len(calls) == 1 else "It had no name."
+
+    with LoopbackServer(ScriptedModel(reply)) as upstream:
+        monkeypatch.setenv("LLAMACPP_BASE_URL", upstream.base_url)
+        db = str(tmp_path / "gateway.db")
+        meta = {"thread_id": "story", "resource_id": "ada"}
+
+        def ask(agents: dict[str, Agent], text: str) -> str:
+            with GatewayServer(create_app(agents)) as server:
+                client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0)
+                reply = client.chat.completions.create(model="assistant", metadata=meta,
+                                                       messages=[{"role": "user", "content": text}])
+            return reply.choices[0].message.content or ""
+
+        plain = model_agent("llamacpp/smollm2", name="assistant", instructions="Be brief.", db=db)
+        assert ask(plain, "Tell me a long story.") == runaway
+        ask(plain, "What was the dragon called?")
+        assert runaway in json.dumps(upstream.chat_requests()[-1]["messages"])  # all of it sent again: over the context
+        # What llama.cpp answers such a request: the 502 names the flag that fixes it.
+        upstream.fail_next(1, 400, message="request (5019 tokens) exceeds the available context size (4096 tokens), "
+                                           "try increasing it")
+        with pytest.raises(openai.InternalServerError, match="--context-window 4096"):
+            ask(plain, "And its colour?")
+        fitted = model_agent("llamacpp/smollm2", name="assistant", instructions="Be brief.", db=db,
+                             context_window=4096, timeout=300)
+        assert (fitted["assistant"].model.context_window, fitted["assistant"].model.timeout) == (4096, 300)
+        assert ask(fitted, "And its colour?") == "It had no name."
+        sent = upstream.chat_requests()[-1]["messages"]
+        assert runaway not in json.dumps(sent)  # the oldest memory dropped to fit, the new question kept
+        assert sent[-1] == {"role": "user", "content": "And its colour?"}
+        hasty = model_agent("llamacpp/smollm2", name="assistant", instructions="Be brief.", db=db, timeout=0.5)
+        upstream.stall_next()  # the server holds the next request until released: past any timeout
+        try:
+            with pytest.raises(openai.InternalServerError, match=r"no response within 0\.5s.*--model-timeout"):
+                ask(hasty, "Still there?")
+        finally:
+            upstream.release()
