@@ -98,8 +98,7 @@ _VOCAB = re.compile(r"USING\s+fts5vocab\s*\(\s*['\"]?(\w+)['\"]?\s*,\s*['\"]?ins
 def _instances_of(conn: sa.Connection, table: str) -> str | None:
     """SQLite: the full-text table an ``fts5vocab`` table of type ``instance`` lists (one row per term in a
     document, ``doc`` being the document's rowid there; the keyword index's ``memory_studio_fts_vocab``)."""
-    row = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = ? AND type = 'table'", (table,)).fetchone()
-    m = _VOCAB.search(str(row[0] or "")) if row else None
+    m = _VOCAB.search(catalog.virtual_table_sql(conn, table) or "")
     return m.group(1) if m else None
 
 
