@@ -144,7 +144,7 @@ def arguments_refused(tool: str, schema: dict[str, Any], arguments: dict[str, An
     problems = []
     for name in sorted(found, key=lambda n: order.index(n) if n in order else len(order)):
         kinds = {e.get("type") for e in found[name]}
-        said = "; ".join(_one_line(str(e.get("msg", "")))[:200] for e in found[name])
+        said = "; ".join(_one_line(str(e.get("msg", ""))).strip()[:200] for e in found[name])
         if not name:  # (not one of the schema's arguments: the SDK's own words, which hold no value)
             problems.append(f"the arguments were refused ({said})")
         elif "missing" in kinds:
@@ -152,7 +152,7 @@ def arguments_refused(tool: str, schema: dict[str, Any], arguments: dict[str, An
         elif kinds <= _KIND_ERRORS:
             problems.append(f"'{name}' must be {_takes(properties[name])}, not {_kind_of(arguments.get(name))}")
         else:
-            problems.append(f"'{name}' ({_kind_of(arguments.get(name))}) was refused: {said}")
+            problems.append(f"'{name}' got {_kind_of(arguments.get(name))}, which was refused: {said}")
     return "; ".join(problems) + (f". Nothing was run or saved: call {tool} again with each argument as its input "
                                   "schema (tools/list) describes it.")
 
@@ -214,7 +214,7 @@ class MemoryMCPServer(MCPServer):
             cause = exc.__cause__
             if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
                 raise
-            schema = self._tool_input_schema(name) or {}
+            schema = next((tool.input_schema for tool in await self.list_tools() if tool.name == name), {})
             raise ToolError(f"Error executing tool {name}: "
                             f"{arguments_refused(name, schema, arguments, cause.errors())}") from cause
 

@@ -1845,3 +1845,17 @@ def test_http_size_limits_say_what_the_client_can_send_and_what_the_operator_can
         assert store.memory.get_thread("ada-1") is None
         assert Memory(store, MemoryOptions(working_memory={"enabled": True})).get_working_memory(
             resource_id="ada") is None
+
+
+def test_a_refusal_the_schema_kinds_do_not_cover_keeps_the_validators_words_without_the_value() -> None:
+    """No tool of ours has a constraint beyond a value's kind, but an SDK or tool that adds one must not bring the
+    value back: the validator's own words (one line, cut) are given, with the kind of what came."""
+    from core.mcp_server.server import arguments_refused
+
+    schema = {"properties": {"a": {"type": "string"}}, "required": ["a"]}
+    said = arguments_refused("t", schema, {"a": "\x1b[2J" * 1_000}, [
+        {"type": "string_too_long", "loc": ("a",), "msg": "String should have at most 5 characters\n"},
+        {"type": "value_error", "loc": (), "msg": "Value error, " + "v" * 1_000}])
+    assert said.startswith("'a' got a string (4,000 characters), which was refused: String should have at most 5 "
+                           "characters; the arguments were refused (Value error, vvv"), said
+    assert said.isprintable() and len(said) < 600 and "\x1b" not in said and "v" * 201 not in said
