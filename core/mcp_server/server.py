@@ -8,7 +8,9 @@ messages). ``list_threads`` pages too (``THREADS_PAGE`` threads, its ``cursor`` 
 ``nextCursor``), and ``read_thread`` reads older messages by ``page``. Every call runs on a worker thread, so the
 event loop (and the other client requests) never waits on the database or an embedding. Our errors reach
 the client as tool errors whose message says what to do; anything else is logged here and reported as a
-failure of the tool.
+failure of the tool. A call whose arguments do not fit a tool's input schema (a number for a string, an array for
+an object, a required one missing) is answered in one place for every tool (``MemoryMCPServer.call_tool``,
+``arguments_refused``): which argument, what kind of value came (never the value) and what the tool takes.
 
 Transports: ``run_stdio`` (what desktop assistants and IDEs launch), or ``http_app`` for streamable
 HTTP, wrapped in the gateway's ``RequestGuard`` (the same Host, Origin, token and body rules as
@@ -29,15 +31,16 @@ from typing import Annotated, Any, TypeVar
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.mcpserver.resources.templates import ResourceSecurity
 from mcp_types import Resource as MCPResource
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from core.errors import MemoryStudioError
 from core.gateway.access import ANYONE, Caller, caller_of
 from core.gateway.errors import operators_storage_error, storage_message
 from core.ids import lone_surrogate
+from core.message_size import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLargeError
 from core.mcp_server.tools import (
     DEFAULT_READ,
     MAX_READ,
@@ -50,6 +53,7 @@ from core.mcp_server.tools import (
 from core.scopes import ThreadOwnershipError
 from core.storage import StorageError
 from core.version import __version__
+from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES, WorkingMemoryTooLargeError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -85,6 +89,8 @@ async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
         return await anyio.to_thread.run_sync(fn)
     except ThreadOwnershipError as exc:  # (the owner not named: the client may be another user)
         raise failure(exc.without_owner()) from exc
+    except (MessageTooLargeError, WorkingMemoryTooLargeError) as exc:
+        raise failure(over_limit(exc)) from exc
     except StorageError as exc:
         # An operator's storage error names the server's database file or server: its text is for the log only,
         # logged here once (the place that answers).
@@ -94,6 +100,95 @@ async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
         raise failure(storage_message(exc)) from exc
     except (MemoryStudioError, LookupError, PermissionError, ValueError) as exc:
         raise failure(str(exc)) from exc
+
+
+def over_limit(exc: MessageTooLargeError | WorkingMemoryTooLargeError) -> str:
+    """A size limit's refusal as an MCP client reads it: what it can send instead, and apart from that what the
+    server's operator can change (the engine's own message names ``MemoryOptions``, which a client cannot set)."""
+    if isinstance(exc, MessageTooLargeError):
+        what, setting, default = "message", "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES
+        told = (f"The message is {exc.size:,} bytes as stored (UTF-8 JSON, which holds its text twice: as the "
+                f"content and as its text part), over this server's limit of {exc.limit:,} bytes per message. Nothing "
+                f"was written. Remember less: the part worth keeping (a summary, the facts), or the text split over "
+                f"several remember calls, each under about {exc.limit // 2:,} bytes of text.")
+    else:
+        what, setting, default = "working memory", "max_working_memory_bytes", DEFAULT_MAX_WORKING_MEMORY_BYTES
+        told = (f"The working memory would be {exc.size:,} bytes, over this server's limit of {exc.limit:,} bytes. "
+                "Nothing was written. Make it shorter: what every conversation needs about the user (for JSON "
+                "working memory, send null for the fields to drop); store the rest as messages with remember.")
+    return (f"{told} For the server's operator: `memory-studio mcp` has no flag or setting for this limit. It comes "
+            f"from the memory options of the agent it serves (--agent NAME, or the database's only registered agent): "
+            f"{setting}, as that agent registered it, or the engine's default of {default:,} bytes when it serves "
+            f"no agent's options; raise it there for a larger {what}.")
+
+
+#: What a JSON Schema type of a tool's argument is called in a refusal.
+_SCHEMA_KINDS = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
+                 "object": "an object", "array": "an array", "null": "null"}
+#: The validation errors that say a value is of the wrong kind (any other is named by its own words).
+_KIND_ERRORS = frozenset({"string_type", "int_type", "int_parsing", "int_from_float", "float_type", "float_parsing",
+                          "bool_type", "bool_parsing", "dict_type", "list_type", "none_required", "model_type"})
+
+
+def arguments_refused(tool: str, schema: dict[str, Any], arguments: dict[str, Any], errors: list[Any]) -> str:
+    """Why a call to ``tool`` was refused before it ran, from the SDK's validation ``errors`` of ``arguments`` against
+    the tool's input ``schema``: each argument at fault by name, what kind of value it got (its length or size, never
+    the value itself: a client's argument may be megabytes, or hold control characters) and what it takes."""
+    properties = schema.get("properties") or {}
+    found: dict[str, list[Any]] = {}
+    for error in errors:
+        loc = error.get("loc") or ()
+        name = loc[0] if loc and isinstance(loc[0], str) and loc[0] in properties else ""
+        found.setdefault(name, []).append(error)
+    order = list(properties)
+    problems = []
+    for name in sorted(found, key=lambda n: order.index(n) if n in order else len(order)):
+        kinds = {e.get("type") for e in found[name]}
+        said = "; ".join(_one_line(str(e.get("msg", ""))).strip()[:200] for e in found[name])
+        if not name:  # (not one of the schema's arguments: the SDK's own words, which hold no value)
+            problems.append(f"the arguments were refused ({said})")
+        elif "missing" in kinds:
+            problems.append(f"'{name}' ({_takes(properties[name])}) is required and was not given")
+        elif kinds <= _KIND_ERRORS:
+            problems.append(f"'{name}' must be {_takes(properties[name])}, not {_kind_of(arguments.get(name))}")
+        else:
+            problems.append(f"'{name}' got {_kind_of(arguments.get(name))}, which was refused: {said}")
+    return "; ".join(problems) + (f". Nothing was run or saved: call {tool} again with each argument as its input "
+                                  "schema (tools/list) describes it.")
+
+
+def _takes(prop: dict[str, Any]) -> str:
+    """What a tool argument's schema takes, in words ("a string", "an integer (or be left out)")."""
+    options = [option.get("type") for option in prop.get("anyOf") or [prop]]
+    kinds = [_SCHEMA_KINDS.get(str(kind), "a JSON value") for kind in options if kind != "null" or len(options) == 1]
+    return " or ".join(dict.fromkeys(kinds)) + (" (or be left out)" if "default" in prop else "")
+
+
+def _kind_of(value: Any) -> str:
+    """What kind of JSON value a client sent, with its size; the value itself only when it is a short number."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"the number {value}" if abs(value) < 10**15 else "an integer too large to repeat"
+    if isinstance(value, float):
+        return f"the number {value!r}" if len(repr(value)) <= 24 else "a number"
+    if isinstance(value, str):
+        return f"a string ({_count(len(value), 'character')})"
+    if isinstance(value, list):
+        return f"an array ({_count(len(value), 'item')})"
+    if isinstance(value, dict):
+        return f"an object ({_count(len(value), 'key')})"
+    return "a value of another kind"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _one_line(text: str) -> str:
+    return "".join(c if c.isprintable() else " " for c in text)
 
 
 class MemoryMCPServer(MCPServer):
@@ -109,6 +204,19 @@ class MemoryMCPServer(MCPServer):
         # (an SDK that stopped handing tools the HTTP request) is refused rather than trusted as stdio's.
         self.over_http = False
         _register(self, tools)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        """The SDK's ``call_tool``; arguments the tool's input schema refuses (the SDK's pydantic validation, before
+        the tool runs) get ``arguments_refused``'s message instead of pydantic's report (which repeats the values)."""
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                raise
+            schema = next((tool.input_schema for tool in await self.list_tools() if tool.name == name), {})
+            raise ToolError(f"Error executing tool {name}: "
+                            f"{arguments_refused(name, schema, arguments, cause.errors())}") from cause
 
     async def _handle_list_resources(self, ctx: Any, params: Any) -> Any:
         # The SDK's handler calls list_resources() without the request; a tokens file's caller lists only its own,

@@ -244,7 +244,9 @@ class MemoryTools:
                 # (The answer repeats the query, and recall embeds no more of it than this.)
                 raise InvalidArgumentError(f"The query is {len(query):,} characters long; search_memory takes at most "
                                            f"{MAX_QUERY_CHARS:,}. Search with the words that matter (a question, a "
-                                           "name, a phrase), not a whole document. Nothing was searched.")
+                                           "name, a phrase), not a whole document. Nothing was searched. (The limit "
+                                           "is what recall embeds of a query: no flag or setting of the server "
+                                           "changes it.)")
             problem = utf8_problem(query) if isinstance(query, str) else None
             if problem is not None:  # the answer repeats the query, and no client could read it back
                 raise InvalidArgumentError(f"The query contains {problem}, which has no UTF-8 form; decode the "
@@ -360,7 +362,9 @@ class MemoryTools:
         so every message of a long thread can be read, ``MAX_READ`` at most an answer."""
         def run(owner: str) -> dict[str, Any]:
             if not 1 <= last <= MAX_READ:
-                raise InvalidArgumentError(f"last must be between 1 and {MAX_READ}, got {last}.")
+                more = (f" Ask for last={MAX_READ}, then the older ones with page=1, 2, … (no flag or setting of "
+                        "the server raises the limit)." if last > MAX_READ else "")
+                raise InvalidArgumentError(f"last must be between 1 and {MAX_READ}, got {last}.{more}")
             if not 0 <= page <= MAX_PAGE:
                 raise InvalidArgumentError(f"page must be between 0 (the newest messages) and {MAX_PAGE:,}, got "
                                            f"{page}.")
@@ -447,7 +451,8 @@ class MemoryTools:
             if title is not None and len(title) > MAX_TITLE:
                 # Every later list_threads answer (and so the client model's context) would carry it.
                 raise InvalidArgumentError(f"The title is {len(title):,} characters long; a thread's title may have "
-                                           f"at most {MAX_TITLE:,}. Nothing was stored.")
+                                           f"at most {MAX_TITLE:,} (no flag or setting of the server raises it). "
+                                           "Nothing was stored.")
             if anothers_conversation(thread, owner):
                 # Asked before the thread is looked up, so the refusal is the same whether it exists or not.
                 raise ResourceNotAllowed(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -267,7 +268,7 @@ def test_http_bodies_are_limited_by_max_body_mb_alone(tmp_path: Path) -> None:
         refused, over = anyio.run(main)
     finally:
         server.stop()
-    assert "over the limit of 1,000,000 bytes" in refused
+    assert "over this server's limit of 1,000,000 bytes per message" in refused and "MemoryOptions" not in refused
     assert over.status_code == 413 and "--max-body-mb" in over.json()["error"]["message"]
 
 
@@ -548,6 +549,7 @@ def test_remember_refuses_a_title_no_thread_list_should_carry(db: Path) -> None:
 
     long, fine = anyio.run(main)
     assert "100,000 characters long" in _error(long) and "at most 1,000" in _error(long)
+    assert "no flag or setting of the server raises it" in _error(long)
     assert not fine.is_error
     with open_store(db, read_only=True) as store:
         assert store.memory.get_thread("t-long") is None
@@ -1674,6 +1676,7 @@ def test_search_memory_refuses_a_query_longer_than_recall_embeds(db: Path) -> No
     long, huge, fits = anyio.run(main)
     assert f"The query is 2,100 characters long; search_memory takes at most {MAX_QUERY_CHARS:,}" in long, long
     assert "The query is 2,000,000 characters long" in huge and len(huge) < 500
+    assert "no flag or setting of the server changes it" in long
     assert fits["resource"] == "ada" and len(fits["query"]) == MAX_QUERY_CHARS
 
 
@@ -1741,3 +1744,118 @@ def test_http_a_sessions_owner_is_forgotten_when_the_session_ends_or_expires(tmp
                 answer = http.post(url, headers=headers(token, kept), json=listing)
                 assert answer.status_code == 404 and "Session not found for this token" in answer.text
             assert http.post(url, headers=headers(bob, newest), json=listing).status_code == 200
+
+
+#: What every tool error about arguments that do not fit the tool's input schema ends with.
+NOT_RUN = "Nothing was run or saved: call {tool} again with each argument as its input schema (tools/list) describes it."
+
+
+def test_arguments_of_the_wrong_kind_are_named_with_what_came_and_what_each_takes(db: Path) -> None:
+    """A call whose arguments did not fit the tool (a number for a string, an array for an object, a required one
+    missing) got the SDK's pydantic report ("1 validation error for search_memoryArguments … errors.pydantic.dev"),
+    which repeats the value. Every tool now names each argument at fault, the kind of value it got (its size, never
+    the value: a 3 MB string with terminal escapes is not echoed) and what it takes; nothing runs."""
+    calls = {
+        "query_number": ("search_memory", {"query": 5}),
+        "top_k_huge_string": ("search_memory", {"query": "peanut", "top_k": "\x1b[2J" + "9" * 3_000_000}),
+        "read_missing": ("read_thread", {}),
+        "wm_array": ("update_working_memory", {"working_memory": [1, 2]}),
+        "remember_two": ("remember", {"text": None, "thread": {"id": "ada-new"}}),
+        "cursor_number": ("list_threads", {"cursor": 5}),
+        "wm_thread_float": ("get_working_memory", {"thread": 2.5}),
+    }
+
+    async def main() -> tuple[dict[str, str], dict[str, Any]]:
+        async with Client(_params(db, "--resource", "ada")) as client:
+            refused = {key: _error(await client.call_tool(tool, args)) for key, (tool, args) in calls.items()}
+            threads = _data(await client.call_tool("list_threads", {}))
+        return refused, threads
+
+    refused, threads = anyio.run(main)
+    assert refused["query_number"] == ("Error executing tool search_memory: 'query' must be a string, not the number 5. "
+                                       + NOT_RUN.format(tool="search_memory"))
+    assert refused["top_k_huge_string"] == (
+        "Error executing tool search_memory: 'top_k' must be an integer (or be left out), not a string (3,000,004 "
+        "characters). " + NOT_RUN.format(tool="search_memory"))
+    assert refused["read_missing"].startswith(
+        "Error executing tool read_thread: 'thread' (a string) is required and was not given. ")
+    assert "'working_memory' must be a string or an object, not an array (2 items)." in refused["wm_array"]
+    assert ("'text' must be a string, not null; 'thread' must be a string, not an object (1 key). "
+            + NOT_RUN.format(tool="remember")) in refused["remember_two"]
+    assert "'cursor' must be a string (or be left out), not the number 5." in refused["cursor_number"]
+    assert "'thread' must be a string (or be left out), not the number 2.5." in refused["wm_thread_float"]
+    for key, (tool, _args) in calls.items():
+        message = refused[key]
+        assert message.endswith(NOT_RUN.format(tool=tool)), message
+        assert "validation error" not in message and "pydantic" not in message and "input_value" not in message
+        assert message.isprintable() and len(message) < 400, message
+    assert threads["threads"] == []  # remember did not run
+
+
+def _limited_db(path: Path) -> Path:
+    """A database whose registered agent set small size limits (which the server then serves)."""
+    with open_store(path) as store:
+        options = MemoryOptions(working_memory={"enabled": True, "scope": "resource"}, max_message_bytes=2_000,
+                                max_working_memory_bytes=500)
+        Memory(store, options, name="assistant").register("assistant", instructions="You help.")
+    return path
+
+
+def test_http_size_limits_say_what_the_client_can_send_and_what_the_operator_can_change(tmp_path: Path) -> None:
+    """The size-limit refusals told an MCP client to raise MemoryOptions(max_message_bytes=...), which only the
+    server's operator can, and not through any flag of `memory-studio mcp`. They now give the limit the server
+    serves (the registered agent's), what the client can send instead (a message's text counts twice, so about half
+    the limit fits: shown to be true), and apart from that where the operator's setting is, saying there is no flag.
+    Arguments of the wrong kind get the same words over HTTP as over stdio."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    server = HttpServer(_limited_db(tmp_path / "memory.db"), "--resource", "ada")
+    try:
+        async def main() -> tuple[str, str, Any, str, str]:
+            async with httpx2.AsyncClient(timeout=120) as http:
+                async with Client(streamable_http_client(server.url, http_client=http)) as client:
+                    message = _error(await client.call_tool("remember", {"text": "x" * 3_000, "thread": "ada-1"}))
+                    working = _error(await client.call_tool("update_working_memory", {"working_memory": "w" * 600}))
+                    fits = _data(await client.call_tool("remember", {"text": "y" * 950, "thread": "ada-2"}))
+                    kind = _error(await client.call_tool("read_thread", {"thread": ["ada-2"]}))
+                    last = _error(await client.call_tool("read_thread", {"thread": "ada-2", "last": 5_000}))
+            return message, working, fits, kind, last
+
+        message, working, fits, kind, last = anyio.run(main)
+    finally:
+        server.stop()
+    assert re.match(r"Error executing tool remember: The message is 6,0\d\d bytes as stored \(UTF-8 JSON, which holds "
+                    r"its text twice: as the content and as its text part\), over this server's limit of 2,000 bytes "
+                    r"per message\. Nothing was written\. ", message), message
+    assert "several remember calls, each under about 1,000 bytes of text." in message
+    assert fits["thread"] == "ada-2"  # 950 bytes of text: under the half the message said
+    assert working.startswith("Error executing tool update_working_memory: The working memory would be 600 bytes, over "
+                              "this server's limit of 500 bytes. Nothing was written. Make it shorter"), working
+    for refusal, setting, default in ((message, "max_message_bytes", "1,000,000"),
+                                      (working, "max_working_memory_bytes", "256,000")):
+        assert ("For the server's operator: `memory-studio mcp` has no flag or setting for this limit. It comes from "
+                "the memory options of the agent it serves (--agent NAME, or the database's only registered agent): "
+                f"{setting}, as that agent registered it, or the engine's default of {default} bytes") in refusal
+        assert "MemoryOptions" not in refusal
+    assert kind == ("Error executing tool read_thread: 'thread' must be a string, not an array (1 item). "
+                    + NOT_RUN.format(tool="read_thread"))
+    assert "last must be between 1 and 1000, got 5000. Ask for last=1000, then the older ones with page=1" in last
+    with open_store(tmp_path / "memory.db", read_only=True) as store:
+        assert store.memory.get_thread("ada-1") is None
+        assert Memory(store, MemoryOptions(working_memory={"enabled": True})).get_working_memory(
+            resource_id="ada") is None
+
+
+def test_a_refusal_the_schema_kinds_do_not_cover_keeps_the_validators_words_without_the_value() -> None:
+    """No tool of ours has a constraint beyond a value's kind, but an SDK or tool that adds one must not bring the
+    value back: the validator's own words (one line, cut) are given, with the kind of what came."""
+    from core.mcp_server.server import arguments_refused
+
+    schema = {"properties": {"a": {"type": "string"}}, "required": ["a"]}
+    said = arguments_refused("t", schema, {"a": "\x1b[2J" * 1_000}, [
+        {"type": "string_too_long", "loc": ("a",), "msg": "String should have at most 5 characters\n"},
+        {"type": "value_error", "loc": (), "msg": "Value error, " + "v" * 1_000}])
+    assert said.startswith("'a' got a string (4,000 characters), which was refused: String should have at most 5 "
+                           "characters; the arguments were refused (Value error, vvv"), said
+    assert said.isprintable() and len(said) < 600 and "\x1b" not in said and "v" * 201 not in said
