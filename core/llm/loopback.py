@@ -4,7 +4,9 @@ It lets the real HTTP clients (``OpenAICompatibleModel``, an OpenAI embeddings c
 unchanged with no network: chat replies come from a ``ScriptedModel`` (or any ``ChatModel``),
 embeddings from a deterministic word-hashing function. It records every request and can be
 told to fail or stall upcoming requests, which is how retries and timeouts are tested
-without sleeping. It binds 127.0.0.1 only; there is deliberately no host parameter.
+without sleeping. With ``slots=1`` it answers one chat completion at a time, as llama.cpp with
+``n_parallel=1`` does: the others queue, and a held request whose client hangs up frees its slot (as a
+real server stops generating). It binds 127.0.0.1 only; there is deliberately no host parameter.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import hashlib
 import json
 import math
 import re
+import select
+import socket
 import struct
 import threading
 from collections import deque
@@ -27,6 +31,7 @@ from core.llm.scripted import Responder, ScriptedModel, ScriptStep
 from core.llm.wire import completion_from_result, stream_chunks_from_result
 
 LOOPBACK_HOST = "127.0.0.1"
+_POLL = 0.02  # how often a held request looks for a slot, a release or its client's hang-up
 _WORD = re.compile(r"\w+")
 
 
@@ -80,7 +85,10 @@ class LoopbackServer:
         embedding_dimensions: int = 64,
         model_names: Sequence[str] = ("loopback-chat", "loopback-embed"),
         require_api_key: str | None = None,
+        slots: int | None = None,
     ) -> None:
+        """``slots``: how many chat completions are answered at once (None: no limit); the others wait
+        for a slot in the order they came."""
         self.model: ChatModel
         if model is None:
             self.model = ScriptedModel([], name="loopback")
@@ -97,6 +105,9 @@ class LoopbackServer:
         self._released = threading.Event()
         self._released.set()
         self._lock = threading.Lock()
+        self._slots = threading.Semaphore(slots) if slots is not None else None
+        #: Chat requests held (stalled or queued for a slot) whose client hung up before they were answered.
+        self.abandoned: list[RecordedRequest] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -241,13 +252,39 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, _error_body("request body is not valid JSON", "invalid_request_error"))
             return
         owner = self.owner
-        failure, stall = owner._admit(RecordedRequest(method, self.path, headers, body, payload))
-        if stall:
-            owner._released.wait()
+        request = RecordedRequest(method, self.path, headers, body, payload)
+        failure, stall = owner._admit(request)
+        slot = owner._slots if self.path.split("?", 1)[0].endswith("/chat/completions") else None
+        if slot is not None and not self._hold(lambda: slot.acquire(timeout=_POLL), request):
+            return
         try:
+            if stall and not self._hold(lambda: owner._released.wait(_POLL), request):
+                return
             self._route(method, body, headers, failure)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (e.g. it timed out while we were stalled)
+        finally:
+            if slot is not None:
+                slot.release()
+
+    def _hold(self, ready: Any, request: RecordedRequest) -> bool:
+        """Wait until ``ready()`` (tried every ``_POLL`` s) is True; False when the client hung up first
+        (the request is then noted as abandoned, and not answered)."""
+        while not ready():
+            if self._client_gone():
+                with self.owner._lock:
+                    self.owner.abandoned.append(request)
+                return False
+        return True
+
+    def _client_gone(self) -> bool:
+        # The request was read whole; a client that sends nothing more and becomes readable has closed.
+        conn = self.connection
+        try:
+            readable, _, _ = select.select([conn], [], [], 0)
+            return bool(readable) and conn.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def _route(self, method: str, body: Any, headers: dict[str, str], failure: _Failure | None) -> None:
         owner = self.owner
