@@ -21,7 +21,7 @@ import socket
 import struct
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -102,6 +102,7 @@ class LoopbackServer:
         self._require_api_key = require_api_key
         self._failures: deque[_Failure] = deque()
         self._stalls = 0
+        self._stall_matching: Callable[[Any], bool] | None = None
         self._released = threading.Event()
         self._released.set()
         self._lock = threading.Lock()
@@ -162,14 +163,17 @@ class LoopbackServer:
         with self._lock:
             self._failures.extend(_Failure(status, text, retry_after) for _ in range(count))
 
-    def stall_next(self, count: int = 1) -> None:
-        """Hold the next ``count`` requests unanswered until ``release()`` (or ``stop()``).
+    def stall_next(self, count: int = 1, *, matching: Callable[[Any], bool] | None = None) -> None:
+        """Hold the next ``count`` requests unanswered until ``release()`` (or ``stop()``), or until
+        their client hangs up; ``matching``: only requests whose parsed body it accepts (a test that
+        holds the reflector's call, not the turns' before it).
 
         A client with a short timeout then times out for certain, with no race against a
         sleep of guessed length.
         """
         with self._lock:
             self._stalls += count
+            self._stall_matching = matching
             self._released.clear()
 
     def release(self) -> None:
@@ -189,7 +193,8 @@ class LoopbackServer:
         with self._lock:
             self.requests.append(request)
             failure = self._failures.popleft() if self._failures else None
-            stall = self._stalls > 0
+            matching = self._stall_matching
+            stall = self._stalls > 0 and (matching is None or bool(matching(request.body)))
             if stall:
                 self._stalls -= 1
         return failure, stall

@@ -171,3 +171,61 @@ def test_yield_to_turns_must_be_true_false_or_auto() -> None:
     for bad in ("yes", 1, None):
         with pytest.raises(OptionsError, match="yield_to_turns must be True, False or 'auto'"):
             MemoryOptions(observational_memory={"yield_to_turns": bad})
+
+
+REFLECT_MARK = "OBSERVATIONS TO REFLECT ON"
+
+
+def is_reflector(body: Any) -> bool:
+    return isinstance(body, dict) and REFLECT_MARK in str(body.get("messages", [{}])[-1].get("content"))
+
+
+def test_a_background_reflection_gives_way_too_and_is_kept_once(tmp_path: Path) -> None:
+    counts = {"observer": 0, "reflector": 0}
+
+    def reply(messages: list[dict[str, Any]], _tools: Any) -> str:
+        if REFLECT_MARK in str(messages[-1]["content"]):
+            counts["reflector"] += 1
+            return "<observations>\nDate: Mar 3, 2025\n* 🔴 (09:00) Reflected summary.\n</observations>"
+        if messages and messages[0]["content"] == OBSERVER_SYSTEM_PROMPT:
+            counts["observer"] += 1
+            return (f"<observations>\nDate: Mar 3, 2025\n* 🔴 (09:{counts['observer']:02d}) Observation number "
+                    f"{counts['observer']} about the garden beds.\n</observations>")
+        return "Reply " + "x " * 28
+
+    exporter = InMemorySpanExporter()
+    loopback = LoopbackServer(ScriptedModel(reply, name="server"), slots=1)
+    with loopback:
+        server = Server()
+        server.loopback = loopback
+        # (No turn here reaches reflection_block_after: a turn past it waits for the reflection on purpose.)
+        store, memory, agent, model = setup(tmp_path, server, exporter, observation_tokens=60,
+                                            reflection_block_after=100_000)
+        try:
+            loopback.stall_next(1, matching=is_reflector)  # the first reflector call is held by the server
+            for i in range(20):
+                ask(agent, i)
+                wait_for(lambda: any(map(is_reflector, loopback.chat_requests())) or not memory.background.busy(),
+                         "the background work settled or the reflector's request reached the server")
+                if any(map(is_reflector, loopback.chat_requests())):
+                    break
+            else:
+                raise AssertionError("no background reflection started")
+            wait_for(lambda: TRAFFIC.in_flight(model), "the reflector's call is in flight")
+            ask(agent, 100)  # the held reflector call gives way; without that this turn would time out
+            assert [is_reflector(r.body) for r in loopback.abandoned] == [True]
+            assert memory.wait_idle(30)
+            record = load_current(store, thread_id="t")
+        finally:
+            store.close()
+            model.close()
+    # The reflection was made again after the turn and kept once (a buffered rewrite, or swapped in already).
+    assert record is not None
+    assert "Reflected summary." in (record.buffered_reflection or record.active_observations)
+    assert counts["reflector"] == len([b for b in loopback.chat_requests() if is_reflector(b)]) - 1
+    spans = exporter.spans
+    reflector_calls = [s for s in spans if str(s.attributes.get("role", "")).startswith("reflector")]
+    assert [bool(s.attributes.get("yielded")) for s in reflector_calls].count(True) == 1
+    assert all(s.error is None for s in reflector_calls)
+    steps = [s for s in spans if s.name == "memory: buffer reflection"]
+    assert [bool(s.attributes.get("yielded")) for s in steps] == [True, False]
