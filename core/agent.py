@@ -26,6 +26,7 @@ from core.ids import lone_surrogate
 from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
 from core.llm.providers import resolve_model
 from core.llm.settings import ModelSettings, ToolChoice, parse_tool_choice
+from core.llm.yielding import TRAFFIC
 from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
 from core.message_list import MessageList, Provenance
 from core.messages import Message, new_id, text_part, tool_invocation_part
@@ -455,14 +456,19 @@ class Agent:
                                                                         "tools": prompt.tools},
             thread_id=thread_id, resource_id=resource_id, attributes=attributes,
         ) as span:
-            if call.streaming:
-                try:
-                    result = yield from stream_reply(self.model, prompt.messages, kwargs)
-                except GeneratorExit:
-                    span.end(error="the stream was closed while the model was replying")
-                    raise
-            else:
-                result = self.model.generate(prompt.messages, **kwargs)
+            # The turn's call takes its server: background memory calls there give way (``core.llm.yielding``).
+            with TRAFFIC.foreground(self.model) as gave_way:
+                if gave_way:
+                    span.set_attributes({"backgroundYielded": [{"call": c.label, "server": c.server}
+                                                               for c in gave_way]})
+                if call.streaming:
+                    try:
+                        result = yield from stream_reply(self.model, prompt.messages, kwargs)
+                    except GeneratorExit:
+                        span.end(error="the stream was closed while the model was replying")
+                        raise
+                else:
+                    result = self.model.generate(prompt.messages, **kwargs)
             span.set_output({"text": result.text, "toolCalls": [c.to_message_dict() for c in result.tool_calls]})
             span.set_attributes({"usage": result.usage.to_dict() if result.usage else None,
                                  "finishReason": result.finish_reason,

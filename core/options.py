@@ -221,6 +221,12 @@ class ObservationalMemoryOptions:
     synchronously. Resource scope observes synchronously (buffering is off there, as in Mastra).
     A failed observer or reflector call is retried after a back-off (30 s, doubling up to 30 min),
     not on every turn.
+    ``yield_to_turns`` (default "auto"): a background observer or reflector call gives way when a
+    turn's own call goes to the same server (the same base URL): it is cancelled, which frees a
+    one-slot server (llama.cpp ``n_parallel=1``, one Ollama model) for the turn, and made again once
+    the turn's call has finished; nothing is lost. "auto" does so for a server on this machine or a
+    private network (where one-slot servers run), not for a hosted API (a cancelled call's tokens
+    are paid for); True or False for every server.
     """
 
     enabled: bool = False
@@ -242,9 +248,14 @@ class ObservationalMemoryOptions:
     block_after: float | int | None = None
     reflection_buffer_activation: float = 0.5
     reflection_block_after: float | int | None = None
+    yield_to_turns: bool | Literal["auto"] = "auto"
 
     def __post_init__(self) -> None:
         _check_scope("observational_memory.scope", self.scope)
+        if self.yield_to_turns not in (True, False, "auto") or self.yield_to_turns in (0, 1) and \
+                not isinstance(self.yield_to_turns, bool):
+            raise OptionsError("observational_memory.yield_to_turns must be True, False or 'auto', got "
+                               f"{self.yield_to_turns!r}.")
         for name in ("message_tokens", "observation_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

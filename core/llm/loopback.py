@@ -4,7 +4,9 @@ It lets the real HTTP clients (``OpenAICompatibleModel``, an OpenAI embeddings c
 unchanged with no network: chat replies come from a ``ScriptedModel`` (or any ``ChatModel``),
 embeddings from a deterministic word-hashing function. It records every request and can be
 told to fail or stall upcoming requests, which is how retries and timeouts are tested
-without sleeping. It binds 127.0.0.1 only; there is deliberately no host parameter.
+without sleeping. With ``slots=1`` it answers one chat completion at a time, as llama.cpp with
+``n_parallel=1`` does: the others queue, and a held request whose client hangs up frees its slot (as a
+real server stops generating). It binds 127.0.0.1 only; there is deliberately no host parameter.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import hashlib
 import json
 import math
 import re
+import select
+import socket
 import struct
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -27,6 +31,7 @@ from core.llm.scripted import Responder, ScriptedModel, ScriptStep
 from core.llm.wire import completion_from_result, stream_chunks_from_result
 
 LOOPBACK_HOST = "127.0.0.1"
+_POLL = 0.02  # how often a held request looks for a slot, a release or its client's hang-up
 _WORD = re.compile(r"\w+")
 
 
@@ -80,7 +85,10 @@ class LoopbackServer:
         embedding_dimensions: int = 64,
         model_names: Sequence[str] = ("loopback-chat", "loopback-embed"),
         require_api_key: str | None = None,
+        slots: int | None = None,
     ) -> None:
+        """``slots``: how many chat completions are answered at once (None: no limit); the others wait
+        for a slot in the order they came."""
         self.model: ChatModel
         if model is None:
             self.model = ScriptedModel([], name="loopback")
@@ -94,9 +102,13 @@ class LoopbackServer:
         self._require_api_key = require_api_key
         self._failures: deque[_Failure] = deque()
         self._stalls = 0
+        self._stall_matching: Callable[[Any], bool] | None = None
         self._released = threading.Event()
         self._released.set()
         self._lock = threading.Lock()
+        self._slots = threading.Semaphore(slots) if slots is not None else None
+        #: Chat requests held (stalled or queued for a slot) whose client hung up before they were answered.
+        self.abandoned: list[RecordedRequest] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -151,14 +163,17 @@ class LoopbackServer:
         with self._lock:
             self._failures.extend(_Failure(status, text, retry_after) for _ in range(count))
 
-    def stall_next(self, count: int = 1) -> None:
-        """Hold the next ``count`` requests unanswered until ``release()`` (or ``stop()``).
+    def stall_next(self, count: int = 1, *, matching: Callable[[Any], bool] | None = None) -> None:
+        """Hold the next ``count`` requests unanswered until ``release()`` (or ``stop()``), or until
+        their client hangs up; ``matching``: only requests whose parsed body it accepts (a test that
+        holds the reflector's call, not the turns' before it).
 
         A client with a short timeout then times out for certain, with no race against a
         sleep of guessed length.
         """
         with self._lock:
             self._stalls += count
+            self._stall_matching = matching
             self._released.clear()
 
     def release(self) -> None:
@@ -178,7 +193,8 @@ class LoopbackServer:
         with self._lock:
             self.requests.append(request)
             failure = self._failures.popleft() if self._failures else None
-            stall = self._stalls > 0
+            matching = self._stall_matching
+            stall = self._stalls > 0 and (matching is None or bool(matching(request.body)))
             if stall:
                 self._stalls -= 1
         return failure, stall
@@ -241,13 +257,39 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, _error_body("request body is not valid JSON", "invalid_request_error"))
             return
         owner = self.owner
-        failure, stall = owner._admit(RecordedRequest(method, self.path, headers, body, payload))
-        if stall:
-            owner._released.wait()
+        request = RecordedRequest(method, self.path, headers, body, payload)
+        failure, stall = owner._admit(request)
+        slot = owner._slots if self.path.split("?", 1)[0].endswith("/chat/completions") else None
+        if slot is not None and not self._hold(lambda: slot.acquire(timeout=_POLL), request):
+            return
         try:
+            if stall and not self._hold(lambda: owner._released.wait(_POLL), request):
+                return
             self._route(method, body, headers, failure)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (e.g. it timed out while we were stalled)
+        finally:
+            if slot is not None:
+                slot.release()
+
+    def _hold(self, ready: Any, request: RecordedRequest) -> bool:
+        """Wait until ``ready()`` (tried every ``_POLL`` s) is True; False when the client hung up first
+        (the request is then noted as abandoned, and not answered)."""
+        while not ready():
+            if self._client_gone():
+                with self.owner._lock:
+                    self.owner.abandoned.append(request)
+                return False
+        return True
+
+    def _client_gone(self) -> bool:
+        # The request was read whole; a client that sends nothing more and becomes readable has closed.
+        conn = self.connection
+        try:
+            readable, _, _ = select.select([conn], [], [], 0)
+            return bool(readable) and conn.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def _route(self, method: str, body: Any, headers: dict[str, str], failure: _Failure | None) -> None:
         owner = self.owner

@@ -13,6 +13,7 @@ import contextvars
 import json
 import logging
 import re
+import threading
 import time
 from dataclasses import replace
 from collections.abc import Callable, Iterator, Mapping
@@ -25,6 +26,7 @@ from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, where_to_put_key
 from core.llm.request_hook import RequestWatch
 from core.llm.wire import OPENAI_PYTHON_WIRE, StreamAssembler, request_body, result_from_completion
+from core.llm.yielding import BackgroundCall, current_call
 from core.redaction import MIN_SECRET_LENGTH, PLACEHOLDER_KEYS
 
 if TYPE_CHECKING:
@@ -112,6 +114,7 @@ class OpenAICompatibleModel:
             keyring_username=keyring_username, environ=environ)
         self._client = openai_client(base_url, self._key, timeout=timeout, default_headers=default_headers)
         self._http = _WATCH.watch(self._client)  # the httpx client its requests go through, hooked
+        self._background_client: Any = None  # made by ``_yielding_client`` when first needed
         if self._http is None:
             log.info("the OpenAI client has no httpx request hooks: turn records keep no bytes hash")
 
@@ -139,6 +142,8 @@ class OpenAICompatibleModel:
 
     def close(self) -> None:
         self._client.close()
+        if self._background_client is not None:
+            self._background_client.close()
 
     def __enter__(self) -> OpenAICompatibleModel:
         return self
@@ -162,12 +167,29 @@ class OpenAICompatibleModel:
         body = self._body(messages, tools, temperature, max_tokens, settings, tool_choice)
         wait = self.timeout if timeout is None else timeout
         endpoint = f"{self.base_url}/chat/completions"
+        # A background call that may give way to a turn (``core.llm.yielding``) goes out on a connection
+        # of its own, which a turn's call shuts down to stop it (its bytes are not read: no record keeps them).
+        background = current_call()
+        client = self._client if background is None else self._yielding_client()
         with self._sending() as sent:
             response = self._with_retries(
-                lambda: self._client.chat.completions.create(**body, timeout=wait),
-                endpoint=endpoint, timeout=wait, uncapped=not _caps_length(body))
+                lambda: client.chat.completions.create(**body, timeout=wait),
+                endpoint=endpoint, timeout=wait, uncapped=not _caps_length(body), background=background)
         result = result_from_completion(self._completion_dict(response, endpoint), model_id=self.model_id)
         return replace(result, sent=sent.raw)
+
+    def _yielding_client(self) -> Any:
+        """This model's client for background calls that may be cancelled: no connection is kept or
+        reused (each request's own is known to its call, through the ``trace`` extension), so shutting
+        a call's connection down stops that call only."""
+        with _YIELDING_LOCK:
+            if self._background_client is None:
+                import openai
+
+                limits = type(openai.DEFAULT_CONNECTION_LIMITS)(max_connections=100, max_keepalive_connections=0)
+                http = openai.DefaultHttpxClient(limits=limits, event_hooks={"request": [_attach_connection]})
+                self._background_client = self._client.with_options(http_client=http)
+            return self._background_client
 
     @contextmanager
     def _sending(self) -> Iterator[_Sent]:
@@ -288,7 +310,7 @@ class OpenAICompatibleModel:
         return body
 
     def _with_retries(self, call: Callable[[], _T], *, endpoint: str, timeout: float,
-                      method: str = "POST", uncapped: bool = False) -> _T:
+                      method: str = "POST", uncapped: bool = False, background: BackgroundCall | None = None) -> _T:
         def error(exc: openai.OpenAIError, attempts: int) -> ModelError:
             return self._error(exc, endpoint=endpoint, attempts=attempts, timeout=timeout, method=method,
                                uncapped=uncapped)
@@ -303,9 +325,16 @@ class OpenAICompatibleModel:
             )
 
         def checked() -> _T:
+            if background is not None and background.cancelled:
+                raise background.yielded(self.model_id, endpoint)
             try:
                 return call()
-            except json.JSONDecodeError as exc:
+            except Exception as exc:
+                # A connection shut down because a turn needed the server: not a failure, not retried here.
+                if background is not None and background.cancelled:
+                    raise background.yielded(self.model_id, endpoint) from exc
+                if not isinstance(exc, json.JSONDecodeError):
+                    raise
                 # The SDK parses a body labelled JSON itself; an HTML page or a cut-off body fails there.
                 raise self._bad_reply(f"the reply is not valid JSON ({exc.msg} at position {exc.pos})",
                                       endpoint, method=method) from exc
@@ -397,6 +426,26 @@ class OpenAICompatibleModel:
             text = text.replace(secret, "***")
         text = self._credentials.scrub(text)
         return text if len(text) <= 400 else text[:400] + "…"
+
+
+_YIELDING_LOCK = threading.Lock()
+
+
+def _attach_connection(request: Any) -> None:
+    """The request hook of the client for background calls: the call's connections are handed to it
+    as they open (``connect_tcp``, then ``start_tls`` for HTTPS), so a turn can shut them down."""
+    call = current_call()
+    if call is None:
+        return
+
+    def trace(event: str, info: dict[str, Any]) -> None:
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is not None:
+                call.attach(sock)
+
+    request.extensions["trace"] = trace
 
 
 def _caps_length(body: dict[str, Any]) -> bool:

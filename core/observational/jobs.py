@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Mapping
 
 from core.background import CANCELLED, CancelToken
 from core.llm.base import ModelError
+from core.llm.yielding import TRAFFIC, CallYielded, yields_by_default
 from core.observational import buffer_store
 from core.observational import store as om_store
 from core.observational.buffer import next_backoff
@@ -65,6 +68,9 @@ class OMJob:
     # The span current when the job was handed off: a background job's spans join the trace of the
     # turn that started it (after that turn's root span ended), not a trace of their own.
     parent: Any = None
+    # Set for a job running in the background (its token): its calls give way to a turn's call to the same
+    # server when ``options.yield_to_turns`` says so (``core.llm.yielding``); a turn's own calls take the server.
+    background: CancelToken | None = None
 
     # -- model calls ----------------------------------------------------------------------------------
     def generate(self, model: "ChatModel", messages: list[dict[str, Any]], *, role: str, temperature: float) -> str:
@@ -77,8 +83,15 @@ class OMJob:
                                                 **sent_settings(model, messages, temperature,
                                                                 opts.max_output_tokens)}) as span:
             try:
-                result = model.generate(messages, temperature=temperature, max_tokens=opts.max_output_tokens,
-                                        timeout=opts.timeout)
+                with self._server(model, role) as gave_way:
+                    if gave_way:
+                        span.set_attributes({"backgroundYielded": gave_way})
+                    result = model.generate(messages, temperature=temperature, max_tokens=opts.max_output_tokens,
+                                            timeout=opts.timeout)
+            except CallYielded as exc:
+                # Not a failure: the span says why it stopped, and the job tries again after the turn's call.
+                span.end(output=None, attributes={"yielded": {"to": exc.to, "reason": exc.detail}})
+                raise
             except ModelError as exc:
                 told = _where_to_cap(exc, opts)
                 if told is exc:
@@ -95,6 +108,28 @@ class OMJob:
                     "missing and none of it was used; raise observational_memory={'max_output_tokens': ...}")
             return str(result.text or "")
 
+    @contextmanager
+    def _server(self, model: "ChatModel", role: str) -> Iterator[list[dict[str, str]]]:
+        """Where this call stands on ``model``'s server: a background call that yields to turns waits
+        for a turn's call to finish and may be cancelled by the next one; any other call is a turn's
+        (its own observer or reflector) and takes the server (the background calls it stopped are given
+        to the block, for the span)."""
+        if self.background is not None:
+            if not self.yields(model):
+                yield []
+                return
+            token = self.background
+            with TRAFFIC.background(model, role, stop=lambda: token.cancelled):
+                yield []
+            return
+        with TRAFFIC.foreground(model) as stopped:
+            yield [{"call": c.label, "server": c.server} for c in stopped]
+
+    def yields(self, model: "ChatModel") -> bool:
+        """Whether this job's background calls to ``model`` give way to turns (``yield_to_turns``)."""
+        choice = self.options.yield_to_turns
+        return yields_by_default(model) if choice == "auto" else bool(choice)
+
     def observe(self, batch: list["Message"], *, previous: str, current_task: str | None,
                 suggested_response: str | None) -> tuple[ObserverOutput | None, str | None]:
         """One observer call over ``batch``: (parsed reply, None) or (None, why it failed)."""
@@ -107,6 +142,8 @@ class OMJob:
         )
         try:
             text = self.generate(self.observer, messages, role="observer", temperature=opts.observer_temperature)
+        except CallYielded:  # not a failure: the background job tries again after the turn's call
+            raise
         except Exception as exc:  # noqa: BLE001 - a provider failure must not lose the messages
             return None, f"observer call failed: {type(exc).__name__}: {exc}"
         parsed = parse_observer_output(text, copied_from=[str(m["content"]) for m in messages])
@@ -169,13 +206,21 @@ def _instruction(custom: str | None, title_hint: bool) -> str | None:
 
 
 # -- background jobs -----------------------------------------------------------------------------------
+#: What a background step returns when its model call gave way to a turn's (it is tried again).
+_YIELDED = object()
+
+
 def buffer_observations(job: OMJob, token: CancelToken) -> Any:
     """Observe what the buffer does not cover yet, in batches of about two ``buffer_tokens``, and
-    append each result as a chunk (see the module doc). Returns the chunks made."""
+    append each result as a chunk (see the module doc). Returns the chunks made. A batch whose call
+    gave way to a turn's is read and observed again once that call has finished: nothing was written."""
+    job = replace(job, background=token)
     made: list[BufferedChunk] = []
     interval = job.options.buffer_interval or job.options.message_tokens
     while not token.cancelled:
         chunk = _buffer_once(job, token, max_tokens=2 * interval)
+        if chunk is _YIELDED:
+            continue
         if chunk is None or chunk is CANCELLED:
             return CANCELLED if chunk is CANCELLED else made
         made.append(chunk)
@@ -225,10 +270,15 @@ def _buffer_once(job: OMJob, token: CancelToken, *, max_tokens: int) -> Any:
                                attributes={"operationType": "buffer-observation", "messages": len(batch),
                                            "tokens": used, "background": True}) as span:
         buffer_store.set_buffering(job.store, job.key, observation=True)
-        parsed, problem = job.observe(
-            batch, previous=previous,
-            current_task=(last_chunk.current_task if last_chunk else None) or hints.current_task,
-            suggested_response=(last_chunk.suggested_response if last_chunk else None) or hints.suggested_response)
+        try:
+            parsed, problem = job.observe(
+                batch, previous=previous,
+                current_task=(last_chunk.current_task if last_chunk else None) or hints.current_task,
+                suggested_response=(last_chunk.suggested_response if last_chunk else None) or hints.suggested_response)
+        except CallYielded as exc:
+            span.set_attributes({"yielded": {"to": exc.to}})
+            buffer_store.set_buffering(job.store, job.key, observation=False)
+            return _YIELDED
         if parsed is None:
             assert problem is not None
             span.record_error(problem)
@@ -263,7 +313,17 @@ def _buffer_once(job: OMJob, token: CancelToken, *, max_tokens: int) -> Any:
 
 def buffer_reflection(job: OMJob, token: CancelToken) -> Any:
     """Rewrite the log as it stands and keep the rewrite beside it, for the turn that reaches the
-    reflection threshold to swap in without waiting."""
+    reflection threshold to swap in without waiting. A rewrite whose call gave way to a turn's starts
+    again (from the log as it is then) once that call has finished."""
+    job = replace(job, background=token)
+    while not token.cancelled:
+        result = _reflect_once(job, token)
+        if result is not _YIELDED:
+            return result
+    return CANCELLED
+
+
+def _reflect_once(job: OMJob, token: CancelToken) -> Any:
     if (job.reflector or job.observer) is None:
         return None
     now = job.clock.now()
@@ -279,7 +339,12 @@ def buffer_reflection(job: OMJob, token: CancelToken) -> Any:
                                attributes={"operationType": "buffer-reflection", "generation": record.generation_count,
                                            "tokens": record.observation_token_count, "background": True}) as span:
         buffer_store.set_buffering(job.store, job.key, reflection=True)
-        result = job.reflect(reflected)
+        try:
+            result = job.reflect(reflected)
+        except CallYielded as exc:
+            span.set_attributes({"yielded": {"to": exc.to}})
+            buffer_store.set_buffering(job.store, job.key, reflection=False)
+            return _YIELDED
         if result.observations is None:
             span.record_error(result.problem or "reflection failed")
             job.failed("reflector", result.problem or "reflection failed", record, now)
