@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QItemSelection, Qt, QTimer, Signal
+from PySide6.QtCore import QItemSelection, QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -94,12 +94,34 @@ def _wm_summary(agent: AgentConfig) -> str:
     return f"{mode}, {wm.get('scope', 'resource')} scope"
 
 
+class _WrappedLine(QLabel):
+    """A plain-text label never cut: one line where it fits, else wrapped at its spaces; its least width is its
+    longest word's. (A wrapped QLabel asks a quarter of 80 characters, so beside a title it wrapped at any
+    width: "188 chars · 72 / tokens as formatted / here" in a 1,440 px window.)"""
+
+    def __init__(self, text: str = "") -> None:
+        super().__init__(text)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setWordWrap(True)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        """Its whole text on one line (the height of that line)."""
+        m = self.contentsMargins()
+        flags = int(self.alignment()) | int(Qt.TextFlag.TextWordWrap)  # (measured as the label lays it out:
+        # its plain advance is a pixel short, and the last word wrapped)
+        line = self.fontMetrics().boundingRect(0, 0, 1 << 20, 1 << 10, flags, self.text()).width()
+        width = line + m.left() + m.right() + 2 * self.margin()
+        return QSize(width, max(self.heightForWidth(width), 0))
+
+
 def _bold(text: str) -> QLabel:
-    label = QLabel(text)
+    """A section's title: whole at any width, wrapped where its line is too short (an elastic title was cut
+    with no mark: "Template the age" at a 720 px window, "Editoı" beside the editor's size)."""
+    label = _WrappedLine(text)
     f = label.font()
     f.setBold(True)
     label.setFont(f)
-    return elastic(label)
+    return label
 
 
 class WorkingMemoryPane(QWidget):
@@ -203,7 +225,7 @@ class WorkingMemoryPane(QWidget):
         margins.setContentsMargins(12, 0, 0, 0)
         bar.addWidget(self.json_mode_box)
         bar.add(QWidget(), 1)  # (what the row leaves over: the saved state goes to its right end)
-        self.size_label = elastic(QLabel(""))  # the editor's text: characters and tokens, live
+        self.size_label = _WrappedLine()  # the editor's text: characters and tokens, live
         self.size_label.setStyleSheet("color: palette(placeholder-text);")
         self.size_label.setToolTip(editor_size_tip("markdown"))
         self.dirty_label = QLabel("")
@@ -282,11 +304,14 @@ class WorkingMemoryPane(QWidget):
         if beside_title is None:
             bl.addWidget(_bold(title))
         else:
-            title_row = QHBoxLayout()
-            title_row.addWidget(_bold(title))
-            title_row.addStretch(1)
-            title_row.addWidget(beside_title)
-            bl.addLayout(title_row)
+            # the title and its details on one line where both fit (the details at its right end), else the
+            # details on the line below: at a 720 px window the editor's read "Editoı 188 chars · 72 tokens a"
+            title_row = QWidget()
+            flow = FlowLayout(title_row)
+            flow.setContentsMargins(0, 0, 0, 0)
+            flow.add(_bold(title), 1)
+            flow.addWidget(beside_title)
+            bl.addWidget(title_row)
         bl.addWidget(widget, 1)
         for w in below:
             bl.addWidget(w)

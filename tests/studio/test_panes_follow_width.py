@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from PySide6.QtWidgets import (QAbstractButton, QAbstractItemView, QComboBox, QHeaderView, QTableView, QTreeView,
-                               QWidget)
+from PySide6.QtWidgets import (QAbstractButton, QAbstractItemView, QComboBox, QHeaderView, QLabel, QTableView,
+                               QTreeView, QWidget)
 
 from studio.selection import Selection
 from studio.widgets.scroll_fit import least_size
@@ -123,4 +123,59 @@ def test_observations_tables_are_not_cut_sideways_at_900_px(
     cut = [f"{t.accessibleName() or t.objectName()}: {t.horizontalScrollBar().maximum()} px sideways"
            for t in tables if t.horizontalScrollBar().maximum() > 0]
     assert cut == []
+    window.session.pool.wait(20_000)
+
+
+WM_TITLES = {"markdown": ("Editor", "Rendered", "Template the agent fills in"),
+             "json": ("Editor", "Stored now", "Result after save (merge preview)")}
+
+
+def _label_cut(label: QLabel) -> str | None:
+    """How ``label``'s text is cut, if it is: one line wider than the label, or (a wrapped label) a word wider
+    than it or fewer lines' height than its text needs at its width."""
+    width, metrics = label.contentsRect().width(), label.fontMetrics()
+    if not label.wordWrap():
+        needed = metrics.horizontalAdvance(label.text())
+        return f"cut to {width} px of {needed}" if needed > width else None
+    widest = max((metrics.horizontalAdvance(word) for word in label.text().split()), default=0)
+    if widest > width:
+        return f"a word cut to {width} px of {widest}"
+    if label.height() < label.heightForWidth(label.width()):
+        return f"{label.height()} px high of the {label.heightForWidth(label.width())} its lines need"
+    return None
+
+
+@pytest.mark.parametrize(("built", "theme"), [("wide", None), ("narrow", None), ("wide", "dark"), ("narrow", "dark")])
+def test_working_memorys_section_titles_and_the_editors_size_stay_whole_at_720_px(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, built: str,
+        theme: str | None) -> None:
+    """At a 720 px window the editor's title line read "Editoı 188 chars · 72 tokens a" (the title and the size
+    beside it were elastic, cut with no mark) and, in Markdown mode, the template's title read "Template the
+    age". The titles wrap where they must (never narrower than a word) and the size goes under the title."""
+    window = _window(demo_dir, tmp_path, make_window, qtbot, WIDE if built == "wide" else NARROW)
+    window.resize(WIDE if built == "wide" else NARROW, HEIGHT)
+    pane = window.panes["working_memory"]
+    problems: list[str] = []
+    for resource, thread, fmt in (("sam", "sam-standup", "markdown"), ("li-wei", "liwei-shanghai", "json")):
+        window.resources.set_selection(Selection(resource, thread))
+        window.show_tab("working_memory")
+        qtbot.waitUntil(lambda f=fmt, r=resource: pane.title.text() == f"Resource {r}" and pane.draft is not None
+                        and pane.draft.fmt == f, timeout=30_000)
+        window.session.pool.wait(20_000)
+        if built == "wide":
+            qtbot.wait(150)
+            _narrowed(window, qtbot)
+        qtbot.wait(300)
+        assert window.width() == NARROW
+        titles = {label.text(): label for label in pane.findChildren(QLabel)
+                  if label.isVisible() and label.text() in WM_TITLES[fmt]}
+        assert sorted(titles) == sorted(WM_TITLES[fmt])
+        assert pane.size_label.isVisible() and "chars" in pane.size_label.text()
+        for label in (*titles.values(), pane.size_label):
+            cut = _label_cut(label)
+            if cut is not None:
+                problems.append(f"{fmt}: {label.text()!r} {cut}")
+        if built == "wide":
+            window.resize(WIDE, HEIGHT)
+    assert problems == [], "\n".join(problems)
     window.session.pool.wait(20_000)
