@@ -10,7 +10,9 @@ event loop (and the other client requests) never waits on the database or an emb
 the client as tool errors whose message says what to do; anything else is logged here and reported as a
 failure of the tool. A call whose arguments do not fit a tool's input schema (a number for a string, an array for
 an object, a required one missing) is answered in one place for every tool (``MemoryMCPServer.call_tool``,
-``arguments_refused``): which argument, what kind of value came (never the value) and what the tool takes.
+``arguments_refused``): which argument, what kind of value came (never the value) and what the tool takes. There,
+``arguments_unfit`` first refuses what the SDK would let through: an argument name the tool does not have (which it
+ignores) and true or false for an integer (which it takes as 1 or 0).
 
 Transports: ``run_stdio`` (what desktop assistants and IDEs launch), or ``http_app`` for streamable
 HTTP, wrapped in the gateway's ``RequestGuard`` (the same Host, Origin, token and body rules as
@@ -21,6 +23,7 @@ verdict on its token, ``core.gateway.access``) is read from the HTTP request the
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import logging
@@ -34,12 +37,13 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.mcpserver.resources.templates import ResourceSecurity
 from mcp_types import Resource as MCPResource
+from mcp_types import Tool as MCPTool
 from pydantic import Field, ValidationError
 
 from core.errors import MemoryStudioError
 from core.gateway.access import ANYONE, Caller, caller_of
 from core.gateway.errors import operators_storage_error, storage_message
-from core.ids import lone_surrogate
+from core.ids import lone_surrogate, shown
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLargeError
 from core.mcp_server.tools import (
     DEFAULT_READ,
@@ -130,18 +134,63 @@ _KIND_ERRORS = frozenset({"string_type", "int_type", "int_parsing", "int_from_fl
                           "bool_type", "bool_parsing", "dict_type", "list_type", "none_required", "model_type"})
 
 
+#: A string the SDK takes for an integer argument: a whole number written out (clients that send every argument as a
+#: string write "5"); pydantic would also read " 5 ", "+5" and "5_0" (as 50).
+_INTEGER_TEXT = re.compile(r"-?[0-9]+(\.0*)?")
+#: How many unknown argument names a refusal repeats (each cut to ``_NAME_SHOWN`` characters).
+_NAMES_SHOWN, _NAME_SHOWN = 3, 40
+
+
+def arguments_unfit(schema: dict[str, Any], arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the SDK would let through, or take otherwise than sent, in ``arguments`` of a tool with input ``schema``,
+    as validation errors for ``arguments_refused``: an argument the schema does not have (``unknown``: the SDK drops
+    it and the default applies), a required one missing (named beside the others), true or false where the schema
+    takes no boolean (``kind``: taken as 1 or 0), and a string for an integer that is not a whole number written out
+    (``kind``). A number with no fraction (5.0) is an integer (JSON Schema's rule), and "5" is taken as 5, as the SDK
+    does; the SDK's validation checks the rest."""
+    properties = schema.get("properties") or {}
+    errors: list[dict[str, Any]] = [{"type": "unknown", "loc": (name,)} for name in arguments if name not in properties]
+    errors += [{"type": "missing", "loc": (name,)} for name in schema.get("required") or () if name not in arguments]
+    for name, value in arguments.items():
+        kinds = _kinds(properties.get(name) or {})
+        if name not in properties or not kinds:
+            continue
+        if isinstance(value, bool) and "boolean" not in kinds:
+            errors.append({"type": "kind", "loc": (name,)})
+        elif (isinstance(value, str) and "string" not in kinds and "integer" in kinds
+              and not _INTEGER_TEXT.fullmatch(value)):
+            errors.append({"type": "kind", "loc": (name,)})
+    return errors
+
+
+def _kinds(prop: dict[str, Any]) -> set[str]:
+    """The JSON Schema types an argument's schema takes (empty: any)."""
+    kinds: set[str] = set()
+    for option in prop.get("anyOf") or [prop]:
+        kind = option.get("type") if isinstance(option, dict) else None
+        if kind is None:  # ($ref, or no type: anything)
+            return set()
+        kinds.update(kind if isinstance(kind, list) else [kind])
+    return {str(kind) for kind in kinds}
+
+
 def arguments_refused(tool: str, schema: dict[str, Any], arguments: dict[str, Any], errors: list[Any]) -> str:
-    """Why a call to ``tool`` was refused before it ran, from the SDK's validation ``errors`` of ``arguments`` against
-    the tool's input ``schema``: each argument at fault by name, what kind of value it got (its length or size, never
-    the value itself: a client's argument may be megabytes, or hold control characters) and what it takes."""
+    """Why a call to ``tool`` was refused before it ran, from the validation ``errors`` of ``arguments`` against the
+    tool's input ``schema`` (the SDK's, or ``arguments_unfit``'s): each argument at fault by name, what kind of value
+    it got (its length or size, never the value itself: a client's argument may be megabytes, or hold control
+    characters) and what it takes; names the tool does not have, with the names it has."""
     properties = schema.get("properties") or {}
     found: dict[str, list[Any]] = {}
+    unknown: list[str] = []
     for error in errors:
         loc = error.get("loc") or ()
+        if error.get("type") == "unknown" and loc and isinstance(loc[0], str) and loc[0] not in properties:
+            unknown.append(loc[0])
+            continue
         name = loc[0] if loc and isinstance(loc[0], str) and loc[0] in properties else ""
         found.setdefault(name, []).append(error)
     order = list(properties)
-    problems = []
+    problems = [_unknown(tool, unknown, schema)] if unknown else []
     for name in sorted(found, key=lambda n: order.index(n) if n in order else len(order)):
         kinds = {e.get("type") for e in found[name]}
         said = "; ".join(_one_line(str(e.get("msg", ""))).strip()[:200] for e in found[name])
@@ -149,12 +198,31 @@ def arguments_refused(tool: str, schema: dict[str, Any], arguments: dict[str, An
             problems.append(f"the arguments were refused ({said})")
         elif "missing" in kinds:
             problems.append(f"'{name}' ({_takes(properties[name])}) is required and was not given")
-        elif kinds <= _KIND_ERRORS:
+        elif kinds <= _KIND_ERRORS | {"kind"} and isinstance(value := arguments.get(name), str) and (
+                "string" in _kinds(properties[name])):  # (the SDK parsed a string that is whole JSON: '[1]', '{}')
+            problems.append(f"'{name}' must be {_takes(properties[name])}, not a string that is itself JSON "
+                            f"({_count(len(value), 'character')}), which the MCP SDK reads as that JSON value rather "
+                            "than as text: word it otherwise")
+        elif kinds <= _KIND_ERRORS | {"kind"}:
             problems.append(f"'{name}' must be {_takes(properties[name])}, not {_kind_of(arguments.get(name))}")
         else:
             problems.append(f"'{name}' got {_kind_of(arguments.get(name))}, which was refused: {said}")
     return "; ".join(problems) + (f". Nothing was run or saved: call {tool} again with each argument as its input "
                                   "schema (tools/list) describes it.")
+
+
+def _unknown(tool: str, names: list[str], schema: dict[str, Any]) -> str:
+    """Argument names ``tool`` does not have (the first few, cut, never a whole name of any length) and the names it
+    has, the required ones marked, with the one meant when a name is a near miss of one."""
+    properties, required = schema.get("properties") or {}, set(schema.get("required") or ())
+    said = ", ".join(shown(name, _NAME_SHOWN) for name in names[:_NAMES_SHOWN])
+    said += f" and {len(names) - _NAMES_SHOWN:,} more" if len(names) > _NAMES_SHOWN else ""
+    near = [m for name in names[:_NAMES_SHOWN] for m in difflib.get_close_matches(name, properties, n=1)
+            if m not in names]
+    takes = ", ".join(f"{name} (required)" if name in required else name for name in properties) or "no arguments"
+    return (f"{said} {'is not an argument' if len(names) == 1 else 'are not arguments'} of {tool}"
+            + (f" (did you mean {', '.join(repr(m) for m in dict.fromkeys(near))}?)" if near else "")
+            + f", which takes {takes}")
 
 
 def _takes(prop: dict[str, Any]) -> str:
@@ -205,18 +273,29 @@ class MemoryMCPServer(MCPServer):
         self.over_http = False
         _register(self, tools)
 
+    async def list_tools(self) -> list[MCPTool]:
+        """The SDK's tools, each input schema saying what ``call_tool`` holds to: no argument beyond its own
+        (``additionalProperties: false``)."""
+        return [tool.model_copy(update={"input_schema": {**tool.input_schema, "additionalProperties": False}})
+                for tool in await super().list_tools()]
+
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-        """The SDK's ``call_tool``; arguments the tool's input schema refuses (the SDK's pydantic validation, before
-        the tool runs) get ``arguments_refused``'s message instead of pydantic's report (which repeats the values)."""
+        """The SDK's ``call_tool``, after ``arguments_unfit`` checked the arguments against the tool's input schema
+        (an argument the tool does not have, true or false for a number, which the SDK would ignore or take as 1 or
+        0); arguments refused by it or by the SDK's pydantic validation (before the tool runs) get
+        ``arguments_refused``'s message instead of pydantic's report (which repeats the values)."""
+        schema = next((tool.input_schema for tool in await self.list_tools() if tool.name == name), None)
+        unfit = arguments_unfit(schema, arguments) if schema is not None else []
+        if unfit:
+            raise ToolError(f"Error executing tool {name}: {arguments_refused(name, schema or {}, arguments, unfit)}")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
             cause = exc.__cause__
             if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
                 raise
-            schema = next((tool.input_schema for tool in await self.list_tools() if tool.name == name), {})
             raise ToolError(f"Error executing tool {name}: "
-                            f"{arguments_refused(name, schema, arguments, cause.errors())}") from cause
+                            f"{arguments_refused(name, schema or {}, arguments, cause.errors())}") from cause
 
     async def _handle_list_resources(self, ctx: Any, params: Any) -> Any:
         # The SDK's handler calls list_resources() without the request; a tokens file's caller lists only its own,

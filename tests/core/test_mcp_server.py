@@ -1792,6 +1792,81 @@ def test_arguments_of_the_wrong_kind_are_named_with_what_came_and_what_each_take
     assert threads["threads"] == []  # remember did not run
 
 
+
+def test_unknown_argument_names_and_booleans_for_numbers_are_refused_and_real_clients_calls_still_run(db: Path) -> None:
+    """The SDK dropped an argument the tool does not have (`topk`, `titel`), so the default applied and the client never
+    learnt its argument was ignored, and took true or false for an integer as 1 or 0 (and "5_0" as 50). Every tool now
+    refuses them, naming the argument, what it takes and, for an unknown name, the tool's argument names; tools/list
+    says so (additionalProperties: false). What real clients send still runs: optional arguments left out or null, an
+    integer written 5.0 (JSON Schema's integer) or "5" (clients that send every argument as a string). A title that is
+    itself JSON, which the SDK parses, was refused as "must be a string, not a string": now said as it is."""
+    refused_calls = {
+        "topk": ("search_memory", {"query": "tea", "topk": 1}),
+        "top_k_true": ("search_memory", {"query": "tea", "top_k": True}),
+        "top_k_underscore": ("search_memory", {"query": "tea", "top_k": "5_0"}),
+        "last_false": ("read_thread", {"thread": "ada-tea", "last": False}),
+        "page_true_and_typo": ("read_thread", {"thred": "ada-tea", "page": True}),
+        "cursr": ("list_threads", {"cursr": "abc"}),
+        "resourse": ("get_working_memory", {"resourse": "bob"}),
+        "wm_thread_id": ("update_working_memory", {"working_memory": "# User\n- Name: Eve\n", "thread_id": "x"}),
+        "titel": ("remember", {"text": "I like coffee", "thread": "ada-coffee", "titel": "Coffee"}),
+        "title_json": ("remember", {"text": "I like mate", "thread": "ada-mate", "title": '{"drink": "mate"}'}),
+        "many": ("remember", {"text": "I like cocoa", "thread": "ada-cocoa", "\x1b[2J" + "n" * 5_000: 1,
+                              "b": 2, "c": 3, "d": 4}),
+    }
+
+    async def main() -> tuple[Any, dict[str, str], dict[str, Any]]:
+        async with Client(_params(db, "--resource", "ada")) as client:
+            listed = (await client.list_tools()).tools
+            ran = {"remember": _data(await client.call_tool("remember", {
+                "text": "I like green tea", "thread": "ada-tea", "title": "Tea", "role": "user", "resource": None,
+                "idempotency_key": None}))}
+            refused = {key: _error(await client.call_tool(tool, args)) for key, (tool, args) in refused_calls.items()}
+            ran["search_float"] = _data(await client.call_tool("search_memory", {"query": "green tea", "top_k": 1.0}))
+            ran["search_string"] = _data(await client.call_tool("search_memory", {"query": "green tea", "top_k": "1",
+                                                                                 "thread": None}))
+            ran["read"] = _data(await client.call_tool("read_thread", {"thread": "ada-tea", "last": "2", "page": 0.0}))
+            ran["threads"] = _data(await client.call_tool("list_threads", {"cursor": None}))
+            ran["wm"] = _data(await client.call_tool("get_working_memory", {}))
+        return listed, refused, ran
+
+    listed, refused, ran = anyio.run(main)
+    assert {t.name: t.input_schema.get("additionalProperties") for t in listed} == dict.fromkeys(TOOLS, False)
+    assert refused["topk"] == (
+        "Error executing tool search_memory: 'topk' is not an argument of search_memory (did you mean 'top_k'?), which "
+        "takes query (required), top_k, thread, resource. " + NOT_RUN.format(tool="search_memory"))
+    assert refused["top_k_true"] == ("Error executing tool search_memory: 'top_k' must be an integer (or be left out), "
+                                     "not true. " + NOT_RUN.format(tool="search_memory"))
+    assert "'top_k' must be an integer (or be left out), not a string (3 characters). " in refused["top_k_underscore"]
+    assert "'last' must be an integer (or be left out), not false. " in refused["last_false"]
+    assert refused["page_true_and_typo"] == (
+        "Error executing tool read_thread: 'thred' is not an argument of read_thread (did you mean 'thread'?), which "
+        "takes thread (required), last, resource, page; 'thread' (a string) is required and was not given; 'page' must "
+        "be an integer (or be left out), not true. " + NOT_RUN.format(tool="read_thread"))
+    assert "'cursr' is not an argument of list_threads (did you mean 'cursor'?), which takes cursor, resource. " in (
+        refused["cursr"])
+    assert ("'resourse' is not an argument of get_working_memory (did you mean 'resource'?), which takes thread, "
+            "resource. ") in refused["resourse"]
+    assert ("'thread_id' is not an argument of update_working_memory (did you mean 'thread'?), which takes "
+            "working_memory (required), thread, resource. ") in refused["wm_thread_id"]
+    assert ("'titel' is not an argument of remember (did you mean 'title'?), which takes text (required), thread "
+            "(required), role, title, resource, idempotency_key. ") in refused["titel"]
+    assert refused["many"].startswith("Error executing tool remember: '\\x1b[2Jnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn'… "
+                                      "(5,004 characters), 'b', 'c' and 1 more are not arguments of remember, which "
+                                      "takes text (required)"), refused["many"]
+    # (The SDK reads a string that is whole JSON as that value: said so, not "must be a string, not a string".)
+    assert ("'title' must be a string (or be left out), not a string that is itself JSON (17 characters), which the "
+            "MCP SDK reads as that JSON value rather than as text: word it otherwise. ") in refused["title_json"]
+    for key, (tool, _args) in refused_calls.items():
+        message = refused[key]
+        assert message.endswith(NOT_RUN.format(tool=tool)), message
+        assert message.isprintable() and len(message) < 500 and "pydantic" not in message, message
+    assert [h["text"] for h in ran["search_float"]["results"]] == ["I like green tea"]
+    assert [h["text"] for h in ran["search_string"]["results"]] == ["I like green tea"]
+    assert [m["text"] for m in ran["read"]["messages"]] == ["I like green tea"]
+    assert [t["id"] for t in ran["threads"]["threads"]] == ["ada-tea"]  # remember's refused calls stored nothing
+    assert ran["wm"]["resource"] == "ada" and ran["wm"]["workingMemory"] is None  # nor did update_working_memory
+
 def _limited_db(path: Path) -> Path:
     """A database whose registered agent set small size limits (which the server then serves)."""
     with open_store(path) as store:
