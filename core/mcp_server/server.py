@@ -12,7 +12,9 @@ failure of the tool. A call whose arguments do not fit a tool's input schema (a 
 an object, a required one missing) is answered in one place for every tool (``MemoryMCPServer.call_tool``,
 ``arguments_refused``): which argument, what kind of value came (never the value) and what the tool takes. There,
 ``arguments_unfit`` first refuses what the SDK would let through: an argument name the tool does not have (which it
-ignores) and true or false for an integer (which it takes as 1 or 0).
+ignores) and true or false for an integer (which it takes as 1 or 0). A string argument is the text sent, never parsed
+as JSON (``_AsSent``), and arguments that are not a JSON object are refused saying what to send
+(``MemoryMCPServer._arguments_an_object``, ``arguments_not_an_object``).
 
 Transports: ``run_stdio`` (what desktop assistants and IDEs launch), or ``http_app`` for streamable
 HTTP, wrapped in the gateway's ``RequestGuard`` (the same Host, Origin, token and body rules as
@@ -28,7 +30,7 @@ import functools
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, TypeVar
 
 import anyio
@@ -36,6 +38,10 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.mcpserver.resources.templates import ResourceSecurity
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from mcp_types import Resource as MCPResource
 from mcp_types import Tool as MCPTool
 from pydantic import Field, ValidationError
@@ -198,31 +204,50 @@ def arguments_refused(tool: str, schema: dict[str, Any], arguments: dict[str, An
             problems.append(f"the arguments were refused ({said})")
         elif "missing" in kinds:
             problems.append(f"'{name}' ({_takes(properties[name])}) is required and was not given")
-        elif kinds <= _KIND_ERRORS | {"kind"} and isinstance(value := arguments.get(name), str) and (
-                "string" in _kinds(properties[name])):  # (the SDK parsed a string that is whole JSON: '[1]', '{}')
-            problems.append(f"'{name}' must be {_takes(properties[name])}, not a string that is itself JSON "
-                            f"({_count(len(value), 'character')}), which the MCP SDK reads as that JSON value rather "
-                            "than as text: word it otherwise")
         elif kinds <= _KIND_ERRORS | {"kind"}:
             problems.append(f"'{name}' must be {_takes(properties[name])}, not {_kind_of(arguments.get(name))}")
         else:
             problems.append(f"'{name}' got {_kind_of(arguments.get(name))}, which was refused: {said}")
-    return "; ".join(problems) + (f". Nothing was run or saved: call {tool} again with each argument as its input "
-                                  "schema (tools/list) describes it.")
+    return "; ".join(problems) + ". " + _not_run(tool)
+
+
+def arguments_not_an_object(tool: Any, arguments: Any, schemas: dict[str, dict[str, Any]]) -> str:
+    """Why a ``tools/call`` of ``tool`` whose ``arguments`` is not a JSON object (an array, a string, a number) was
+    refused, in ``arguments_refused``'s words: what came (its kind and size, never its text) and the argument names
+    the tool takes (``schemas``: each tool's input schema by name), or the tools there are for a name that is none."""
+    came = _kind_of(arguments)
+    if isinstance(tool, str) and tool in schemas:
+        return (f"The arguments of {tool} must be a JSON object of argument names and values, not {came}: {tool} takes "
+                f"{_argument_names(schemas[tool])}. " + _not_run(tool))
+    named = (f"{shown(tool, _NAME_SHOWN)} is not a tool of this server" if isinstance(tool, str)
+             else "'name' must be the tool's name")
+    return (f"The arguments of a tools/call must be a JSON object of argument names and values, not {came}, and "
+            f"{named}; its tools are {', '.join(schemas)}. " + _not_run("the tool"))
+
+
+def _not_run(tool: str) -> str:
+    return (f"Nothing was run or saved: call {tool} again with each argument as its input schema (tools/list) "
+            "describes it.")
 
 
 def _unknown(tool: str, names: list[str], schema: dict[str, Any]) -> str:
     """Argument names ``tool`` does not have (the first few, cut, never a whole name of any length) and the names it
     has, the required ones marked, with the one meant when a name is a near miss of one."""
-    properties, required = schema.get("properties") or {}, set(schema.get("required") or ())
+    properties = schema.get("properties") or {}
     said = ", ".join(shown(name, _NAME_SHOWN) for name in names[:_NAMES_SHOWN])
     said += f" and {len(names) - _NAMES_SHOWN:,} more" if len(names) > _NAMES_SHOWN else ""
     near = [m for name in names[:_NAMES_SHOWN] for m in difflib.get_close_matches(name, properties, n=1)
             if m not in names]
-    takes = ", ".join(f"{name} (required)" if name in required else name for name in properties) or "no arguments"
     return (f"{said} {'is not an argument' if len(names) == 1 else 'are not arguments'} of {tool}"
             + (f" (did you mean {', '.join(repr(m) for m in dict.fromkeys(near))}?)" if near else "")
-            + f", which takes {takes}")
+            + f", which takes {_argument_names(schema)}")
+
+
+def _argument_names(schema: dict[str, Any]) -> str:
+    """A tool's argument names, in its schema's order, the required ones marked."""
+    required = set(schema.get("required") or ())
+    return ", ".join(f"{name} (required)" if name in required else name
+                     for name in schema.get("properties") or {}) or "no arguments"
 
 
 def _takes(prop: dict[str, Any]) -> str:
@@ -260,18 +285,36 @@ def _one_line(text: str) -> str:
 
 
 class MemoryMCPServer(MCPServer):
-    """An ``MCPServer`` whose resource list is read from the database on each request."""
+    """An ``MCPServer`` whose resource list is read from the database on each request, whose tools take each
+    argument as the client sent it (``_as_sent``), and which says what to send when a call's arguments are not a
+    JSON object (``_arguments_an_object``)."""
 
     def __init__(self, tools: MemoryTools, *, log_level: str = "WARNING") -> None:
         bound = tools.binding.resource
         super().__init__(SERVER_NAME, title="Memory Studio", version=__version__, log_level=log_level.upper(),  # type: ignore[arg-type]
                          instructions=INSTRUCTIONS + (f" Every call is about resource {bound!r}." if bound else
-                                                      " Name the resource in every call."))
+                                                      " Name the resource in every call."),
+                         tools=_tools(self, tools),
+                         middleware=[self._arguments_an_object])
         self.memory_tools = tools
         # Served over HTTP (``http_app``): every request then has its caller from the guard, and one without
         # (an SDK that stopped handing tools the HTTP request) is refused rather than trusted as stdio's.
         self.over_http = False
-        _register(self, tools)
+        _register_transcripts(self, tools)
+
+    async def _arguments_an_object(self, ctx: Any, call_next: Any) -> Any:
+        """The SDK's middleware seam (it runs before the SDK checks a request's parameters): a ``tools/call`` whose
+        ``arguments`` is not a JSON object (an array, a string, a number) is refused with -32602 and
+        ``arguments_not_an_object``'s words, where the SDK's check answered a bare "Invalid request parameters" that
+        did not say what to send. Any other request goes on as sent."""
+        params = ctx.params
+        arguments = params.get("arguments") if ctx.method == "tools/call" and isinstance(params, Mapping) else None
+        if arguments is None or isinstance(arguments, Mapping):
+            return await call_next(ctx)
+        schemas = {tool.name: tool.input_schema for tool in await self.list_tools()}
+        message = arguments_not_an_object(params.get("name"), arguments, schemas)
+        log.info("refused a tools/call whose arguments are not an object: %s", message)
+        raise MCPError(code=INVALID_PARAMS, message=message)
 
     async def list_tools(self) -> list[MCPTool]:
         """The SDK's tools, each input schema saying what ``call_tool`` holds to: no argument beyond its own
@@ -341,59 +384,94 @@ def _caller(server: Any, request_context: Any, failure: type[Exception] = ToolEr
     return caller_of(getattr(request, "scope", None) if request is not None else None)
 
 
-def _register(server: MCPServer, tools: MemoryTools) -> None:
+class _AsSent(FuncMetadata):
+    """A tool's argument model that validates the arguments as the client sent them.
+
+    The SDK's ``pre_parse_json`` reads a string argument that is whole JSON as that value for any argument not
+    typed exactly ``str`` (for clients that send objects as strings): a thread titled "null" was stored with no
+    title, ``thread: "null"`` read every thread, '["a"]' was refused as an array, and ``update_working_memory``'s
+    text '{"a": 1}' became an object. Here a string stays the text it is: ``update_working_memory`` reads a JSON
+    text itself where the working memory is JSON (``parse_patch``), and a string for an integer is refused by
+    ``arguments_unfit`` unless it is a whole number written out, which pydantic reads as the number."""
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        return dict(data)
+
+
+def _as_sent(tool: Tool) -> Tool:
+    """``tool`` with its argument model's pre-parsing left out (``_AsSent``), everything else as the SDK made it."""
+    made = tool.fn_metadata
+    kept = {name: getattr(made, name) for name in type(made).model_fields}
+    return tool.model_copy(update={"fn_metadata": _AsSent(**kept)})
+
+
+def _tools(server: MCPServer, tools: MemoryTools) -> list[Tool]:
+    """The tools ``server`` serves over ``tools``: the SDK's, made from their signatures, each taking its arguments
+    as sent (``_as_sent``)."""
     from core.recall.text import MAX_QUERY_CHARS  # (not at import: core.recall brings the index with it)
 
     run = functools.partial(_call, failure=ToolError)
+    made: list[Tool] = []
 
-    @server.tool(description="Search this user's memory: hybrid recall (keyword + vector) over every stored "
-                             "message, best first, with fused, vector and keyword scores. Optionally only one thread. "
-                             f"The query: at most {MAX_QUERY_CHARS:,} characters.")
+    def tool(description: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+            made.append(_as_sent(Tool.from_function(fn, description=description)))
+            return fn
+        return add
+
+    @tool(description="Search this user's memory: hybrid recall (keyword + vector) over every stored "
+                      "message, best first, with fused, vector and keyword scores. Optionally only one thread. "
+                      f"The query: at most {MAX_QUERY_CHARS:,} characters.")
     async def search_memory(ctx: Context, query: str, top_k: int = 5, thread: str | None = None,
                             resource: ResourceArg = None) -> dict[str, Any]:
         caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.search_memory(query, top_k, thread, resource, caller=caller))
 
-    @server.tool(description="List this user's threads (conversations) and its delegations' threads, "
-                             f"{THREADS_PAGE} a page, newest created first, with message counts and last activity. "
-                             "When the answer's nextCursor is not null, more follow: call list_threads again with "
-                             "cursor=<that nextCursor> for the next page.")
+    @tool(description="List this user's threads (conversations) and its delegations' threads, "
+                      f"{THREADS_PAGE} a page, newest created first, with message counts and last activity. "
+                      "When the answer's nextCursor is not null, more follow: call list_threads again with "
+                      "cursor=<that nextCursor> for the next page.")
     async def list_threads(ctx: Context, cursor: CursorArg = None, resource: ResourceArg = None) -> dict[str, Any]:
         caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.list_threads(resource, cursor, caller=caller))
 
-    @server.tool(description=f"Read a thread: its newest messages ('last' of them, default {DEFAULT_READ}, at most "
-                             f"{MAX_READ}), oldest first. page=1 reads the 'last' messages before those, page=2 the "
-                             "ones before, and so on; hasMore says whether older messages remain.")
+    @tool(description=f"Read a thread: its newest messages ('last' of them, default {DEFAULT_READ}, at most "
+                      f"{MAX_READ}), oldest first. page=1 reads the 'last' messages before those, page=2 the "
+                      "ones before, and so on; hasMore says whether older messages remain.")
     async def read_thread(ctx: Context, thread: str, last: int = DEFAULT_READ,
                           resource: ResourceArg = None, page: int = 0) -> dict[str, Any]:
         caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.read_thread(thread, last, resource, page, caller=caller))
 
-    @server.tool(description="The working memory kept about this user (Markdown following a template, or JSON "
-                             "following a schema), with the template or schema it follows.")
+    @tool(description="The working memory kept about this user (Markdown following a template, or JSON "
+                      "following a schema), with the template or schema it follows.")
     async def get_working_memory(ctx: Context, thread: str | None = None,
                                  resource: ResourceArg = None) -> dict[str, Any]:
         caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.get_working_memory(thread, resource, caller=caller))
 
-    @server.tool(description="Change the working memory: Markdown memory is replaced by the whole text you send "
-                             "(keep the template's structure); JSON memory is merged with the object you send "
-                             "(null deletes a field). Refused when it breaks the template or schema rules.")
+    @tool(description="Change the working memory: Markdown memory is replaced by the whole text you send "
+                      "(keep the template's structure); JSON memory is merged with the object you send "
+                      "(null deletes a field). Refused when it breaks the template or schema rules.")
     async def update_working_memory(ctx: Context, working_memory: str | dict[str, Any], thread: str | None = None,
                                     resource: ResourceArg = None) -> dict[str, Any]:
         caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.update_working_memory(working_memory, thread, resource, caller=caller))
 
-    @server.tool(description="Store a message in a thread of this user (created if new), so it is remembered "
-                             "and found by search_memory later. If you may send the same call again (after a timeout "
-                             "or a lost answer), give it an idempotency_key: a retry with the same key and arguments "
-                             "stores nothing again and answers the first call's result (replayed: true).")
+    @tool(description="Store a message in a thread of this user (created if new), so it is remembered "
+                      "and found by search_memory later. If you may send the same call again (after a timeout "
+                      "or a lost answer), give it an idempotency_key: a retry with the same key and arguments "
+                      "stores nothing again and answers the first call's result (replayed: true).")
     async def remember(ctx: Context, text: str, thread: str, role: str = "user", title: str | None = None,
                        resource: ResourceArg = None, idempotency_key: IdempotencyKeyArg = None) -> dict[str, Any]:
         caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.remember(text, thread, role, title, resource, idempotency_key, caller=caller))
 
+    return made
+
+
+def _register_transcripts(server: MCPServer, tools: MemoryTools) -> None:
+    """The transcript resources: each thread's, read through a template."""
     # A thread id is a name, not a path: ".." or a leading "/" are ordinary characters of it (the SDK
     # decodes the percent-encoding before calling).
     @server.resource(URI_PREFIX + "{thread_id}", name="thread-transcript", mime_type="text/markdown",
@@ -402,7 +480,6 @@ def _register(server: MCPServer, tools: MemoryTools) -> None:
     async def thread_transcript(thread_id: str, ctx: Context) -> str:
         caller = _caller(server, ctx.request_context, ResourceError)
         return await _call(lambda: tools.transcript(thread_id, caller=caller), ResourceError)
-
 
 
 def build_server(tools: MemoryTools, *, log_level: str = "WARNING") -> MemoryMCPServer:

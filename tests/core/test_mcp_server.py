@@ -1798,8 +1798,7 @@ def test_unknown_argument_names_and_booleans_for_numbers_are_refused_and_real_cl
     learnt its argument was ignored, and took true or false for an integer as 1 or 0 (and "5_0" as 50). Every tool now
     refuses them, naming the argument, what it takes and, for an unknown name, the tool's argument names; tools/list
     says so (additionalProperties: false). What real clients send still runs: optional arguments left out or null, an
-    integer written 5.0 (JSON Schema's integer) or "5" (clients that send every argument as a string). A title that is
-    itself JSON, which the SDK parses, was refused as "must be a string, not a string": now said as it is."""
+    integer written 5.0 (JSON Schema's integer) or "5" (clients that send every argument as a string)."""
     refused_calls = {
         "topk": ("search_memory", {"query": "tea", "topk": 1}),
         "top_k_true": ("search_memory", {"query": "tea", "top_k": True}),
@@ -1810,7 +1809,6 @@ def test_unknown_argument_names_and_booleans_for_numbers_are_refused_and_real_cl
         "resourse": ("get_working_memory", {"resourse": "bob"}),
         "wm_thread_id": ("update_working_memory", {"working_memory": "# User\n- Name: Eve\n", "thread_id": "x"}),
         "titel": ("remember", {"text": "I like coffee", "thread": "ada-coffee", "titel": "Coffee"}),
-        "title_json": ("remember", {"text": "I like mate", "thread": "ada-mate", "title": '{"drink": "mate"}'}),
         "many": ("remember", {"text": "I like cocoa", "thread": "ada-cocoa", "\x1b[2J" + "n" * 5_000: 1,
                               "b": 2, "c": 3, "d": 4}),
     }
@@ -1854,9 +1852,6 @@ def test_unknown_argument_names_and_booleans_for_numbers_are_refused_and_real_cl
     assert refused["many"].startswith("Error executing tool remember: '\\x1b[2Jnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn'… "
                                       "(5,004 characters), 'b', 'c' and 1 more are not arguments of remember, which "
                                       "takes text (required)"), refused["many"]
-    # (The SDK reads a string that is whole JSON as that value: said so, not "must be a string, not a string".)
-    assert ("'title' must be a string (or be left out), not a string that is itself JSON (17 characters), which the "
-            "MCP SDK reads as that JSON value rather than as text: word it otherwise. ") in refused["title_json"]
     for key, (tool, _args) in refused_calls.items():
         message = refused[key]
         assert message.endswith(NOT_RUN.format(tool=tool)), message
@@ -1866,6 +1861,153 @@ def test_unknown_argument_names_and_booleans_for_numbers_are_refused_and_real_cl
     assert [m["text"] for m in ran["read"]["messages"]] == ["I like green tea"]
     assert [t["id"] for t in ran["threads"]["threads"]] == ["ada-tea"]  # remember's refused calls stored nothing
     assert ran["wm"]["resource"] == "ada" and ran["wm"]["workingMemory"] is None  # nor did update_working_memory
+
+def test_a_string_argument_is_taken_as_the_text_sent_even_when_it_reads_as_json(db: Path) -> None:
+    """The SDK read a string argument that is whole JSON as that JSON value for any argument not typed exactly str: a
+    thread titled "null" got no title, search_memory in thread "null" searched every thread, the cursor "null" gave
+    the first page, resource "null" was the bound resource, a title '["a", "b"]' was refused as an array and the
+    working memory '{"a": 1}' as an object. The text sent is now the text used."""
+    titles = {"null": "null", "ada-list": '["a", "b"]', "ada-object": '{"drink": "mate"}', "ada-number": "123",
+              "ada-true": "true"}
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with Client(_params(db, "--resource", "ada")) as client:
+            for thread, title in titles.items():
+                _data(await client.call_tool("remember", {"text": f"I drink mate ({thread})", "thread": thread,
+                                                          "title": title}))
+            seen["threads"] = _data(await client.call_tool("list_threads", {}))
+            seen["search"] = _data(await client.call_tool("search_memory", {"query": "mate", "thread": "null",
+                                                                            "top_k": 10}))
+            seen["cursor"] = _error(await client.call_tool("list_threads", {"cursor": "null"}))
+            seen["resource"] = _error(await client.call_tool("get_working_memory", {"resource": "null"}))
+            seen["wm_update"] = _data(await client.call_tool("update_working_memory", {"working_memory": '{"a": 1}'}))
+            seen["wm"] = _data(await client.call_tool("get_working_memory", {"thread": "null"}))
+        return seen
+
+    seen = anyio.run(main)
+    assert {t["id"]: t["title"] for t in seen["threads"]["threads"]} == titles
+    hits = seen["search"]["results"]
+    assert hits and {h["threadId"] for h in hits} == {"null"}, hits  # the other four threads hold "mate" too
+    assert "list_threads" in seen["cursor"] and "without" in seen["cursor"], seen["cursor"]
+    assert "bound to resource 'ada'" in seen["resource"], seen["resource"]
+    assert seen["wm_update"]["workingMemory"] == '{"a": 1}'  # Markdown memory: the text, as sent
+    assert seen["wm"]["resource"] == "ada" and seen["wm"]["workingMemory"] == '{"a": 1}'
+
+
+def _schema_db(path: Path) -> Path:
+    """A database whose registered agent keeps JSON working memory (a schema), which the server then serves."""
+    with open_store(path) as store:
+        schema = {"type": "object", "properties": {"name": {"type": "string"}, "drink": {"type": "string"}}}
+        Memory(store, MemoryOptions(working_memory={"enabled": True, "scope": "resource", "schema": schema}),
+               name="assistant").register("assistant", instructions="You help.")
+    return path
+
+
+def _answer(response: Any) -> Any:
+    """The JSON-RPC message of a streamable-HTTP answer, sent as JSON or as one server-sent event."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        return json.loads(next(line[5:] for line in response.text.splitlines() if line.startswith("data:")))
+    return response.json()
+
+
+def test_http_json_working_memory_takes_an_object_or_its_text_and_non_object_arguments_say_what_to_send(
+        tmp_path: Path) -> None:
+    """Over HTTP: a client that sends a JSON working memory as text (what the SDK's pre-parsing was for) still has it
+    merged as the object, beside one that sends the object; a title "null" is the title "null"; and a tools/call
+    whose arguments are an array got the SDK's bare -32602 "Invalid request parameters": it now says the arguments
+    must be an object and names the tool's arguments."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    server = HttpServer(_schema_db(tmp_path / "memory.db"), "--resource", "ada")
+    version = "2025-06-18"
+    sent = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+            "Mcp-Protocol-Version": version}
+    try:
+        async def main() -> tuple[Any, ...]:
+            async with httpx2.AsyncClient(timeout=120) as http:
+                async with Client(streamable_http_client(server.url, http_client=http)) as client:
+                    as_text = _data(await client.call_tool("update_working_memory",
+                                                           {"working_memory": '{"name": "Ada"}'}))
+                    as_object = _data(await client.call_tool("update_working_memory",
+                                                             {"working_memory": {"drink": "mate"}}))
+                    not_an_object = _error(await client.call_tool("update_working_memory",
+                                                                  {"working_memory": "null"}))
+                    _data(await client.call_tool("remember", {"text": "hi", "thread": "ada-1", "title": "null"}))
+                    threads = _data(await client.call_tool("list_threads", {}))
+                opened = await http.post(server.url, headers=sent, json={
+                    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw",
+                                                                                              "version": "1"}}})
+                session = {**sent, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+                await http.post(server.url, headers=session, json={"jsonrpc": "2.0",
+                                                                   "method": "notifications/initialized"})
+                listed = await http.post(server.url, headers=session, json={
+                    "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": "update_working_memory", "arguments": [{"name": "Eve"}]}})
+            return as_text, as_object, not_an_object, threads, listed
+
+        as_text, as_object, not_an_object, threads, listed = anyio.run(main)
+    finally:
+        server.stop()
+    assert as_text["workingMemory"] == {"name": "Ada"}
+    assert as_object["workingMemory"] == {"name": "Ada", "drink": "mate"}
+    assert "must be a JSON object" in not_an_object, not_an_object  # the text null is no patch: refused, not ignored
+    assert [(t["id"], t["title"]) for t in threads["threads"]] == [("ada-1", "null")]
+    assert listed.status_code == 200 and _answer(listed) == {"jsonrpc": "2.0", "id": 2, "error": {
+        "code": -32602, "message": "The arguments of update_working_memory must be a JSON object of argument names and "
+                                   "values, not an array (1 item): update_working_memory takes working_memory "
+                                   "(required), thread, resource. " + NOT_RUN.format(tool="update_working_memory")}}
+    with open_store(tmp_path / "memory.db", read_only=True) as store:
+        stored = Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": {"type": "object"}}))
+        assert stored.get_working_memory(resource_id="ada") == {"name": "Ada", "drink": "mate"}
+
+
+def test_stdio_arguments_that_are_not_an_object_are_refused_saying_what_to_send(tmp_path: Path) -> None:
+    """A tools/call whose arguments were an array, a string, a number or true got the SDK's bare -32602 "Invalid
+    request parameters", which did not say what was wrong. Each is now refused (-32602 still) saying the arguments
+    must be a JSON object, what came (its kind and size, never its text) and the tool's argument names, or the
+    server's tools for a name that is none; nothing runs, and the session goes on. Arguments left null still run."""
+
+    def call(request_id: int, name: Any, arguments: Any) -> str:
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                           "params": {"name": name, "arguments": arguments}})
+
+    with _raw_stdio(tmp_path / "memory.db") as (ask, _proc):
+        answers = {
+            "array": ask(call(2, "remember", ["I like tea", "ada-tea"])),
+            "string": ask(call(3, "remember", '{"text": "I like tea", "thread": "ada-tea"}')),
+            "number": ask(call(4, "read_thread", 5)),
+            "true": ask(call(5, "list_threads", True)),
+            "unknown": ask(call(6, "\x1b[2J" + "x" * 500, [1])),
+            "no_name": ask(call(7, 5, "x")),
+        }
+        listed = ask(call(8, "list_threads", None))
+    assert [a["id"] for a in answers.values()] == [2, 3, 4, 5, 6, 7]
+    said = {key: answer["error"]["message"] for key, answer in answers.items()}
+    assert all(answer["error"]["code"] == -32602 for answer in answers.values()), answers
+    assert said["array"] == (
+        "The arguments of remember must be a JSON object of argument names and values, not an array (2 items): "
+        "remember takes text (required), thread (required), role, title, resource, idempotency_key. "
+        + NOT_RUN.format(tool="remember"))
+    assert said["string"].startswith("The arguments of remember must be a JSON object of argument names and values, "
+                                     "not a string (43 characters): remember takes text (required)"), said["string"]
+    assert said["number"].startswith("The arguments of read_thread must be a JSON object of argument names and "
+                                     "values, not the number 5: read_thread takes thread (required), last, resource, "
+                                     "page. "), said["number"]
+    assert said["true"].startswith("The arguments of list_threads must be a JSON object of argument names and "
+                                   "values, not true: list_threads takes cursor, resource. "), said["true"]
+    assert said["unknown"].startswith("The arguments of a tools/call must be a JSON object of argument names and "
+                                      "values, not an array (1 item), and '\\x1b[2Jxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'"
+                                      "… (504 characters) is not a tool of this server; its tools are search_memory, "
+                                      "list_threads, read_thread, get_working_memory, update_working_memory, "
+                                      "remember. Nothing was run or saved"), said["unknown"]
+    assert "not a string (1 character), and 'name' must be the tool's name; its tools are" in said["no_name"]
+    for message in said.values():
+        assert message.isprintable() and len(message) < 500 and "I like tea" not in message, message
+    assert listed["id"] == 8 and json.loads(listed["result"]["content"][0]["text"])["threads"] == []  # nothing stored
+
 
 def _limited_db(path: Path) -> Path:
     """A database whose registered agent set small size limits (which the server then serves)."""
