@@ -83,7 +83,7 @@ class SearchRun:
     # ``fused`` (a property): ``combine``'s records of every candidate (``every_candidate`` or a threshold),
     # else of those that may reach the top_k; built when first read (a search itself needs none).
     combined: hybrid.Combined | None = None
-    received: int = 0  # how many of ``combined.order``'s best were re-ranked (``receivers``)
+    receivers: list[tuple[float, float, str]] = field(default_factory=list)  # entries of ``combined.order`` re-ranked
     reranked: list[hybrid.Fused] = field(default_factory=list)  # ``rerank`` (all, or those that may reach top_k)
     gone: set[str] = field(default_factory=set)  # deleted since indexed (left out of every list)
     # Updated since indexed (queued; None: the backend does not list them, every keyword hit is checked),
@@ -107,11 +107,6 @@ class SearchRun:
     # playground), best first; empty when the index reads no pieces in this scope (then it is ``vector``).
     vector_only: list[hybrid.Ranked] = field(default_factory=list)
     _fused: list[hybrid.Fused] | None = field(default=None, repr=False)
-
-    @property
-    def receivers(self) -> list[tuple[float, float, str]]:
-        """The entries of ``combined.order`` re-ranked (or that could be: the best ``received``)."""
-        return self.combined.order[: self.received] if self.combined is not None else []
 
     @property
     def fused(self) -> list[hybrid.Fused]:
@@ -420,13 +415,13 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     # thread prior (``Combined.thread_prior``) moves candidates too, so the cut comes after both.
     neighbours = hybrid.NEIGHBOUR_SHARE > 0
     reshaped = neighbours or hybrid.THREAD_SHARE > 0
-    dated = bool(spans)
-    # (every candidate, in ``ids``' order, when the scores are reshaped; else the best that may reach the top_k)
-    reading = (combined.ids if reshaped else combined.best_ids(len(combined.ids) if everyone
-                                                                  else combined.reach(top_k, dated=dated)))
+    # (every candidate, unsorted, when the scores are reshaped: ``reshape`` sorts their new entries once)
+    out.receivers = receivers = (combined.entries if reshaped else combined.order if everyone
+                                 else _may_reach(combined.order, top_k, dated=bool(spans)))
     order: dict[str, tuple[str | None, date | None, str | None]] = {}
-    if reading and (hybrid.NEXT_SHARE > 0 or spans or hybrid.SPEAKER_BOOST > 0 or neighbours):
+    if receivers and (hybrid.NEXT_SHARE > 0 or spans or hybrid.SPEAKER_BOOST > 0 or neighbours):
         try:
+            ids = list(map(_ID, receivers))
             labels = hybrid.SPEAKER_BOOST > 0
             if kept is not None:
                 def threads() -> dict[str, str | None]:  # (asked only when a candidate's answer is not kept)
@@ -434,26 +429,25 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
                     hints.update((r.message_id, r.thread_id) for r in out.vector)
                     return hints
 
-                order = kept.read(conn, reading, labels=labels, reader=thread_order, threads=threads, synced=synced)
+                order = kept.read(conn, ids, labels=labels, reader=thread_order, threads=threads, synced=synced)
             else:
-                order = thread_order(conn, reading, labels=labels)
+                order = thread_order(conn, ids, labels=labels)
         except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
             degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
-    # Each read candidate's next message (None: none), for the neighbours' share and the re-rank alike (one
-    # map, turned into positions by candidate once: ``Combined._linked``).
+    # Each read candidate's next message (None: none), for the neighbours' share and the re-rank alike: both
+    # look up only candidates, so one map serves both (built in C, not per candidate in Python).
     next_of = dict(zip(order, map(_NEXT, order.values())))
     if reshaped:  # (``propagate`` then ``thread_prior``, sorted once)
         combined.reshape(next_of, hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
-    # The receivers: the best candidates that may reach the top_k (every one for a threshold or the playground).
-    out.received = received = len(combined.ids) if everyone else combined.reach(top_k, dated=dated)
+        out.receivers = receivers = combined.order if everyone else _may_reach(combined.order, top_k, dated=bool(spans))
     # The receivers' labels, days and next messages are looked up in ``order`` (read for every candidate, or
     # for the receivers: a map not cut down to them).
     found_of = order.get
     labels_read = list(map(_LABEL, order.values()))
-    best = combined.best_ids(received) if received else []
     if labels_read.count(None) < len(labels_read):
         # (the query's words read only when some receiver has a label to match them against)
-        labelled = [(mid, label) for mid in best if (found := found_of(mid)) is not None and (label := found[2]) is not None]
+        labelled = [(mid, label) for _, _, mid in receivers
+                    if (found := found_of(mid)) is not None and (label := found[2]) is not None]
     else:
         labelled = []
     if labelled:
@@ -462,13 +456,13 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     else:
         out.by_speaker = set()
     # When no receiver was spoken by a speaker the query names, none gains the speaker boost, so only
-    # those that reach the top_k without it are re-ranked (``Combined.reach``'s bound less the boost): the
+    # those that reach the top_k without it are re-ranked (``_may_reach``'s bound less the boost): the
     # same records, scores and order, without a lookup of each other receiver's next message.
-    entries = received
+    entries = receivers
     if not everyone and not out.by_speaker and hybrid.SPEAKER_BOOST > 0:
-        entries = combined.reach(top_k, dated=dated, spoken=False, among=received)
+        entries = _may_reach(receivers, top_k, dated=bool(spans), spoken=False)
     in_period = (
-        {mid for mid in best[:entries] if (found := found_of(mid)) is not None and (day := found[1]) is not None
+        {mid for _, _, mid in entries if (found := found_of(mid)) is not None and (day := found[1]) is not None
          and any(s.contains(day) for s in spans)}
         if spans else None
     )
@@ -548,7 +542,26 @@ def run_search(
     return SearchResult(hits, reason, mode, details)
 
 
+_ROUNDING = 1e-9
+_ID = itemgetter(2)  # (an entry's message id)
 _NEXT, _LABEL = itemgetter(0), itemgetter(2)  # (of a ``thread_order`` answer)
+
+
+def _may_reach(order: list[tuple[float, float, str]], top_k: int, *, dated: bool,
+               spoken: bool = True) -> list[tuple[float, float, str]]:
+    """The candidates ``hybrid.rerank`` could place in the top ``top_k`` (of ``Combined.order``: negated
+    scores, best first): gains are never negative, so the top_k-th candidate keeps at least its score,
+    and no candidate gains more than the next-message share of the best score plus the speaker boost
+    (unless no candidate gains it: ``spoken`` False) and, when the query names a period (``dated``), the
+    date boost (the common divisor changes no order). A prefix of ``order``: of a prefix, the same cut."""
+    if len(order) <= top_k:
+        return order
+    # (without the speaker boost's slack, a margin for rounding: scores and gains are a few units at most,
+    # their sums' rounding errors about 1e-15)
+    gain = (hybrid.NEXT_SHARE * max(-order[0][0], 0.0) + (hybrid.SPEAKER_BOOST if spoken else _ROUNDING)
+            + (hybrid.DATE_BOOST if dated else 0.0))
+    bar = -order[top_k - 1][0] - gain
+    return [e for e in order if -e[0] >= bar]
 
 
 def today() -> date:
