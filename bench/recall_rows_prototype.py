@@ -14,7 +14,9 @@ user/assistant message as a row (here read once from the store: the order cache'
 array by row, which the engine does not have). It checks its top 10 against the engine's answer for every
 query (ids and score bits) and stops if one differs, then times the engine's vector search, the engine's
 hybrid search and the prototype query by query (the three in turn, the order rotating), thread CPU, then
-each in blocks of the 200 queries as ``recall_speed.py``'s "best of 5" line does.
+each in blocks of the 200 queries as ``recall_speed.py``'s "best of 5" line does; last, the fusion's steps alone,
+on rows against the engine's on records (``steps``: what the arrays cost once fed rows; the same steps on arrays
+fed the engine's records and maps were slower than its loops, ARCHITECTURE's s30-rows row).
 
 Left out, so only a resource of ``recall_speed.py``'s kind is searched (one thread, no speaker labels,
 no period named, every candidate with a vector): the date and speaker boosts, a keyword hit without a
@@ -40,6 +42,7 @@ import recall_speed as rs  # noqa: E402  (puts its own checkout first on the pat
 
 from core.recall import hybrid  # noqa: E402
 from core.recall.keyword import CONTEXT_WEIGHT  # noqa: E402
+from core.recall import search as pipeline  # noqa: E402
 from core.recall.search import today  # noqa: E402
 from core.recall.text import query_dates  # noqa: E402
 from core.recall.types import SearchHit  # noqa: E402
@@ -215,7 +218,53 @@ def main() -> None:
     print(f"the same in blocks of {len(queries)}, each mode's best of {args.rounds}: vector {best['vector']:.0f} µs, "
           f"hybrid {best['hybrid']:.0f} µs (x{best['hybrid'] / best['vector']:.2f}), prototype {best['prototype']:.0f} µs "
           f"(x{best['prototype'] / best['vector']:.2f})")
+    steps(index, store, rows, at, queries, fusion, depth, kw_depth, args.rounds)
     store.close()
+
+
+def steps(index: Any, store: Any, rows: RowFusion, at: dict[str, int], queries: list[str], fusion: hybrid.Fusion,
+          depth: int, kw_depth: int, rounds: int) -> None:
+    """The fusion's steps alone, paired query by query: ``RowFusion.top`` on rows (the keyword-only cosines
+    included) against the engine's ``Combined``, ``reshape``, the two cuts and ``reranked`` on its records and
+    maps by id (the cosines not included), each with its inputs made before timing."""
+    memory = index.keywords.memory
+    cases = []
+    for text in queries:
+        q = np.asarray(index.embedder.embed([text.lower() if fusion.lower_query else text], kind="query"),
+                       dtype=np.float32)[0]
+        with store.db.read() as conn:
+            terms, _ = index.keywords.terms(conn, text)
+            hits = memory.search(conn, terms, resource_id="u", thread_id=None, limit=kw_depth, weight=CONTEXT_WEIGHT)
+            pos, cos = index.vector_set(conn, "u", None).search(q, depth)
+        found = list(map(at.get, [h.message_id for h in hits]))
+        if not found or None in found:
+            continue
+        run = pipeline.run(index, text, resource_id="u", thread_id=None, top_k=10, mode="hybrid")
+        with store.db.read() as conn:
+            order = pipeline.thread_order(conn, [e[2] for e in run.combined.entries], labels=True)  # type: ignore[union-attr]
+        cases.append(((pos, cos, np.array(found, dtype=np.int64), np.array([h.score for h in hits]), q),
+                      (run.vector, run.keyword, run.cosines, {m: o[0] for m, o in order.items()})))
+
+    def loops(vector: Any, keyword: Any, cosines: Any, next_of: Any) -> Any:
+        combined = hybrid.Combined(vector, keyword, cosines, keyword_share=fusion.keyword_share)
+        combined.reshape(next_of, hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
+        receivers = pipeline._may_reach(combined.order, 10, dated=False)
+        fewer = pipeline._may_reach(receivers, 10, dated=False, spoken=False)
+        return combined.reranked(fewer, next_of, None, limit=10)
+
+    cpu: dict[str, list[int]] = {"rows": [], "loops": []}
+    for r in range(rounds):
+        for i, (on_rows, on_records) in enumerate(cases):
+            for name in ("rows", "loops") if (i + r) % 2 else ("loops", "rows"):
+                t = time.thread_time_ns()
+                if name == "rows":
+                    rows.top(*on_rows, 10)
+                else:
+                    loops(*on_records)
+                cpu[name].append(time.thread_time_ns() - t)
+    print(f"the fusion's steps alone, {rounds} x {len(cases)} queries paired, thread CPU p50: on rows (RowFusion.top, "
+          f"keyword-only cosines included) {statistics.median(cpu['rows']) / 1000:.0f} µs, the engine's on records "
+          f"(Combined, reshape, cuts, reranked; cosines not included) {statistics.median(cpu['loops']) / 1000:.0f} µs")
 
 
 if __name__ == "__main__":
