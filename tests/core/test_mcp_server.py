@@ -2067,7 +2067,7 @@ def test_http_size_limits_say_what_the_client_can_send_and_what_the_operator_can
 def test_a_refusal_the_schema_kinds_do_not_cover_keeps_the_validators_words_without_the_value() -> None:
     """No tool of ours has a constraint beyond a value's kind, but an SDK or tool that adds one must not bring the
     value back: the validator's own words (one line, cut) are given, with the kind of what came."""
-    from core.mcp_server.server import arguments_refused
+    from core.mcp_server.arguments import arguments_refused
 
     schema = {"properties": {"a": {"type": "string"}}, "required": ["a"]}
     said = arguments_refused("t", schema, {"a": "\x1b[2J" * 1_000}, [
