@@ -22,6 +22,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 
 from core.ids import shown
+from core.json_kind import json_kind
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLargeError
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES, WorkingMemoryTooLargeError
 
@@ -140,9 +141,9 @@ def arguments_refused(tool: str, schema: dict[str, Any], arguments: dict[str, An
         elif "missing" in kinds:
             problems.append(f"'{name}' ({_takes(properties[name])}) is required and was not given")
         elif kinds <= _KIND_ERRORS | {"kind"}:
-            problems.append(f"'{name}' must be {_takes(properties[name])}, not {_kind_of(arguments.get(name))}")
+            problems.append(f"'{name}' must be {_takes(properties[name])}, not {json_kind(arguments.get(name))}")
         else:
-            problems.append(f"'{name}' got {_kind_of(arguments.get(name))}, which was refused: {said}")
+            problems.append(f"'{name}' got {json_kind(arguments.get(name))}, which was refused: {said}")
     return "; ".join(problems) + ". " + _not_run(tool)
 
 
@@ -150,7 +151,7 @@ def arguments_not_an_object(tool: Any, arguments: Any, schemas: dict[str, dict[s
     """Why a ``tools/call`` of ``tool`` whose ``arguments`` is not a JSON object (an array, a string, a number) was
     refused, in ``arguments_refused``'s words: what came (its kind and size, never its text) and the argument names
     the tool takes (``schemas``: each tool's input schema by name), or the tools there are for a name that is none."""
-    came = _kind_of(arguments)
+    came = json_kind(arguments)
     if isinstance(tool, str) and tool in schemas:
         return (f"The arguments of {tool} must be a JSON object of argument names and values, not {came}: {tool} takes "
                 f"{_argument_names(schemas[tool])}. " + _not_run(tool))
@@ -190,29 +191,6 @@ def _takes(prop: dict[str, Any]) -> str:
     options = [option.get("type") for option in prop.get("anyOf") or [prop]]
     kinds = [_SCHEMA_KINDS.get(str(kind), "a JSON value") for kind in options if kind != "null" or len(options) == 1]
     return " or ".join(dict.fromkeys(kinds)) + (" (or be left out)" if "default" in prop else "")
-
-
-def _kind_of(value: Any) -> str:
-    """What kind of JSON value a client sent, with its size; the value itself only when it is a short number."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return f"the number {value}" if abs(value) < 10**15 else "an integer too large to repeat"
-    if isinstance(value, float):
-        return f"the number {value!r}" if len(repr(value)) <= 24 else "a number"
-    if isinstance(value, str):
-        return f"a string ({_count(len(value), 'character')})"
-    if isinstance(value, list):
-        return f"an array ({_count(len(value), 'item')})"
-    if isinstance(value, dict):
-        return f"an object ({_count(len(value), 'key')})"
-    return "a value of another kind"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _one_line(text: str) -> str:
