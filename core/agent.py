@@ -481,7 +481,7 @@ class Agent:
         tracer: SpanTracer,
     ) -> Any:
         if call.arguments_error:
-            return {"error": f"Your arguments for {call.name} were not valid JSON ({call.arguments_error}). "
+            return {"error": f"Your arguments for {call.name} could not be read ({call.arguments_error}). "
                              "Send them again as a JSON object."}
         own = turn.run_tool(call, overrides)  # the memory's own tools (working memory) first
         if own is not None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 import sqlalchemy as sa
 
 from core.ids import check_ids
+from core.json_kind import json_kind
 from core.options import OptionsError, WorkingMemoryOptions
 from core.scopes import ThreadOwnershipError, check_thread_owner
 from core.storage import Store, catalog, dialect, driver_sql, locks
@@ -214,15 +215,15 @@ class WorkingMemoryService:
 
     def _serialize(self, opts: WorkingMemoryOptions, value: Any) -> str:
         if opts.schema is not None:
-            data = parse_patch(value)
+            data = parse_patch(value, whole=True)
             problems = validate(opts.schema, data)
             if problems:
                 raise WorkingMemoryError("The working memory does not match the schema: " + "; ".join(problems))
             return self._within_limit(opts, _json_text(data))
         if not isinstance(value, str):
             raise WorkingMemoryError(
-                f"Markdown working memory must be a string, got {type(value).__name__}. "
-                "Configure working_memory.schema to store objects."
+                f"Markdown working memory must be a string (its whole text), not {json_kind(value)}. Nothing "
+                "changed. Configure working_memory.schema to store objects."
             )
         return self._within_limit(opts, value)
 

@@ -14,6 +14,7 @@ import jsonschema
 from jsonschema import Draft7Validator
 
 from core.errors import MemoryStudioError
+from core.json_kind import json_kind
 
 
 class WorkingMemoryError(MemoryStudioError, ValueError):
@@ -100,16 +101,29 @@ def strip_nulls_from_optional(schema: Mapping[str, Any], value: Any, root: Mappi
     return out
 
 
-def parse_patch(patch: Any) -> dict[str, Any]:
+#: What a JSON working-memory update looks like, in the refusals that say what to send.
+_EXAMPLE = '{"name": "Ada"}'
+
+
+def parse_patch(patch: Any, *, whole: bool = False) -> dict[str, Any]:
+    """A JSON working-memory update as an object: ``patch`` itself, or the JSON text of one (an MCP client's or a
+    model's argument may be either). Anything else is refused saying what came in JSON's words (``json_kind``: null,
+    an array of 3 items, JSON text that reads as a number) and what to send: the fields to change, or with ``whole``
+    (a write of the whole value) every field."""
+    noun = "JSON working memory" if whole else "JSON working-memory update"
+    wanted = (f"an object of all its fields, such as {_EXAMPLE}" if whole else
+              f"an object of the fields to change, such as {_EXAMPLE} (a field set to null is deleted)")
+    came = json_kind(patch)
     if isinstance(patch, str):
         try:
             patch = json.loads(patch)
         except json.JSONDecodeError as exc:
-            raise WorkingMemoryError(f"The working-memory patch is not valid JSON: {exc.msg} at position {exc.pos}.") from exc
+            raise WorkingMemoryError(
+                f"The {noun} is text that is not valid JSON ({exc.msg} at position {exc.pos}): "
+                f"send {wanted}. Nothing changed.") from exc
+        came = f"JSON text that reads as {json_kind(patch)}"
     if not isinstance(patch, Mapping):
-        raise WorkingMemoryError(
-            f"A working-memory patch must be a JSON object, got {type(patch).__name__}. Wrap the fields in {{...}}."
-        )
+        raise WorkingMemoryError(f"The {noun} must be {wanted}, not {came}. Nothing changed.")
     return dict(patch)
 
 

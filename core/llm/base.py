@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from core.errors import MemoryStudioError
+from core.json_kind import json_kind
 from core.llm.settings import ModelSettings, ToolChoice
 
 #: One OpenAI chat-format message: ``{"role", "content", "tool_calls"?, "tool_call_id"?, "name"?}``.
@@ -116,7 +117,7 @@ def parse_tool_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
     except json.JSONDecodeError as exc:
         return {}, f"tool arguments are not valid JSON ({exc.msg} at position {exc.pos})"
     if not isinstance(value, dict):
-        return {}, f"tool arguments must be a JSON object, got {type(value).__name__}"
+        return {}, f"tool arguments must be a JSON object of argument names and values, not {json_kind(value)}"
     return value, None
 
 

@@ -9,12 +9,10 @@ messages). ``list_threads`` pages too (``THREADS_PAGE`` threads, its ``cursor`` 
 event loop (and the other client requests) never waits on the database or an embedding. Our errors reach
 the client as tool errors whose message says what to do; anything else is logged here and reported as a
 failure of the tool. A call whose arguments do not fit a tool's input schema (a number for a string, an array for
-an object, a required one missing) is answered in one place for every tool (``MemoryMCPServer.call_tool``,
-``arguments_refused``): which argument, what kind of value came (never the value) and what the tool takes. There,
-``arguments_unfit`` first refuses what the SDK would let through: an argument name the tool does not have (which it
-ignores) and true or false for an integer (which it takes as 1 or 0). A string argument is the text sent, never parsed
-as JSON (``_AsSent``), and arguments that are not a JSON object are refused saying what to send
-(``MemoryMCPServer._arguments_an_object``, ``arguments_not_an_object``).
+an object, a required one missing, an argument name the tool does not have) is answered in one place for every tool
+(``MemoryMCPServer.call_tool``), in the words of ``core.mcp_server.arguments``, which also keeps each string argument
+the text sent (``as_sent``); a ``tools/call`` whose arguments are not a JSON object is refused before the SDK's own
+check (``MemoryMCPServer._arguments_an_object``).
 
 Transports: ``run_stdio`` (what desktop assistants and IDEs launch), or ``http_app`` for streamable
 HTTP, wrapped in the gateway's ``RequestGuard`` (the same Host, Origin, token and body rules as
@@ -25,7 +23,6 @@ verdict on its token, ``core.gateway.access``) is read from the HTTP request the
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import logging
@@ -39,7 +36,6 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.mcpserver.resources.templates import ResourceSecurity
 from mcp.server.mcpserver.tools import Tool
-from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from mcp_types import Resource as MCPResource
@@ -49,8 +45,8 @@ from pydantic import Field, ValidationError
 from core.errors import MemoryStudioError
 from core.gateway.access import ANYONE, Caller, caller_of
 from core.gateway.errors import operators_storage_error, storage_message
-from core.ids import lone_surrogate, shown
-from core.message_size import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLargeError
+from core.ids import lone_surrogate
+from core.mcp_server.arguments import arguments_not_an_object, arguments_refused, arguments_unfit, as_sent, over_limit
 from core.mcp_server.tools import (
     DEFAULT_READ,
     MAX_READ,
@@ -60,10 +56,11 @@ from core.mcp_server.tools import (
     MemoryTools,
     transcript_uri,
 )
+from core.message_size import MessageTooLargeError
 from core.scopes import ThreadOwnershipError
 from core.storage import StorageError
 from core.version import __version__
-from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES, WorkingMemoryTooLargeError
+from core.working_memory import WorkingMemoryTooLargeError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -112,182 +109,10 @@ async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
         raise failure(str(exc)) from exc
 
 
-def over_limit(exc: MessageTooLargeError | WorkingMemoryTooLargeError) -> str:
-    """A size limit's refusal as an MCP client reads it: what it can send instead, and apart from that what the
-    server's operator can change (the engine's own message names ``MemoryOptions``, which a client cannot set)."""
-    if isinstance(exc, MessageTooLargeError):
-        what, setting, default = "message", "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES
-        told = (f"The message is {exc.size:,} bytes as stored (UTF-8 JSON, which holds its text twice: as the "
-                f"content and as its text part), over this server's limit of {exc.limit:,} bytes per message. Nothing "
-                f"was written. Remember less: the part worth keeping (a summary, the facts), or the text split over "
-                f"several remember calls, each under about {exc.limit // 2:,} bytes of text.")
-    else:
-        what, setting, default = "working memory", "max_working_memory_bytes", DEFAULT_MAX_WORKING_MEMORY_BYTES
-        told = (f"The working memory would be {exc.size:,} bytes, over this server's limit of {exc.limit:,} bytes. "
-                "Nothing was written. Make it shorter: what every conversation needs about the user (for JSON "
-                "working memory, send null for the fields to drop); store the rest as messages with remember.")
-    return (f"{told} For the server's operator: `memory-studio mcp` has no flag or setting for this limit. It comes "
-            f"from the memory options of the agent it serves (--agent NAME, or the database's only registered agent): "
-            f"{setting}, as that agent registered it, or the engine's default of {default:,} bytes when it serves "
-            f"no agent's options; raise it there for a larger {what}.")
-
-
-#: What a JSON Schema type of a tool's argument is called in a refusal.
-_SCHEMA_KINDS = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
-                 "object": "an object", "array": "an array", "null": "null"}
-#: The validation errors that say a value is of the wrong kind (any other is named by its own words).
-_KIND_ERRORS = frozenset({"string_type", "int_type", "int_parsing", "int_from_float", "float_type", "float_parsing",
-                          "bool_type", "bool_parsing", "dict_type", "list_type", "none_required", "model_type"})
-
-
-#: A string the SDK takes for an integer argument: a whole number written out (clients that send every argument as a
-#: string write "5"); pydantic would also read " 5 ", "+5" and "5_0" (as 50).
-_INTEGER_TEXT = re.compile(r"-?[0-9]+(\.0*)?")
-#: How many unknown argument names a refusal repeats (each cut to ``_NAME_SHOWN`` characters).
-_NAMES_SHOWN, _NAME_SHOWN = 3, 40
-
-
-def arguments_unfit(schema: dict[str, Any], arguments: dict[str, Any]) -> list[dict[str, Any]]:
-    """What the SDK would let through, or take otherwise than sent, in ``arguments`` of a tool with input ``schema``,
-    as validation errors for ``arguments_refused``: an argument the schema does not have (``unknown``: the SDK drops
-    it and the default applies), a required one missing (named beside the others), true or false where the schema
-    takes no boolean (``kind``: taken as 1 or 0), and a string for an integer that is not a whole number written out
-    (``kind``). A number with no fraction (5.0) is an integer (JSON Schema's rule), and "5" is taken as 5, as the SDK
-    does; the SDK's validation checks the rest."""
-    properties = schema.get("properties") or {}
-    errors: list[dict[str, Any]] = [{"type": "unknown", "loc": (name,)} for name in arguments if name not in properties]
-    errors += [{"type": "missing", "loc": (name,)} for name in schema.get("required") or () if name not in arguments]
-    for name, value in arguments.items():
-        kinds = _kinds(properties.get(name) or {})
-        if name not in properties or not kinds:
-            continue
-        if isinstance(value, bool) and "boolean" not in kinds:
-            errors.append({"type": "kind", "loc": (name,)})
-        elif (isinstance(value, str) and "string" not in kinds and "integer" in kinds
-              and not _INTEGER_TEXT.fullmatch(value)):
-            errors.append({"type": "kind", "loc": (name,)})
-    return errors
-
-
-def _kinds(prop: dict[str, Any]) -> set[str]:
-    """The JSON Schema types an argument's schema takes (empty: any)."""
-    kinds: set[str] = set()
-    for option in prop.get("anyOf") or [prop]:
-        kind = option.get("type") if isinstance(option, dict) else None
-        if kind is None:  # ($ref, or no type: anything)
-            return set()
-        kinds.update(kind if isinstance(kind, list) else [kind])
-    return {str(kind) for kind in kinds}
-
-
-def arguments_refused(tool: str, schema: dict[str, Any], arguments: dict[str, Any], errors: list[Any]) -> str:
-    """Why a call to ``tool`` was refused before it ran, from the validation ``errors`` of ``arguments`` against the
-    tool's input ``schema`` (the SDK's, or ``arguments_unfit``'s): each argument at fault by name, what kind of value
-    it got (its length or size, never the value itself: a client's argument may be megabytes, or hold control
-    characters) and what it takes; names the tool does not have, with the names it has."""
-    properties = schema.get("properties") or {}
-    found: dict[str, list[Any]] = {}
-    unknown: list[str] = []
-    for error in errors:
-        loc = error.get("loc") or ()
-        if error.get("type") == "unknown" and loc and isinstance(loc[0], str) and loc[0] not in properties:
-            unknown.append(loc[0])
-            continue
-        name = loc[0] if loc and isinstance(loc[0], str) and loc[0] in properties else ""
-        found.setdefault(name, []).append(error)
-    order = list(properties)
-    problems = [_unknown(tool, unknown, schema)] if unknown else []
-    for name in sorted(found, key=lambda n: order.index(n) if n in order else len(order)):
-        kinds = {e.get("type") for e in found[name]}
-        said = "; ".join(_one_line(str(e.get("msg", ""))).strip()[:200] for e in found[name])
-        if not name:  # (not one of the schema's arguments: the SDK's own words, which hold no value)
-            problems.append(f"the arguments were refused ({said})")
-        elif "missing" in kinds:
-            problems.append(f"'{name}' ({_takes(properties[name])}) is required and was not given")
-        elif kinds <= _KIND_ERRORS | {"kind"}:
-            problems.append(f"'{name}' must be {_takes(properties[name])}, not {_kind_of(arguments.get(name))}")
-        else:
-            problems.append(f"'{name}' got {_kind_of(arguments.get(name))}, which was refused: {said}")
-    return "; ".join(problems) + ". " + _not_run(tool)
-
-
-def arguments_not_an_object(tool: Any, arguments: Any, schemas: dict[str, dict[str, Any]]) -> str:
-    """Why a ``tools/call`` of ``tool`` whose ``arguments`` is not a JSON object (an array, a string, a number) was
-    refused, in ``arguments_refused``'s words: what came (its kind and size, never its text) and the argument names
-    the tool takes (``schemas``: each tool's input schema by name), or the tools there are for a name that is none."""
-    came = _kind_of(arguments)
-    if isinstance(tool, str) and tool in schemas:
-        return (f"The arguments of {tool} must be a JSON object of argument names and values, not {came}: {tool} takes "
-                f"{_argument_names(schemas[tool])}. " + _not_run(tool))
-    named = (f"{shown(tool, _NAME_SHOWN)} is not a tool of this server" if isinstance(tool, str)
-             else "'name' must be the tool's name")
-    return (f"The arguments of a tools/call must be a JSON object of argument names and values, not {came}, and "
-            f"{named}; its tools are {', '.join(schemas)}. " + _not_run("the tool"))
-
-
-def _not_run(tool: str) -> str:
-    return (f"Nothing was run or saved: call {tool} again with each argument as its input schema (tools/list) "
-            "describes it.")
-
-
-def _unknown(tool: str, names: list[str], schema: dict[str, Any]) -> str:
-    """Argument names ``tool`` does not have (the first few, cut, never a whole name of any length) and the names it
-    has, the required ones marked, with the one meant when a name is a near miss of one."""
-    properties = schema.get("properties") or {}
-    said = ", ".join(shown(name, _NAME_SHOWN) for name in names[:_NAMES_SHOWN])
-    said += f" and {len(names) - _NAMES_SHOWN:,} more" if len(names) > _NAMES_SHOWN else ""
-    near = [m for name in names[:_NAMES_SHOWN] for m in difflib.get_close_matches(name, properties, n=1)
-            if m not in names]
-    return (f"{said} {'is not an argument' if len(names) == 1 else 'are not arguments'} of {tool}"
-            + (f" (did you mean {', '.join(repr(m) for m in dict.fromkeys(near))}?)" if near else "")
-            + f", which takes {_argument_names(schema)}")
-
-
-def _argument_names(schema: dict[str, Any]) -> str:
-    """A tool's argument names, in its schema's order, the required ones marked."""
-    required = set(schema.get("required") or ())
-    return ", ".join(f"{name} (required)" if name in required else name
-                     for name in schema.get("properties") or {}) or "no arguments"
-
-
-def _takes(prop: dict[str, Any]) -> str:
-    """What a tool argument's schema takes, in words ("a string", "an integer (or be left out)")."""
-    options = [option.get("type") for option in prop.get("anyOf") or [prop]]
-    kinds = [_SCHEMA_KINDS.get(str(kind), "a JSON value") for kind in options if kind != "null" or len(options) == 1]
-    return " or ".join(dict.fromkeys(kinds)) + (" (or be left out)" if "default" in prop else "")
-
-
-def _kind_of(value: Any) -> str:
-    """What kind of JSON value a client sent, with its size; the value itself only when it is a short number."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return f"the number {value}" if abs(value) < 10**15 else "an integer too large to repeat"
-    if isinstance(value, float):
-        return f"the number {value!r}" if len(repr(value)) <= 24 else "a number"
-    if isinstance(value, str):
-        return f"a string ({_count(len(value), 'character')})"
-    if isinstance(value, list):
-        return f"an array ({_count(len(value), 'item')})"
-    if isinstance(value, dict):
-        return f"an object ({_count(len(value), 'key')})"
-    return "a value of another kind"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
-
-
-def _one_line(text: str) -> str:
-    return "".join(c if c.isprintable() else " " for c in text)
-
-
 class MemoryMCPServer(MCPServer):
     """An ``MCPServer`` whose resource list is read from the database on each request, whose tools take each
-    argument as the client sent it (``_as_sent``), and which says what to send when a call's arguments are not a
-    JSON object (``_arguments_an_object``)."""
+    argument as the client sent it (``arguments.as_sent``), and which says what to send when a call's arguments are
+    not a JSON object (``_arguments_an_object``)."""
 
     def __init__(self, tools: MemoryTools, *, log_level: str = "WARNING") -> None:
         bound = tools.binding.resource
@@ -384,30 +209,11 @@ def _caller(server: Any, request_context: Any, failure: type[Exception] = ToolEr
     return caller_of(getattr(request, "scope", None) if request is not None else None)
 
 
-class _AsSent(FuncMetadata):
-    """A tool's argument model that validates the arguments as the client sent them.
-
-    The SDK's ``pre_parse_json`` reads a string argument that is whole JSON as that value for any argument not
-    typed exactly ``str`` (for clients that send objects as strings): a thread titled "null" was stored with no
-    title, ``thread: "null"`` read every thread, '["a"]' was refused as an array, and ``update_working_memory``'s
-    text '{"a": 1}' became an object. Here a string stays the text it is: ``update_working_memory`` reads a JSON
-    text itself where the working memory is JSON (``parse_patch``), and a string for an integer is refused by
-    ``arguments_unfit`` unless it is a whole number written out, which pydantic reads as the number."""
-
-    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
-        return dict(data)
-
-
-def _as_sent(tool: Tool) -> Tool:
-    """``tool`` with its argument model's pre-parsing left out (``_AsSent``), everything else as the SDK made it."""
-    made = tool.fn_metadata
-    kept = {name: getattr(made, name) for name in type(made).model_fields}
-    return tool.model_copy(update={"fn_metadata": _AsSent(**kept)})
 
 
 def _tools(server: MCPServer, tools: MemoryTools) -> list[Tool]:
     """The tools ``server`` serves over ``tools``: the SDK's, made from their signatures, each taking its arguments
-    as sent (``_as_sent``)."""
+    as sent (``arguments.as_sent``)."""
     from core.recall.text import MAX_QUERY_CHARS  # (not at import: core.recall brings the index with it)
 
     run = functools.partial(_call, failure=ToolError)
@@ -415,7 +221,7 @@ def _tools(server: MCPServer, tools: MemoryTools) -> list[Tool]:
 
     def tool(description: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def add(fn: Callable[..., Any]) -> Callable[..., Any]:
-            made.append(_as_sent(Tool.from_function(fn, description=description)))
+            made.append(as_sent(Tool.from_function(fn, description=description)))
             return fn
         return add
 

@@ -17,6 +17,7 @@ from typing import Any, Literal, Mapping
 
 from core import Store, WorkingMemoryOptions
 from core.agent_configs import AgentConfig
+from core.json_kind import json_kind
 from core.working_memory import (
     DEFAULT_KEPT_VERSIONS,
     DEFAULT_MAX_WORKING_MEMORY_BYTES,
@@ -167,7 +168,7 @@ def parse_json_object(text: str) -> tuple[dict[str, Any] | None, str | None]:
     except json.JSONDecodeError as exc:
         return None, f"JSON syntax: line {exc.lineno}, column {exc.colno}: {exc.msg}"
     if not isinstance(value, dict):
-        return None, f"Working memory must be a JSON object ({{...}}), not {type(value).__name__}."
+        return None, f"Working memory must be a JSON object ({{...}}), not {json_kind(value)}."
     return value, None
 
 

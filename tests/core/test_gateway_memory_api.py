@@ -244,6 +244,26 @@ def test_schema_working_memory_and_choosing_the_agent(server):
     assert status == 404
 
 
+def test_a_working_memory_put_of_the_wrong_kind_names_what_came_as_json_does(server):
+    """A PUT whose workingMemory is no object for JSON working memory (null, an array) or no string for Markdown said
+    "got NoneType" / "got list" / "got dict": Python's type names. It now names what came as JSON does and what to
+    send, with a 400, and nothing is written."""
+    forms = "/api/memory/threads/f1/working-memory?resourceId=ada&agentId=forms"
+    assert call(server, "PUT", forms, {"workingMemory": {"name": "Ada"}})[0] == 200
+    for sent, came in ((None, "null"), ([1, 2], "an array (2 items)"),
+                       ("[]", "JSON text that reads as an array (0 items)")):
+        status, data = call(server, "PUT", forms, {"workingMemory": sent})
+        assert status == 400 and data["error"]["message"] == (
+            'The JSON working memory must be an object of all its fields, such as {"name": "Ada"}, '
+            f"not {came}. Nothing changed."), data
+    assert call(server, "GET", forms)[1]["workingMemory"] == {"name": "Ada"}
+    chat_wm = "/api/memory/threads/c1/working-memory?resourceId=ada&agentId=chat"
+    status, data = call(server, "PUT", chat_wm, {"workingMemory": {"name": "Ada"}})
+    assert status == 400 and data["error"]["message"] == (
+        "Markdown working memory must be a string (its whole text), not an object (1 key). Nothing changed. "
+        "Configure working_memory.schema to store objects."), data
+
+
 def test_a_number_beyond_a_double_is_refused_as_import_refuses_it(server, store):
     """A working-memory PUT stored an integer of 4,000 digits whole (Mastra reads it as Infinity), while 1e400
     was refused and import refused both. Every body the gateway reads now takes numbers by import's rule

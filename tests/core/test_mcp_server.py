@@ -1895,6 +1895,36 @@ def test_a_string_argument_is_taken_as_the_text_sent_even_when_it_reads_as_json(
     assert seen["wm"]["resource"] == "ada" and seen["wm"]["workingMemory"] == '{"a": 1}'
 
 
+WM_NOT_AN_OBJECT = ("The JSON working-memory update must be an object of the fields to change, such as "
+                    '{{"name": "Ada"}} (a field set to null is deleted), not {came}. Nothing changed.')
+
+
+def test_a_json_working_memory_update_that_is_not_an_object_says_what_came_in_json_words(tmp_path: Path) -> None:
+    """update_working_memory with JSON text that is no object (null, an array, a number, a string) was refused "A
+    working-memory patch must be a JSON object, got NoneType": Python's type name, which an MCP client never sent.
+    The refusal now says what the text reads as in JSON's words and what to send, and the memory is unchanged."""
+    path = _schema_db(tmp_path / "memory.db")
+    sent = {"null": "JSON text that reads as null", "[1, 2]": "JSON text that reads as an array (2 items)",
+            "5": "JSON text that reads as the number 5", '"Ada"': "JSON text that reads as a string (3 characters)",
+            "true": "JSON text that reads as true"}
+
+    async def main() -> tuple[dict[str, str], str, Any]:
+        async with Client(_params(path, "--resource", "ada")) as client:
+            _data(await client.call_tool("update_working_memory", {"working_memory": {"name": "Ada"}}))
+            said = {text: _error(await client.call_tool("update_working_memory", {"working_memory": text}))
+                    for text in sent}
+            not_json = _error(await client.call_tool("update_working_memory", {"working_memory": "name: Ada"}))
+            return said, not_json, _data(await client.call_tool("get_working_memory", {}))
+
+    said, not_json, kept = anyio.run(main)
+    assert said == {text: "Error executing tool update_working_memory: " + WM_NOT_AN_OBJECT.format(came=came)
+                    for text, came in sent.items()}
+    assert not_json == ("Error executing tool update_working_memory: The JSON working-memory update is text that is "
+                        "not valid JSON (Expecting value at position 0): send an object of the fields to change, such "
+                        'as {"name": "Ada"} (a field set to null is deleted). Nothing changed.')
+    assert "NoneType" not in str(said) and kept["workingMemory"] == {"name": "Ada"}
+
+
 def _schema_db(path: Path) -> Path:
     """A database whose registered agent keeps JSON working memory (a schema), which the server then serves."""
     with open_store(path) as store:
@@ -1953,7 +1983,8 @@ def test_http_json_working_memory_takes_an_object_or_its_text_and_non_object_arg
         server.stop()
     assert as_text["workingMemory"] == {"name": "Ada"}
     assert as_object["workingMemory"] == {"name": "Ada", "drink": "mate"}
-    assert "must be a JSON object" in not_an_object, not_an_object  # the text null is no patch: refused, not ignored
+    assert not_an_object == (  # the text null is no patch: refused, not ignored, saying what came and what to send
+        "Error executing tool update_working_memory: " + WM_NOT_AN_OBJECT.format(came="JSON text that reads as null"))
     assert [(t["id"], t["title"]) for t in threads["threads"]] == [("ada-1", "null")]
     assert listed.status_code == 200 and _answer(listed) == {"jsonrpc": "2.0", "id": 2, "error": {
         "code": -32602, "message": "The arguments of update_working_memory must be a JSON object of argument names and "
@@ -2067,7 +2098,7 @@ def test_http_size_limits_say_what_the_client_can_send_and_what_the_operator_can
 def test_a_refusal_the_schema_kinds_do_not_cover_keeps_the_validators_words_without_the_value() -> None:
     """No tool of ours has a constraint beyond a value's kind, but an SDK or tool that adds one must not bring the
     value back: the validator's own words (one line, cut) are given, with the kind of what came."""
-    from core.mcp_server.server import arguments_refused
+    from core.mcp_server.arguments import arguments_refused
 
     schema = {"properties": {"a": {"type": "string"}}, "required": ["a"]}
     said = arguments_refused("t", schema, {"a": "\x1b[2J" * 1_000}, [

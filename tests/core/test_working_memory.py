@@ -201,6 +201,56 @@ def test_non_object_patch_is_refused(schema_memory, bad):
     assert schema_memory.get_working_memory(resource_id="u") == {"name": "A"}
 
 
+UPDATE_NOT_AN_OBJECT = ('The JSON working-memory update must be an object of the fields to change, such as '
+                        '{{"name": "Ada"}} (a field set to null is deleted), not {came}. Nothing changed.')
+
+
+def test_the_models_json_update_that_is_not_an_object_is_named_in_json_words(schema_memory):
+    """The model's updateWorkingMemory tool with a memory that is no JSON object (an array, a number, the text null)
+    was told "A working-memory patch must be a JSON object, got list" (NoneType for the text null): Python's type
+    names, which the model never sent. The scripted model's calls run through a real turn (staged), and the refusal
+    the model reads says what came in JSON's words and what to send; nothing is written. Arguments that are not an
+    object at all are named the same way."""
+    from core import Agent
+    from core.llm import ScriptedModel, ScriptedReply, tool_call
+
+    m = schema_memory
+    m.update_working_memory(resource_id="u", working_memory={"name": "Ada"})
+    calls = (tool_call("updateWorkingMemory", {"memory": [1, 2]}), tool_call("updateWorkingMemory", {"memory": 5}),
+             tool_call("updateWorkingMemory", {"memory": "null"}), tool_call("updateWorkingMemory", {"memory": '"Bo"'}),
+             tool_call("updateWorkingMemory", "[1]"))
+    model = ScriptedModel([ScriptedReply(tool_calls=calls), "Noted."])
+    reply = Agent("a", instructions="Help.", model=model, memory=m, tracer=False).generate(
+        "hi", memory={"resource": "u", "thread": "t"})
+    told = [json.loads(msg["content"]) for msg in model.requests[-1].messages if msg["role"] == "tool"]
+    assert [t.get("message", t.get("error")) for t in told] == [
+        UPDATE_NOT_AN_OBJECT.format(came="an array (2 items)"), UPDATE_NOT_AN_OBJECT.format(came="the number 5"),
+        UPDATE_NOT_AN_OBJECT.format(came="JSON text that reads as null"),
+        UPDATE_NOT_AN_OBJECT.format(came="JSON text that reads as a string (2 characters)"),
+        "Your arguments for updateWorkingMemory could not be read (tool arguments must be a JSON object of argument "
+        "names and values, not an array (1 item)). Send them again as a JSON object."]
+    assert reply.text == "Noted." and m.get_working_memory(resource_id="u") == {"name": "Ada"}
+
+
+def test_a_whole_value_of_the_wrong_kind_is_named_in_json_words(schema_memory, md_memory, store):
+    """Setting the whole working memory (the API, the gateway's PUT, the Studio's save) to a value of the wrong kind
+    said "got NoneType" / "got dict"; it now names what came as JSON does, and nothing is written."""
+    schema_memory.update_working_memory(resource_id="u", working_memory={"name": "Ada"})
+    with pytest.raises(WorkingMemoryError) as refused:
+        schema_memory.update_working_memory(resource_id="u", working_memory=None)
+    assert str(refused.value) == ('The JSON working memory must be an object of all its fields, such as '
+                                  '{"name": "Ada"}, not null. Nothing changed.')
+    with pytest.raises(WorkingMemoryError) as refused:
+        schema_memory.update_working_memory(resource_id="u", working_memory="[]")
+    assert "not JSON text that reads as an array (0 items). Nothing changed." in str(refused.value)
+    with pytest.raises(WorkingMemoryError) as refused:
+        md_memory.update_working_memory(resource_id="v", working_memory={"name": "Ada"})
+    assert str(refused.value) == ("Markdown working memory must be a string (its whole text), not an object (1 key). "
+                                  "Nothing changed. Configure working_memory.schema to store objects.")
+    assert schema_memory.get_working_memory(resource_id="u") == {"name": "Ada"}
+    assert md_memory.get_working_memory(resource_id="v") is None
+
+
 def test_merge_requires_schema_mode(md_memory):
     with pytest.raises(WorkingMemoryError, match="schema"):
         md_memory.merge_working_memory(resource_id="u", patch={"a": 1})

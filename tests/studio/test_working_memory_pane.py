@@ -176,6 +176,23 @@ def test_schema_validation_blocks_save_and_merge_preview(qtbot, pane, session):
     assert stored(session, "t2", "bob", name="profiler") == result
 
 
+def test_json_that_is_not_an_object_is_named_as_json_names_it(qtbot, pane, session):
+    """Typing JSON that is no object into a JSON working memory's editor (null, an array, a number, a string) said
+    "Working memory must be a JSON object ({...}), not NoneType" (list, int, str): Python's type names. The editor
+    now names what it holds as JSON does, Save stays off, and nothing is written."""
+    before = checksum(session.store)
+    load(qtbot, pane, Selection("bob", "t2"))
+    for typed, came in (("null", "null"), ("[1, 2]", "an array (2 items)"), ("5", "the number 5"),
+                        ('"Bob"', "a string (3 characters)"), ("true", "true")):
+        for mode in ("replace", "merge"):
+            pane.json_mode.setCurrentIndex(pane.json_mode.findData(mode))
+            pane.editor.replace_all(typed)
+            said = pane.problem_label.text()
+            assert said == f"✖ Working memory must be a JSON object ({{...}}), not {came}.", typed
+            assert pane.problem_label.isVisible() and not pane.commands.action("wm.save").isEnabled()
+    assert checksum(session.store) == before
+
+
 def test_template_override_reaches_a_fresh_memory_on_its_next_turn(qtbot, pane, session):
     load(qtbot, pane, Selection("alice", "t1"))
     ed = pane.template_editor
