@@ -62,31 +62,41 @@ def test_json_viewers_grow_to_their_text_and_the_page_scrolls_as_one(
     for owner in ("short", "long", "huge"):
         pane = _shown(qtbot, window, owner)
         line = pane.current_view.fontMetrics().lineSpacing()
-        for view in (pane.current_view, pane.result_view):
-            bar = view.verticalScrollBar()
-            if owner == "huge":  # (more than the cap: it scrolls inside, at the cap's height, not squeezed)
-                assert bar.maximum() > 0
-                assert view.viewport().height() >= CAP_LINES * line, (owner, view.accessibleName())
-            else:
-                assert bar.maximum() == 0, (owner, view.accessibleName(), view.height(), bar.maximum())
-        caption, result = pane.merge_caption, pane.result_view  # (the caption under the viewer, not over it)
-        assert caption.geometry().top() >= result.geometry().bottom(), (owner, caption.geometry(), result.geometry())
-        if owner != "short":  # both viewers whole, one over the other: taller than the window's page
-            assert _page(window).verticalScrollBar().maximum() > 0, owner
+
+        def grown(pane: Any = pane, owner: str = owner, line: int = line) -> None:
+            for view in (pane.current_view, pane.result_view):
+                bar = view.verticalScrollBar()
+                if owner == "huge":  # (more than the cap: it scrolls inside, at the cap's height, not squeezed)
+                    assert bar.maximum() > 0
+                    assert view.viewport().height() >= CAP_LINES * line, (owner, view.accessibleName())
+                else:
+                    assert bar.maximum() == 0, (owner, view.accessibleName(), view.height(), bar.maximum())
+            caption, result = pane.merge_caption, pane.result_view  # (the caption under the viewer, not over it)
+            assert caption.geometry().top() >= result.geometry().bottom(), (owner, caption.geometry(),
+                                                                            result.geometry())
+            if owner != "short":  # both viewers whole, one over the other: taller than the window's page
+                assert _page(window).verticalScrollBar().maximum() > 0, owner
+
+        # (the layout settles after the text arrives, later on a loaded machine: the check is retried until it
+        # holds, and fails with its last assertion after the timeout)
+        qtbot.waitUntil(grown, timeout=10_000)
     window.resources.set_selection(Selection("short", "short-t"))
     qtbot.waitUntil(lambda: '"short"' in pane.current_view.toPlainText(), timeout=20_000)
-    qtbot.wait(200)
-    assert _page(window).verticalScrollBar().maximum() == 0  # (a short value gives its room back)
+    qtbot.waitUntil(lambda: _page(window).verticalScrollBar().maximum() == 0,  # (a short value gives its room back)
+                    timeout=10_000)
 
     pane.tabs.setCurrentIndex(pane.tabs.indexOf(pane.agent_table.parentWidget().parentWidget().parentWidget()))
     pane.agent_table.selectRow(0)
     qtbot.waitUntil(lambda: '"profiler"' in pane.agent_config_view.toPlainText(), timeout=5_000)
-    qtbot.wait(200)
     config = pane.agent_config_view
-    lines = config.document().blockCount()
-    assert lines > 10
-    if lines <= CAP_LINES:
-        assert config.verticalScrollBar().maximum() == 0, (config.height(), lines)
-    else:
-        assert config.viewport().height() >= CAP_LINES * line
+
+    def config_grown() -> None:
+        lines = config.document().blockCount()
+        assert lines > 10
+        if lines <= CAP_LINES:
+            assert config.verticalScrollBar().maximum() == 0, (config.height(), lines)
+        else:
+            assert config.viewport().height() >= CAP_LINES * line
+
+    qtbot.waitUntil(config_grown, timeout=10_000)
     window.session.pool.wait(20_000)
