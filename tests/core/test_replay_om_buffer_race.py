@@ -59,8 +59,13 @@ def _entry(messages: list[dict[str, Any]]) -> int:
     return int(str(user["content"]).split()[2].rstrip(":"))
 
 
+def _hint_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The current-task system messages (the thread's hints as shown)."""
+    return [m for m in messages if m["role"] == "system" and str(m["content"]).startswith(CURRENT_TASK)]
+
+
 def _hints(messages: list[dict[str, Any]]) -> list[str]:
-    return [str(m["content"]) for m in messages if m["role"] == "system" and str(m["content"]).startswith(CURRENT_TASK)]
+    return [str(m["content"]) for m in _hint_messages(messages)]
 
 
 def _conversation(store: Any) -> tuple[Memory, list[list[dict[str, Any]]]]:
@@ -127,12 +132,14 @@ def test_a_chunk_the_observer_finished_during_a_turns_model_call_is_not_rebuilt_
         hints_unknown = any("current task" in u for u in info.unknowns)
         # Every hint shown is the one the model received; one not known is left out and listed.
         assert _hints(rebuilt) == _hints(messages) or (_hints(rebuilt) == [] and hints_unknown), turn.input_text
-        told = [m for m in messages if not (hints_unknown and m in _hints_messages(messages))]
+        # Everything else is exactly what the server received.
+        told = [m for m in messages if not (hints_unknown and m in _hint_messages(messages))]
         assert rebuilt == told, turn.input_text
     raced = journal.assemble(as_of=turns[RACED - 1].input_message_id, instructions=INSTRUCTIONS)
     observations = {f.text for f in raced.fragments if f.role == "system" and f.tag == OM_TAG}
     assert not any("batch" in text and text not in {m["content"] for m in sent[RACED - 1]} for text in observations)
     assert not set(_hints(sent[RACED])) & set(_hints(raced.messages)), "turn 6's current task rebuilt into turn 5"
+    assert raced.replay is not None and "the current task and suggested response at the time" in raced.replay.unknowns
 
 
 @pytest.mark.libsql_only
@@ -160,7 +167,3 @@ def test_a_buffered_log_without_activation_marks_says_what_it_cannot_date(store:
     # they are shown, and the rebuild says that the newest shown may have joined the log after the turn.
     assert [text for text in shown if text not in received], "the scene: a chunk turn 5 did not see is shown"
     assert any("may have joined the log after this turn" in u for u in unknowns), unknowns
-
-
-def _hints_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [m for m in messages if m["role"] == "system" and str(m["content"]).startswith(CURRENT_TASK)]
