@@ -106,6 +106,17 @@ def chunks_at(studio: Mapping[str, Any], cutoff: str) -> tuple[int, str | None] 
     return max(before, key=lambda m: m[0]) if before else (0, None)
 
 
+def hints_written_at(studios: Sequence[Mapping[str, Any]], cursor: str) -> str | None:
+    """When the thread's hints whose cursor is ``cursor`` were written, per the ``appended`` marks of
+    ``studios`` (the rows of one log, every generation): the first mark naming that cursor. An
+    activation or observation writes the hints, the log and its mark in one transaction, and each
+    moves the cursor on; a later reflection's mark names the same cursor but writes no hints. None
+    when no mark names it (rows written before marks, Mastra's)."""
+    ats = [at for studio in studios for m in (studio.get("appended") or [])
+           if isinstance(m, list) and len(m) == 3 and m[2] == cursor and isinstance(at := m[1], str)]
+    return min(ats) if ats else None
+
+
 def events(studio: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(e) for e in (studio.get("events") or []) if isinstance(e, Mapping)]
 
@@ -120,6 +131,7 @@ __all__ = [
     "backoff_of",
     "chunks_at",
     "events",
+    "hints_written_at",
     "next_backoff",
     "with_appended",
     "with_event",

@@ -6,7 +6,10 @@ a record keeps the generation row and how many chunks existed. Without a record,
 dated by its boundary: a batch observed at a later turn always covers that turn's input, so its
 boundary is at or after the input, and a boundary before the input means the chunk already existed.
 The first chunk of the first generation has no boundary; when nothing else dates it, it is left out
-and said so.
+and said so. Buffered chunks join the log turns after the messages they cover (a turn activates them):
+rows written since buffering date each by its ``appended`` mark, and the thread's hints (current
+task, suggested response) by the mark of the activation or observation that wrote them; a buffered
+row without marks (Mastra's) dates neither, and says so.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from core.messages import Message
+from core.observational.buffer import chunks_at, hints_written_at
 from core.observational.records import OMRecord
 from core.observational.store import OM, ThreadHints, thread_hints
 from core.storage.memory_store import MessageQuery
@@ -112,8 +116,6 @@ def as_of(
     cursor: str | None = None
     marked = None
     if record is not None:
-        from core.observational.buffer import chunks_at
-
         # Rows written since buffering say when each chunk joined the log: an activated chunk's
         # boundary is older than the turn that activated it, so boundaries alone would date it too early.
         # A turn activates (or observes) in its own input phase, after its input was stamped and
@@ -141,17 +143,20 @@ def as_of(
                 kept, cursor = 1, record.last_observed_at
             else:
                 unknowns.append("when the first observations were written (left out: they may be later)")
+        if kept and _buffered(record):
+            # A buffered chunk joins the log at a turn after the messages it covers: its boundary
+            # can be older than turns that did not see it yet, and nothing else dates it here.
+            unknowns.append(f"whether this turn saw the newest of the {kept} observation chunk(s) shown: they were "
+                            "buffered, and with no record of when each was activated they are dated by the "
+                            "messages they cover, so the newest may have joined the log after this turn")
         record = with_log(record, log_prefix(record.active_observations, kept))
     if record is not None and record.scope == "resource":
         unknowns.append("other conversations' unobserved messages at the time (not shown)")
     thread = store.memory.get_thread(thread_id)
-    hints = thread_hints(thread.metadata if thread is not None else None)
-    latest = hints.cursor.created_at if hints.cursor is not None else hints.last_observed_at
-    if latest is None or latest >= cutoff:
-        # The hints were written by the last observation; if that came after the turn, the turn's are gone.
-        if hints.current_task or hints.suggested_response:
-            unknowns.append("the current task and suggested response at the time")
-        hints = ThreadHints()
+    # Hints are shown only beside observations: with none at the time, which hints those were does not matter.
+    shown = record is not None and bool(record.active_observations.strip())
+    hints = _hints_then(thread_hints(thread.metadata if thread is not None else None), rows, cutoff, end,
+                        unknowns if shown else [])
     observed = set(record.observed_message_ids) if record is not None else set()
     rows_before = store.memory.list_messages(MessageQuery(
         thread_id=thread_id, resource_id=resource_id, since=parse_iso(cursor) if cursor else None,
@@ -160,6 +165,37 @@ def as_of(
                   cursor is None or to_iso(m.created_at) > cursor or
                   (to_iso(m.created_at) == cursor and m.id not in observed))]
     return ObservationState(record, hints, unobserved, unknowns)
+
+
+def _hints_then(hints: ThreadHints, rows: list[OMRecord], cutoff: str, end: str, unknowns: list[str]) -> ThreadHints:
+    """The thread's hints if they are the ones the turn was shown, else none (and said so in
+    ``unknowns``). The thread keeps only the hints of the last activation or observation, which
+    overwrote the turn's if it came after the turn's prompt was built. Its ``appended`` mark says
+    when that was (``end``: the turn's next stored message, as the chunks are dated). Without a mark,
+    the hints' cursor dates them: an observation made in a turn covers the messages stored before
+    it, so its cursor is older than that turn's input but not older than an earlier turn's. That
+    does not hold for buffered observations (a chunk covering old messages can be activated turns
+    later): then nothing dates them."""
+    latest = hints.cursor.created_at if hints.cursor is not None else hints.last_observed_at
+    written = hints_written_at([r.studio for r in rows], latest) if latest is not None else None
+    if written is not None:
+        kept = written < end
+    elif latest is not None and any(_buffered(r) for r in rows):
+        if hints.current_task or hints.suggested_response:
+            unknowns.append("the current task and suggested response at the time (observations were buffered and "
+                            "activated later than the messages they cover, and nothing dates when these were written)")
+        return ThreadHints()
+    else:
+        kept = latest is not None and latest < cutoff
+    if not kept and (hints.current_task or hints.suggested_response):
+        unknowns.append("the current task and suggested response at the time")
+    return hints if kept else ThreadHints()
+
+
+def _buffered(record: OMRecord) -> bool:
+    """Whether the row's configuration buffers observations (ours and Mastra's ``bufferTokens``)."""
+    observation = record.config.get("observation")
+    return isinstance(observation, dict) and observation.get("bufferTokens") not in (None, False, 0)
 
 
 def _turn_end(store: "Store", thread_id: str, resource_id: str | None, before: tuple[datetime, str]) -> str | None:
