@@ -128,7 +128,8 @@ def test_the_rows_held_in_memory_are_refused_once_they_pass_what_fits(tmp_path):
         check_fits(20_000_000_000, "big.json", available=2_000_000_000, held=1_500_000_000)
     message = str(caught.value)
     assert "big.json is 20.0 GB" in message
-    assert "all of its rows but its messages, turn records and message and observation-log versions" in message
+    assert ("all of its rows but its messages, turn records and version histories (working-memory, message and "
+            "observation-log versions) at once") in message
     assert "1.5 GB of its text" in message and "about 2.2 GB of memory" in message and "Nothing was imported" in message
     check_fits(20_000_000_000, "big.json", available=2_000_000_000, held=1_000_000_000)  # fits: no error
 
