@@ -449,9 +449,10 @@ def _spools(data: Any) -> list[tuple[str, RowSpool]]:
     found = [(key, value) for key, value in data.items() if isinstance(value, RowSpool)]
     for key, inner in SPOOLED_WITHIN.items():
         rows = data.get(key)
-        parts = {id(row[inner].spool): row[inner].spool for row in rows if type(row) is dict
-                 and isinstance(row.get(inner), SpoolPart)} if type(rows) is list else {}
-        found += [(key, spool) for spool in parts.values()]
+        for row in rows if type(rows) is list else []:
+            part = row.get(inner) if type(row) is dict else None
+            if isinstance(part, SpoolPart) and all(part.spool is not spool for _key, spool in found):
+                found.append((key, part.spool))
     return found
 
 

@@ -24,7 +24,7 @@ from collections.abc import Collection, Mapping
 from typing import IO, Any, Callable
 
 from core.errors import MemoryStudioError
-from core.transfer.spool import RowSpool, SpoolError, SpoolPart
+from core.transfer.spool import RowSpool, SpoolError
 
 CHUNK = 1 << 20  # bytes read and decoded at a time
 _NUMBER_TAIL = 8  # a value ending this close to the piece's end is parsed again with more (a number's
@@ -159,8 +159,7 @@ class _Pieces:
             if key == inner and self.peek() == "[":
                 start, mark = self.dropped + self.pos, shared.mark()
                 self.array(shared)
-                part: SpoolPart = shared.part(mark)
-                row[key] = part
+                row[key] = shared.part(mark)
                 self.spooled_chars += self.dropped + self.pos - start
             else:
                 row[key] = self.value()
