@@ -142,60 +142,54 @@ class _Pieces:
 
     def row_spooling(self, inner: str, shared: RowSpool) -> Any:
         """A row as ``value`` parses it, but for an object's ``inner`` list: its rows are appended to ``shared``, and
-        the row holds them as a ``SpoolPart``. Parsed key by key as ``json`` does (a key given twice: the last
-        value, in the first one's place)."""
+        the row holds them as a ``SpoolPart``."""
         if self.peek() != "{":
             return self.value()
-        self.pos += 1
-        row: dict[str, Any] = {}
+
+        def member(key: str) -> Any:
+            if key != inner or self.peek() != "[":
+                return self.value()
+            start, mark = self.dropped + self.pos, shared.mark()
+            self.array(shared)
+            self.spooled_chars += self.dropped + self.pos - start
+            return shared.part(mark)
+
+        return self.members(member)
+
+    def members(self, member: Callable[[str], Any]) -> dict[str, Any]:
+        """An object, each of its values parsed by ``member(key)``; as ``json`` makes it (a key given twice: the last
+        value, in the first one's place)."""
+        self.take("{")
+        out: dict[str, Any] = {}
         if self.peek() == "}":
             self.pos += 1
-            return row
+            return out
         while True:
             if self.peek() != '"':
                 raise _NotTaken
             key = self.value()
             self.take(":")
-            if key == inner and self.peek() == "[":
-                start, mark = self.dropped + self.pos, shared.mark()
-                self.array(shared)
-                row[key] = shared.part(mark)
-                self.spooled_chars += self.dropped + self.pos - start
-            else:
-                row[key] = self.value()
+            out[key] = member(key)
             char = self.peek()
             self.pos += 1
             if char == "}":
-                return row
+                return out
             if char != ",":
                 raise _NotTaken
 
     def document(self, spool: Collection[str] = (), spool_within: Mapping[str, str] | None = None) -> dict[str, Any]:
-        spool_within = spool_within or {}
-        self.take("{")
-        data: dict[str, Any] = {}
-        if self.peek() == "}":
-            self.pos += 1
-        else:
-            while True:
-                if self.peek() != '"':
-                    raise _NotTaken
-                key = self.value()
-                self.take(":")
-                if self.peek() != "[":
-                    data[key] = self.value()
-                elif key in spool:
-                    data[key] = self.spooled(key)
-                elif key in spool_within:
-                    data[key] = self.spooling_within(key, spool_within[key])
-                else:
-                    data[key] = self.array()
-                char = self.peek()
-                self.pos += 1
-                if char == "}":
-                    break
-                if char != ",":
-                    raise _NotTaken
+        within = spool_within or {}
+
+        def member(key: str) -> Any:
+            if self.peek() != "[":
+                return self.value()
+            if key in spool:
+                return self.spooled(key)
+            if key in within:
+                return self.spooling_within(key, within[key])
+            return self.array()
+
+        data = self.members(member)
         if self.peek() != "":
             raise _NotTaken  # more than one value
         return data

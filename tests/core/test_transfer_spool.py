@@ -76,6 +76,15 @@ def test_a_message_refused_after_chunks_were_written_leaves_nothing_written(stor
         assert conn.exec_driver_sql("SELECT count(*) FROM mastra_threads").scalar() == 0
 
 
+def _import_traced(store: Any, path: Path) -> tuple[Any, int]:
+    """``load`` and ``import_data`` of ``path``: the report, and the most Python held at once (bytes)."""
+    tracemalloc.start()
+    try:
+        return import_data(store, load(path)), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.libsql_only
 def test_a_large_import_holds_a_fraction_of_its_messages(store, tmp_path):
     """Every message was held at once (the parsed document, then every row to insert): a file's size in memory at
@@ -92,12 +101,7 @@ def test_a_large_import_holds_a_fraction_of_its_messages(store, tmp_path):
     path.write_text(json.dumps(data, indent=2), encoding="utf-8")
     del data
     size = path.stat().st_size
-    tracemalloc.start()
-    try:
-        report = import_data(store, load(path))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    report, peak = _import_traced(store, path)
     assert report.written["messages"] == 10_000
     assert size > 30_000_000 and peak < size / 4, (size, peak)
 
@@ -546,11 +550,6 @@ def test_a_large_working_memory_history_is_imported_holding_a_fraction_of_it(sto
     size = path.stat().st_size
     monkeypatch.setattr(spool, "SORT_BYTES", 2 << 20)
     monkeypatch.setattr(spool, "RUN_RECORD_BYTES", 64 << 10)
-    tracemalloc.start()
-    try:
-        report = import_data(store, load(path))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    report, peak = _import_traced(store, path)
     assert report.written["workingMemoryVersions"] == 4000
     assert size > 30_000_000 and peak < size / 4, (size, peak)
