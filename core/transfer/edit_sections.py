@@ -178,7 +178,8 @@ def _import_observation_versions(imp: "_Importer", rows: Iterable[Mapping[str, A
             f"{'it belongs' if left == 1 else 'they belong'} to was not imported (see above).")
 
 
-def _oldest_first(row: Mapping[str, Any]) -> tuple[str, int]:
+def oldest_first(row: Mapping[str, Any]) -> tuple[str, int]:
+    """The order a version history is written in (working-memory versions too): by createdAt, then id."""
     return str(row.get("createdAt")), int(row.get("id") or 0)
 
 
@@ -187,7 +188,7 @@ def _write_in_order(imp: "_Importer", table: str, source: Iterable[Mapping[str, 
     """Write the ``rows`` that ``keep`` accepts, oldest version first (by createdAt, then id: a version whose id
     is taken here gets the next free one, so the copy's ids keep the order of the edits); returns how many it
     left out. ``rows`` come from ``source``: when that is a ``RowSpool``, they are sorted on disk."""
-    ordered = sorted_rows(rows, _oldest_first, kind) if isinstance(source, RowSpool) else sorted(rows, key=_oldest_first)
+    ordered = sorted_rows(rows, oldest_first, kind) if isinstance(source, RowSpool) else sorted(rows, key=oldest_first)
     left = 0
     for row in ordered:
         if keep(row):
@@ -212,4 +213,5 @@ def _no_table(n: int, label: str, table: str, target: str) -> str:
             "'memory-studio migrate' on it first to keep the edit history.")
 
 
-__all__ = ["OBSERVATION_VERSION_SECTION", "MESSAGE_VERSION_SECTION", "export_versions", "import_versions"]
+__all__ = ["OBSERVATION_VERSION_SECTION", "MESSAGE_VERSION_SECTION", "export_versions", "import_versions",
+           "oldest_first"]

@@ -41,7 +41,7 @@ from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.stored_text import NumberBeyondDouble, json_double, json_whole
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import sections
-from core.transfer.spool import RowSpool
+from core.transfer.spool import RowSpool, SpoolPart
 from core.transfer.stream_json import HeldTooMuch, load_pieces
 from core.transfer.errors import ExportFormatError, ExportWriteError, TransferError
 from core.terminal_text import printable
@@ -243,6 +243,9 @@ MEMORY_PER_FILE_BYTE = 1.5
 #: messages, its turn records, which hold each turn's prompt, and the message and observation-log versions, which
 #: hold whole rows before and after each edit).
 SPOOLED = ("messages", "turns", "messageVersions", "observationVersions")
+#: The lists nested in the rows of a list kept on disk the same way (a ``SpoolPart`` in each row): the working-memory
+#: versions inside each ``workingMemory`` entry.
+SPOOLED_WITHIN = {"workingMemory": "versions"}
 #: The same for a file read whole (one the piece reader does not take, to say what is wrong with it; a pipe):
 #: its text and the rows parsed from it (measured: 2.06).
 WHOLE_TEXT_PER_FILE_BYTE = 2.5
@@ -272,8 +275,8 @@ def check_fits(size: int, name: str = "the file", available: int | None = None, 
         return
     what = (f"import holds all of its rows at once, about {MEMORY_PER_FILE_BYTE:g} times the file's size"
             if held is None else
-            f"import holds all of its rows but its messages, turn records and message and observation-log versions "
-            f"at once, and those of its other lists "
+            f"import holds all of its rows but its messages, turn records and version histories (working-memory, "
+            f"message and observation-log versions) at once, and those of its other lists "
             f"passed {_size(held)} of its text, about {MEMORY_PER_FILE_BYTE:g} times that in memory")
     raise ExportFormatError(
         f"{name} is {_size(size)}; importing it needs about {_size(need)} of memory ({what}), and this machine "
@@ -314,15 +317,16 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise ExportFormatError(f"{name} is not a regular file (a device or a socket). {_CHOOSE}")
         if stat.S_ISREG(mode):
             # In pieces: the text is never held whole beside the rows, and the rows of the SPOOLED lists (its
-            # messages, turn records and message and observation-log versions) are kept on disk, so what is held is the other lists' rows, refused once
-            # they pass what fits. A file it does not take (any problem) is read whole below, whose errors say what
+            # messages, turn records and message and observation-log versions) and the working-memory versions
+            # (SPOOLED_WITHIN) are kept on disk, so what is held is the other lists' rows, refused once they pass
+            # what fits. A file it does not take (any problem) is read whole below, whose errors say what
             # is wrong; a pipe cannot be read twice, so it is too.
             available = available_memory()
             limit = None if available is None else int(available / MEMORY_PER_FILE_BYTE)
             try:
                 with p.open("rb") as fh:
                     data = load_pieces(fh, _not_json, parse_float=json_double, parse_int=json_whole, spool=SPOOLED,
-                                       held_limit=limit)
+                                       spool_within=SPOOLED_WITHIN, held_limit=limit)
             except HeldTooMuch as exc:
                 check_fits(p.stat().st_size, name, available, held=exc.held)
                 raise  # (it always refuses: the limit is what fits)
@@ -427,29 +431,46 @@ def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None
     same checks. What passed is remembered on its spools (``_passed``): the limits, which spool is under which key,
     and a digest of everything else in the document; a spool's rows never change after it is written (every read of
     it is checked against the digests it took), so a document that changed in any way since is checked again."""
-    passed = _passed(data, max_message_bytes, max_working_memory_bytes)
-    if passed is not None and all(s.checked == passed for s in data.values() if isinstance(s, RowSpool)):
+    spools = _spools(data)
+    passed = _passed(data, spools, max_message_bytes, max_working_memory_bytes)
+    if passed is not None and all(s.checked == passed for _key, s in spools):
         return
     _validate(data, name, max_message_bytes, max_working_memory_bytes)
     if passed is not None:
-        for spool in data.values():
-            if isinstance(spool, RowSpool):
-                spool.checked = passed
+        for _key, spool in spools:
+            spool.checked = passed
 
 
-def _passed(data: Any, max_message_bytes: int | None, max_working_memory_bytes: int | None) -> tuple[Any, ...] | None:
-    """What a document holding ``RowSpool`` lists passes ``validate`` as: the limits, which spool is under which key,
-    and the SHA-256 of the ``repr`` of the rest (exact for the values a file holds: ``1``, ``1.0``, ``True`` and
-    ``"1"`` differ, a key's type too). None for another document (it is checked every time)."""
-    if type(data) is not dict or not any(isinstance(v, RowSpool) for v in data.values()):
+def _spools(data: Any) -> list[tuple[str, RowSpool]]:
+    """The spools a document's rows are read from, under their keys: its ``RowSpool`` lists, and those holding the
+    ``SpoolPart`` lists of the rows of a ``SPOOLED_WITHIN`` list."""
+    if type(data) is not dict:
+        return []
+    found = [(key, value) for key, value in data.items() if isinstance(value, RowSpool)]
+    for key, inner in SPOOLED_WITHIN.items():
+        rows = data.get(key)
+        for row in rows if type(rows) is list else []:
+            part = row.get(inner) if type(row) is dict else None
+            if isinstance(part, SpoolPart) and all(part.spool is not spool for _key, spool in found):
+                found.append((key, part.spool))
+    return found
+
+
+def _passed(data: Any, spools: list[tuple[str, RowSpool]], max_message_bytes: int | None,
+            max_working_memory_bytes: int | None) -> tuple[Any, ...] | None:
+    """What a document holding ``RowSpool`` lists (``spools``) passes ``validate`` as: the limits, which spool is under
+    which key, and the SHA-256 of the ``repr`` of the rest (exact for the values a file holds: ``1``, ``1.0``,
+    ``True`` and ``"1"`` differ, a key's type too; a ``SpoolPart`` names its spool and records). None for another
+    document (it is checked every time)."""
+    if not spools:
         return None
-    spools = tuple((key, id(value)) for key, value in data.items() if isinstance(value, RowSpool))
+    ids = tuple((key, id(spool)) for key, spool in spools)
     try:
         rest = repr([(key, value) for key, value in data.items() if not isinstance(value, RowSpool)])
     except (ValueError, RecursionError):  # an integer too long to write out, values nested too deep
         return None
     digest = hashlib.sha256(rest.encode("utf-8", "surrogatepass")).digest()
-    return max_message_bytes, max_working_memory_bytes, spools, digest
+    return max_message_bytes, max_working_memory_bytes, ids, digest
 
 
 def _validate(data: Any, name: str, max_message_bytes: int | None, max_working_memory_bytes: int | None) -> None:
@@ -492,7 +513,8 @@ def _validate(data: Any, name: str, max_message_bytes: int | None, max_working_m
         raise orphan
     for entry in data.get("workingMemory", []):
         if not isinstance(entry, dict) or entry.get("scope") not in ("resource", "thread") \
-                or not isinstance(entry.get("ownerId"), str) or not isinstance(entry.get("versions", []), list):
+                or not isinstance(entry.get("ownerId"), str) \
+                or not isinstance(entry.get("versions", []), (list, SpoolPart)):
             raise ExportFormatError(f"{name}: a \"workingMemory\" entry needs scope, ownerId and a versions list.")
     # Version ids are the database's, one id a version: a turn record names the version its prompt had by id, so a
     # second version under an id would take the first one's place in every record that names it.

@@ -49,11 +49,12 @@ from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import rows as R
 from core.transfer import sections as S
 from core.transfer.content_match import ContentIndex
-from core.transfer.edit_sections import import_versions
+from core.transfer.edit_sections import import_versions, oldest_first
 from core.transfer.errors import ExportFormatError, TransferError
 from core.transfer.format import check_one_resource, validate
 from core.transfer.replay_sections import import_sections, import_traces
 from core.transfer.report import Conflict, ImportReport
+from core.transfer.spool import SpoolPart, sorted_rows
 from core.terminal_text import printable
 
 log = logging.getLogger(__name__)
@@ -314,19 +315,27 @@ class _Importer:
 
     # -- working-memory versions ---------------------------------------------------------------
     def _versions(self, entries: list[Mapping[str, Any]]) -> None:
-        rows = [v for e in entries if not (e["scope"] == "thread" and e["ownerId"] in self.blocked)
-                for v in e.get("versions", [])]
-        if not rows:
+        """The working-memory versions, oldest first. An entry's versions may be a ``SpoolPart`` (a file read from
+        disk): they are then read in passes and sorted on disk (``spool.sorted_rows``), never all held."""
+        def wanted() -> Iterator[Mapping[str, Any]]:
+            return (v for e in entries if not (e["scope"] == "thread" and e["ownerId"] in self.blocked)
+                    for v in e.get("versions", []))
+
+        if next(wanted(), None) is None:
             return
         table = self._table(S.WM_VERSIONS)
         if not catalog.has_table(self.conn, table):
+            n = sum(1 for _ in wanted())
             self.report.notes.append(
-                f"{len(rows)} working-memory version{'s' if len(rows) != 1 else ''} not imported: "
+                f"{n} working-memory version{'s' if n != 1 else ''} not imported: "
                 f"{self.report.target} has no {table} table (a database Mastra wrote). Run "
                 "'memory-studio migrate' on it first to keep the history; the current values were imported.")
             return
-        cols = self._check_columns(table, rows, "working-memory versions")
-        for row in sorted(rows, key=lambda r: (str(r.get("createdAt")), int(r.get("id") or 0))):
+        cols = self._check_columns(table, wanted(), "working-memory versions")
+        on_disk = any(isinstance(e.get("versions"), SpoolPart) for e in entries)
+        ordered = sorted_rows(wanted(), oldest_first, "working-memory versions") if on_disk \
+            else sorted(wanted(), key=oldest_first)
+        for row in ordered:
             src_id = row.get("id")
             content = {k: v for k, v in row.items() if k != "id" and k in cols}
             found = self._find_by_content(table, content, "id")

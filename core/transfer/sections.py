@@ -24,7 +24,7 @@ threads, resources and messages, and ``check`` adds rules of its own (return why
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +62,7 @@ class Section:
     resource_field: str | None = None  # names that thread's owner (or, without a thread, a resource of the file)
     message_field: str | None = None  # names one of the file's messages, of the row's thread
     check: RowCheck | None = None  # further rules: why the row is refused, or None
-    rows: Callable[[Mapping[str, Any]], list[Row]] | None = None  # where the rows are (default: the list)
+    rows: Callable[[Mapping[str, Any]], Iterable[Row]] | None = None  # where the rows are (default: the list)
 
 
 @dataclass
@@ -390,9 +390,10 @@ def _working_memory_entry_rule(row: Row, index: FileIndex) -> str | None:
     return None
 
 
-def _version_rows(data: Mapping[str, Any]) -> list[Row]:
-    return [v for entry in data.get("workingMemory") or [] if isinstance(entry, Mapping)
-            for v in entry.get("versions") or [] if isinstance(v, Mapping)]
+def _version_rows(data: Mapping[str, Any]) -> Iterator[Row]:
+    # (read as they are checked: a file's may be on disk, a ``SpoolPart`` in each entry)
+    return (v for entry in data.get("workingMemory") or [] if isinstance(entry, Mapping)
+            for v in entry.get("versions") or [] if isinstance(v, Mapping))
 
 
 RESOURCES = register(Section("resources", "mastra_resources", "resource", check=_resource_rule))

@@ -6,8 +6,13 @@ and the importer's writes, goes through them again from the spool, a batch at a 
 and the few small facts the checks keep per row (ids, their threads). Rows are stored with ``marshal``, which
 gives back exactly the values ``json`` made (dicts, lists, strings, numbers, booleans, None) and runs no code.
 
-The message and observation-log versions are written oldest first, so the importer reads them through ``sorted_rows``: an external merge sort
-whose runs are spools too, so that sort holds a bounded part of them as well.
+A list nested in the rows of a list (a working-memory entry's ``versions``) is kept the same way: the rows of all
+such lists go to one spool shared by the outer list, and each row holds a ``SpoolPart`` where its list was, the
+records of that spool its list's rows were written to.
+
+The version histories (working-memory, message and observation-log versions) are written oldest first, so the
+importer reads them through ``sorted_rows``: an external merge sort whose runs are spools too, so that sort holds a
+bounded part of them as well.
 
 A spool is written once: after ``close`` its rows never change. Each record's length and SHA-256 are kept in memory
 as it is written, and every read checks the bytes it reads against them (``SpoolError`` if they differ), so every
@@ -66,6 +71,8 @@ class RowSpool:
         self._pending: list[Any] = []
         self._count = 0
         self._records: list[tuple[int, bytes]] = []  # each record's length and SHA-256, in the file's order
+        self._starts: list[int] = []  # where each record starts in the file
+        self._size = 0  # bytes written
         self.checked: Any = None  # what ``format.validate`` found the document holding this spool to pass with
 
     def _failed(self, exc: OSError) -> SpoolError:
@@ -92,7 +99,20 @@ class RowSpool:
         except OSError as exc:
             raise self._failed(exc) from None
         self._records.append((len(record), hashlib.sha256(record).digest()))
+        self._starts.append(self._size)
+        self._size += len(record)
         self._pending = []
+
+    def mark(self) -> tuple[int, int]:
+        """Where the rows appended from now on begin, for ``part``: a part starts a record of its own."""
+        self._flush()
+        return len(self._records), self._count
+
+    def part(self, mark: tuple[int, int]) -> SpoolPart:
+        """The rows appended since ``mark``, read as a list of their own (its records end here)."""
+        self._flush()
+        first, count = mark
+        return SpoolPart(self, first, len(self._records), self._count - count)
 
     def close(self) -> RowSpool:
         """Done appending: the rows are on disk (a spool is read only once closed)."""
@@ -119,14 +139,21 @@ class RowSpool:
         return self._count > 0
 
     def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        return self._read(0, len(self._records))
+
+    def _read(self, first: int, stop: int) -> Iterator[Mapping[str, Any]]:
+        """The rows of records ``first`` to ``stop`` (not included), each record checked as it is read."""
         if self._out is not None:
             raise RuntimeError("a RowSpool is read only after close()")
+        if first >= stop:
+            return
         try:
             fh = open(self._path, "rb")  # noqa: SIM115 - closed below
         except OSError as exc:
             raise self._changed(f"it cannot be opened: {exc.strerror or exc}") from None
         with fh:
-            for size, digest in self._records:
+            fh.seek(self._starts[first])
+            for size, digest in self._records[first:stop]:
                 record = fh.read(size)
                 if len(record) != size or hashlib.sha256(record).digest() != digest:
                     raise self._changed("its bytes are not the ones import wrote")
@@ -140,6 +167,28 @@ class RowSpool:
 
     def __repr__(self) -> str:
         return f"<RowSpool of {self._count} {self.what}>"
+
+
+class SpoolPart:
+    """A list nested in a row of the file, kept in a ``RowSpool`` shared with the other rows' lists (``RowSpool.part``):
+    read again by every ``for row in part``, in order, each read checked as the spool's are. ``len``: its rows."""
+
+    def __init__(self, spool: RowSpool, first: int, stop: int, count: int) -> None:
+        self.spool = spool
+        self._first, self._stop, self._count = first, stop, count
+
+    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        return self.spool._read(self._first, self._stop)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __repr__(self) -> str:
+        # Which spool and which records: ``format.validate``'s memory of a checked document tells parts apart by it.
+        return f"<SpoolPart of {self._count} {self.spool.what}: records {self._first}-{self._stop} of {id(self.spool):#x}>"
 
 
 def sorted_rows(rows: Iterable[Any], key: Callable[[Any], Any], what: str = "rows", *,
@@ -185,4 +234,4 @@ def _run(chunk: list[Any], key: Callable[[Any], Any], size: int, what: str) -> R
         raise
 
 
-__all__ = ["BATCH", "RUN_RECORD_BYTES", "SORT_BYTES", "RowSpool", "SpoolError", "sorted_rows"]
+__all__ = ["BATCH", "RUN_RECORD_BYTES", "SORT_BYTES", "RowSpool", "SpoolError", "SpoolPart", "sorted_rows"]

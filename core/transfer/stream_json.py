@@ -5,7 +5,9 @@ well, 3.07 GB of RSS for a 1.0 GB export). Here the file is decoded and parsed i
 ``CHUNK`` bytes: the top-level object by hand, each of its values, and each row of a list value, by
 the ``json`` module's own decoder (``raw_decode``), so every value is the one ``json.loads`` makes. What
 is held is the parsed document and a piece of text; the lists named in ``spool`` are kept on disk as they are
-parsed (``core.transfer.spool.RowSpool``), so of them only a batch of rows is held.
+parsed (``core.transfer.spool.RowSpool``), so of them only a batch of rows is held. So are the lists nested in the
+rows of a list named in ``spool_within`` (a working-memory entry's ``versions``): such a row is parsed key by key,
+its nested list kept in one spool shared by the outer list's rows (a ``SpoolPart`` of it in the row).
 
 Anything this reader does not take (a file that is not a JSON object, bytes that are not UTF-8, a syntax
 error, a constant that is not JSON, a cut-off file) gives ``None``: the caller then reads the file the
@@ -18,7 +20,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import IO, Any, Callable
 
 from core.errors import MemoryStudioError
@@ -56,6 +58,7 @@ class _Pieces:
         self.spools: list[RowSpool] = []  # made by ``document``: discarded if the file is not taken
         self.dropped = 0  # characters parsed and dropped from the buffer before ``buf``
         self.held = 0  # characters of the rows of lists held in memory (not spooled)
+        self.spooled_chars = 0  # characters of the lists nested in rows (``spool_within``) kept on disk
         self.held_limit = held_limit
 
     def more(self, at_least: int = 0) -> bool:
@@ -100,19 +103,21 @@ class _Pieces:
             self.pos = end
             return value
 
-    def array(self, out: Any = None) -> Any:
-        """A list's values, appended to ``out`` (a new list unless given: a ``RowSpool``)."""
+    def array(self, out: Any = None, row: Callable[[], Any] | None = None) -> Any:
+        """A list's values, appended to ``out`` (a new list unless given: a ``RowSpool``), each parsed by ``row``
+        (``value`` unless given)."""
         self.take("[")
         out = [] if out is None else out
+        row = self.value if row is None else row
         if self.peek() == "]":
             self.pos += 1
             return out
         counted = isinstance(out, list)
         while True:
-            start = self.dropped + self.pos
-            out.append(self.value())
+            start, spooled = self.dropped + self.pos, self.spooled_chars
+            out.append(row())
             if counted:
-                self.held += self.dropped + self.pos - start
+                self.held += self.dropped + self.pos - start - (self.spooled_chars - spooled)
                 if self.held_limit is not None and self.held > self.held_limit:
                     raise HeldTooMuch(self.held)
             char = self.peek()
@@ -127,27 +132,64 @@ class _Pieces:
         self.spools.append(spool)
         return self.array(spool).close()  # type: ignore[no-any-return]
 
-    def document(self, spool: Collection[str] = ()) -> dict[str, Any]:
+    def spooling_within(self, key: str, inner: str) -> list[Any]:
+        """A list whose rows that are objects have their ``inner`` list kept on disk (``row_spooling``)."""
+        shared = RowSpool(f"{key} {inner}")
+        self.spools.append(shared)
+        rows = self.array(row=lambda: self.row_spooling(inner, shared))
+        shared.close()
+        return rows  # type: ignore[no-any-return]
+
+    def row_spooling(self, inner: str, shared: RowSpool) -> Any:
+        """A row as ``value`` parses it, but for an object's ``inner`` list: its rows are appended to ``shared``, and
+        the row holds them as a ``SpoolPart``."""
+        if self.peek() != "{":
+            return self.value()
+
+        def member(key: str) -> Any:
+            if key != inner or self.peek() != "[":
+                return self.value()
+            start, mark = self.dropped + self.pos, shared.mark()
+            self.array(shared)
+            self.spooled_chars += self.dropped + self.pos - start
+            return shared.part(mark)
+
+        return self.members(member)
+
+    def members(self, member: Callable[[str], Any]) -> dict[str, Any]:
+        """An object, each of its values parsed by ``member(key)``; as ``json`` makes it (a key given twice: the last
+        value, in the first one's place)."""
         self.take("{")
-        data: dict[str, Any] = {}
+        out: dict[str, Any] = {}
         if self.peek() == "}":
             self.pos += 1
-        else:
-            while True:
-                if self.peek() != '"':
-                    raise _NotTaken
-                key = self.value()
-                self.take(":")
-                if self.peek() != "[":
-                    data[key] = self.value()
-                else:
-                    data[key] = self.spooled(key) if key in spool else self.array()
-                char = self.peek()
-                self.pos += 1
-                if char == "}":
-                    break
-                if char != ",":
-                    raise _NotTaken
+            return out
+        while True:
+            if self.peek() != '"':
+                raise _NotTaken
+            key = self.value()
+            self.take(":")
+            out[key] = member(key)
+            char = self.peek()
+            self.pos += 1
+            if char == "}":
+                return out
+            if char != ",":
+                raise _NotTaken
+
+    def document(self, spool: Collection[str] = (), spool_within: Mapping[str, str] | None = None) -> dict[str, Any]:
+        within = spool_within or {}
+
+        def member(key: str) -> Any:
+            if self.peek() != "[":
+                return self.value()
+            if key in spool:
+                return self.spooled(key)
+            if key in within:
+                return self.spooling_within(key, within[key])
+            return self.array()
+
+        data = self.members(member)
         if self.peek() != "":
             raise _NotTaken  # more than one value
         return data
@@ -156,15 +198,18 @@ class _Pieces:
 def load_pieces(fh: IO[bytes], parse_constant: Callable[[str], Any], chunk: int = CHUNK, *,
                 parse_float: Callable[[str], Any] | None = None,
                 parse_int: Callable[[str], Any] | None = None, spool: Collection[str] = (),
+                spool_within: Mapping[str, str] | None = None,
                 held_limit: int | None = None) -> dict[str, Any] | None:
     """The JSON object ``fh`` holds, as ``json.loads(text, parse_constant=..., parse_float=..., parse_int=...)``
     makes it, or None when the file is anything else or a ``parse_*`` raised (the whole-text reader then says
     why). ``chunk``: bytes read at a time. ``spool``: top-level keys whose list is kept on disk, a ``RowSpool``
     in the document instead of a list (its rows the same values); a spool that cannot be written is
-    ``SpoolError``. ``held_limit``: characters of the other lists' rows held at most (``HeldTooMuch`` past it)."""
+    ``SpoolError``. ``spool_within``: top-level key -> the key of the list kept on disk in each of its rows that is
+    an object (a ``SpoolPart`` in the row instead of a list). ``held_limit``: characters of the other lists' rows held
+    at most (``HeldTooMuch`` past it)."""
     pieces = _Pieces(fh, parse_constant, chunk, parse_float, parse_int, held_limit)
     try:
-        return pieces.document(spool)
+        return pieces.document(spool, spool_within)
     except (MemoryError, SpoolError, HeldTooMuch):
         for made in pieces.spools:
             made.discard()

@@ -82,6 +82,75 @@ def test_a_file_read_from_disk_keeps_its_messages_and_turn_records_on_disk_and_i
                                                                     "WHERE thread_id != 't-bob'")
 
 
+def test_working_memory_versions_read_from_disk_import_as_from_lists(
+        source: Target, new_db: NewDb, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load`` keeps the versions inside the file's working-memory entries on disk, and the importer sorts them
+    there when they pass what the sort may hold (here: always). Into a fresh target and into one whose ids the
+    file's take, holding a row equal to the version the turn record names under another id, previewed and
+    imported, the reports and every row (ids, the turn record's version) are those of the document held in
+    memory. Each entry lists its versions newest first, so the order they are written in decides their ids."""
+    from core.transfer import load
+    from core.transfer import spool
+
+    with open_store(source) as store:  # a thread-scoped history beside the resource's
+        per_thread = Memory(store, {"working_memory": {"enabled": True, "scope": "thread"}})
+        per_resource = Memory(store, {"working_memory": {"enabled": True, "scope": "resource"}})
+        for n in range(3):
+            per_thread.update_working_memory(thread_id="t-party", resource_id="ada", working_memory=f"# Party {n}\n")
+            per_resource.update_working_memory(resource_id="ada", working_memory=f"# User\n- Name: Ada\n- step {n}\n")
+    data = _export(source, resource="ada")
+    for entry in data["workingMemory"]:
+        entry["versions"].reverse()
+    assert sorted(len(e["versions"]) for e in data["workingMemory"]) == [3, 5]
+    text = dumps(data)
+    (tmp_path / "ada.json").write_text(text, encoding="utf-8")
+    named = next(v for e in data["workingMemory"] for v in e["versions"] if v["id"] == data["turns"][0]["wm_version_id"])
+    monkeypatch.setattr(spool, "SORT_BYTES", 1)  # every version a sorted run of its own on disk
+    runs: list[Any] = []
+    real_run = spool._run
+    monkeypatch.setattr(spool, "_run", lambda *a: runs.append(real_run(*a)) or runs[-1])
+
+    def target(name: str, taken: bool) -> Target:
+        path = _fresh(new_db, name)
+        if taken:
+            with open_store(path) as store:
+                zed = Memory(store, {"working_memory": {"enabled": True, "scope": "resource"}})
+                for n in range(4):
+                    zed.update_working_memory(resource_id="zed", working_memory=f"# Zed {n}")
+            run_sql(path, ('INSERT INTO memory_studio_wm_versions (id, scope, owner_id, working_memory, format, author, '
+                           'note, "createdAt") VALUES (90, ?, ?, ?, ?, ?, ?, ?)',
+                           tuple(named[c] for c in ("scope", "owner_id", "working_memory", "format", "author", "note",
+                                                    "createdAt"))))
+        return path
+
+    for taken in (False, True):
+        loaded = load(tmp_path / "ada.json")
+        assert all(type(e["versions"]).__name__ == "SpoolPart" for e in loaded["workingMemory"])
+        disk, held = target(f"disk-{taken}.db", taken), target(f"held-{taken}.db", taken)
+        reports = []
+        for path, document in ((disk, loaded), (held, loads(text))):
+            runs.clear()
+            with open_store(path) as store:
+                reports.append([preview_import(store, document), import_data(store, document)])
+            assert len(runs) == (16 if document is loaded else 0)  # (previewed and imported)
+        for on_disk, in_memory in zip(*reports):
+            assert (on_disk.written, on_disk.unchanged, on_disk.notes, on_disk.conflicts) == \
+                (in_memory.written, in_memory.unchanged, in_memory.notes, in_memory.conflicts)
+        def mine(path: Target) -> dict[str, list[tuple[Any, ...]]]:  # (zed's rows are each target's own)
+            return {table: [r for r in rows if "zed" not in r] for table, rows in snapshot(path).items()}
+
+        assert mine(disk) == mine(held)
+        ours = [r for r in table_rows(disk, "memory_studio_wm_versions") if r[4] != "zed"]  # (value, type)…
+        assert len(ours) == 8  # (taken: 7 written, and the row 90 the named one matched)
+        turn = next(r for r in table_rows(disk, "memory_studio_turns") if r[0] == "g1")
+        if taken:  # matched by content: the row already here; the rest got ids after the target's
+            assert reports[0][1].unchanged["workingMemoryVersions"] == 1 and turn[6] == 90
+            assert min(r[0] for r in ours if r[0] != 90) > 4
+        else:  # ids kept
+            assert sorted(r[0] for r in ours) == sorted(v["id"] for e in data["workingMemory"] for v in e["versions"])
+            assert turn[6] == named["id"]
+
+
 def test_resource_round_trip_gives_identical_rows(source: Target, new_db: NewDb) -> None:
     data = loads(dumps(_export(source, resource="ada")))  # through the text form, as a file would go
     assert data["format"] == "memory-studio-export" and data["version"] == 1

@@ -76,6 +76,15 @@ def test_a_message_refused_after_chunks_were_written_leaves_nothing_written(stor
         assert conn.exec_driver_sql("SELECT count(*) FROM mastra_threads").scalar() == 0
 
 
+def _import_traced(store: Any, path: Path) -> tuple[Any, int]:
+    """``load`` and ``import_data`` of ``path``: the report, and the most Python held at once (bytes)."""
+    tracemalloc.start()
+    try:
+        return import_data(store, load(path)), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.libsql_only
 def test_a_large_import_holds_a_fraction_of_its_messages(store, tmp_path):
     """Every message was held at once (the parsed document, then every row to insert): a file's size in memory at
@@ -92,12 +101,7 @@ def test_a_large_import_holds_a_fraction_of_its_messages(store, tmp_path):
     path.write_text(json.dumps(data, indent=2), encoding="utf-8")
     del data
     size = path.stat().st_size
-    tracemalloc.start()
-    try:
-        report = import_data(store, load(path))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    report, peak = _import_traced(store, path)
     assert report.written["messages"] == 10_000
     assert size > 30_000_000 and peak < size / 4, (size, peak)
 
@@ -128,7 +132,8 @@ def test_the_rows_held_in_memory_are_refused_once_they_pass_what_fits(tmp_path):
         check_fits(20_000_000_000, "big.json", available=2_000_000_000, held=1_500_000_000)
     message = str(caught.value)
     assert "big.json is 20.0 GB" in message
-    assert "all of its rows but its messages, turn records and message and observation-log versions" in message
+    assert ("all of its rows but its messages, turn records and version histories (working-memory, message and "
+            "observation-log versions) at once") in message
     assert "1.5 GB of its text" in message and "about 2.2 GB of memory" in message and "Nothing was imported" in message
     check_fits(20_000_000_000, "big.json", available=2_000_000_000, held=1_000_000_000)  # fits: no error
 
@@ -330,3 +335,221 @@ def test_message_versions_read_from_disk_are_refused_as_from_text(tmp_path, spoi
         with open_store(tmp_path / "target2.db") as target:
             import_data(target, loaded, name=str(path))
     assert str(from_disk.value) == str(from_text.value)
+
+
+# -- working-memory versions: inside their entries, kept on disk ----------------------------------------------------
+def _wm_export(tmp_path: Path, versions: int = 6, *, text_bytes: int = 40) -> tuple[Path, dict[str, Any]]:
+    """An export of ada whose resource working memory has ``versions`` versions and whose thread t1's has 3, each
+    entry's listed newest first (so the import has to sort them)."""
+    with open_store(tmp_path / "wm-source.db") as source:
+        memory = Memory(source, {"working_memory": {"enabled": True, "scope": "resource"}})
+        per_thread = Memory(source, {"working_memory": {"enabled": True, "scope": "thread"}})
+        memory.create_thread(thread_id="t1", resource_id="ada")
+        memory.save_messages([Message.user("hello", thread_id="t1", resource_id="ada")])
+        for n in range(versions):
+            memory.update_working_memory(resource_id="ada", working_memory=f"# Ada {n}\n" + "x" * text_bytes)
+        for n in range(3):
+            per_thread.update_working_memory(thread_id="t1", resource_id="ada", working_memory=f"# Thread {n}\n")
+        data = json.loads(render(export_data(source, resource_id="ada"), "json"))
+    for entry in data["workingMemory"]:
+        entry["versions"].reverse()
+    assert sorted(len(e["versions"]) for e in data["workingMemory"]) == sorted([3, versions])
+    path = tmp_path / "wm.json"
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return path, data
+
+
+def _as_lists(value: Any) -> Any:
+    """A loaded document with every spool and part read into a list."""
+    if isinstance(value, (RowSpool, spool.SpoolPart)):
+        return [_as_lists(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_lists(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_lists(v) for v in value]
+    return value
+
+
+def test_the_versions_in_working_memory_entries_are_parsed_as_json_loads_makes_them(tmp_path, monkeypatch):
+    """Each ``workingMemory`` entry is parsed key by key and its ``versions`` list kept in a spool shared by the
+    entries: read back, every value is the one ``json.loads`` makes, at every piece boundary; a row that is not an
+    object, a ``versions`` that is not a list, a list of that name elsewhere are left as they are; a key given twice
+    keeps its last value in its first place, as ``json`` does. A file it does not take leaves no spool behind."""
+    from core.transfer.format import _not_json
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    text = ('{"format": "memory-studio-export", "workingMemory": ['
+            '{"scope": "resource", "ownerId": "ada", "value": "é", "versions": [{"id": 1, "n": 1e21, '
+            '"s": "é \\" 😀 \\ud83d\\ude00", "l": [1, [2, {"versions": [3]}]], "f": -0.5}, {"id": 2}]}, '
+            '{"versions": [{"id": 3}], "scope": "thread", "ownerId": "t", "versions": [{"id": 4}, {"id": 5}]}, '
+            '{"scope": "thread", "ownerId": "u", "versions": []}, {}, '
+            '"an entry", 7, null, [{"versions": [1]}], {"versions": "not a list", "x": {"versions": [6]}}], '
+            '"other": [{"versions": [8]}], "versions": [9]}')
+    raw = text.encode("utf-8")
+    want = json.loads(text)
+    for chunk in (1, 2, 3, 5, 64, 1 << 20):
+        got = load_pieces(io.BytesIO(raw), _not_json, chunk, spool_within={"workingMemory": "versions"})
+        assert got is not None
+        entries = got["workingMemory"]
+        assert [type(e.get("versions")).__name__ if isinstance(e, dict) else None for e in entries] == \
+            ["SpoolPart", "SpoolPart", "SpoolPart", "NoneType", None, None, None, None, "str"]
+        assert _as_lists(got) == want and [list(e) for e in entries[:2]] == [list(e) for e in want["workingMemory"][:2]]
+        assert len(entries[1]["versions"]) == 2 and not entries[2]["versions"]
+        assert got["other"] == [{"versions": [8]}] and got["versions"] == [9]  # not an entry's: held as it was
+    spoolers = [p for p in tmp_path.iterdir() if p.name.startswith("memory-studio-import-")]
+    del got, entries
+    import gc
+
+    gc.collect()
+    assert all(not p.exists() for p in spoolers)  # (deleted with the document)
+    broken = [raw[:raw.index(b'{"id": 2}') + 4], raw.replace(b'"f": -0.5', b'"f": NaN'),
+              raw.replace(b'{"id": 4}, {"id": 5}', b'{"id": 4} {"id": 5}'), raw.replace(b'"ownerId": "t",', b'"ownerId" "t",'),
+              raw.replace(b'{"id": 2}]}', b'{"id": 2}]')]
+    for bad in broken:
+        for chunk in (1, 7, 1 << 20):
+            assert load_pieces(io.BytesIO(bad), _not_json, chunk, spool_within={"workingMemory": "versions"}) is None
+            assert [p.name for p in tmp_path.iterdir() if p.name.startswith("memory-studio-import-")] == []
+
+
+def test_working_memory_versions_kept_on_disk_are_not_counted_as_held(tmp_path):
+    """The held-rows limit counts what stays in memory: an entry's value and keys, not its versions on disk."""
+    path, _ = _wm_export(tmp_path, versions=40, text_bytes=2000)
+    assert path.stat().st_size > 80_000
+    within = {"workingMemory": "versions"}
+    with path.open("rb") as fh:
+        assert load_pieces(fh, lambda c: c, spool=("messages",), spool_within=within, held_limit=10_000) is not None
+    with path.open("rb") as fh, pytest.raises(HeldTooMuch):
+        load_pieces(fh, lambda c: c, spool=("messages",), held_limit=10_000)  # the versions held: past it
+
+
+def test_working_memory_versions_are_read_from_disk_sorted_there_and_stored_as_from_a_list(tmp_path, monkeypatch):
+    """``load`` keeps each entry's versions on disk (a ``SpoolPart`` of one spool); past what the sort may hold they
+    are sorted on disk, one run a version here: previewed and imported into a target whose ids 1..3 are taken, the
+    report and the rows are exactly those the document held in memory gives, ids in the order of the edits."""
+    path, data = _wm_export(tmp_path)
+    loaded = load(path)
+    assert all(isinstance(e["versions"], spool.SpoolPart) for e in loaded["workingMemory"])
+    assert _as_lists(loaded["workingMemory"]) == data["workingMemory"]
+    for name in ("from_list.db", "from_disk.db"):
+        with open_store(tmp_path / name) as target:
+            taken = Memory(target, {"working_memory": {"enabled": True, "scope": "resource"}})
+            for n in range(3):
+                taken.update_working_memory(resource_id="bob", working_memory=f"# Bob {n}\n")
+    with open_store(tmp_path / "from_list.db") as target:
+        from_list = [preview_import(target, json.loads(path.read_text(encoding="utf-8"))),
+                     import_data(target, json.loads(path.read_text(encoding="utf-8")))]
+    monkeypatch.setattr(spool, "SORT_BYTES", 1)
+    made: list[RowSpool] = []
+    monkeypatch.setattr(spool, "_run", lambda *a: made.append(real_run(*a)) or made[-1])
+    with open_store(tmp_path / "from_disk.db") as target:
+        from_disk = [preview_import(target, loaded), import_data(target, loaded)]
+    assert len(made) == 2 * 9  # previewed and imported: every version a run of its own on disk
+    for disk, held in zip(from_disk, from_list):
+        assert (disk.written, disk.unchanged, disk.notes, disk.conflicts) == \
+            (held.written, held.unchanged, held.notes, held.conflicts)
+    assert from_disk[1].written["workingMemoryVersions"] == 9
+
+    def versions(name: str) -> list[tuple[Any, ...]]:
+        with open_store(tmp_path / name) as store, store.db.read() as conn:
+            return [tuple(r) for r in conn.exec_driver_sql("SELECT * FROM memory_studio_wm_versions ORDER BY id")]
+
+    mine = [r for r in versions("from_disk.db") if r[2] != "bob"]  # (each target's own: bob's)
+    assert mine == [r for r in versions("from_list.db") if r[2] != "bob"] and len(mine) == 9
+    ada = [r for r in mine if r[2] == "ada"]
+    assert min(r[0] for r in ada) == 4 and [r[3].split("\n")[0] for r in ada] == [f"# Ada {n}" for n in range(6)]
+    with open_store(tmp_path / "from_disk.db") as target:
+        again = import_data(target, load(path))  # matched by content, from disk too
+    assert again.unchanged["workingMemoryVersions"] == 9 and not again.written.get("workingMemoryVersions")
+
+
+def _spoil_wm(data: dict[str, Any], change: Any) -> None:
+    resource = next(e for e in data["workingMemory"] if e["scope"] == "resource")
+    thread = next(e for e in data["workingMemory"] if e["scope"] == "thread")
+    change(resource, thread)
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda r, t: r["versions"][2].update(id="abc"),
+     r"workingMemoryVersions\[2\] \(owner_id 'ada'\) is refused: its id must be a whole number"),
+    (lambda r, t: t["versions"][1].update(createdAt="last week"), r"workingMemoryVersions\[\d\] \(owner_id 't1'\) is "
+                                                                  r"refused: its createdAt 'last week'"),
+    (lambda r, t: t["versions"].append("a version"), r"workingMemory\[\d\] \(ownerId 't1'\) is refused: one of its "
+                                                     "versions is not an object"),
+    (lambda r, t: r["versions"][4].update(owner_id="mallory"),
+     r"workingMemory\[\d\] \(ownerId 'ada'\) is refused: its version .* belongs to resource 'mallory'"),
+    (lambda r, t: t["versions"].append(dict(r["versions"][0])), r"lists working-memory version id \d+ twice"),
+    (lambda r, t: r.update(versions="none"), 'a "workingMemory" entry needs scope, ownerId and a versions list'),
+])
+def test_working_memory_versions_read_from_disk_are_refused_as_from_text(tmp_path, change, says):
+    """Kept on disk, the versions are checked by the same rules in the same order, each refusal naming the row where
+    it is in the file: the same message as ``loads`` gives, and nothing is written."""
+    path, data = _wm_export(tmp_path)
+    _spoil_wm(data, change)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ExportFormatError, match=says) as from_disk:
+        load(path)
+    with pytest.raises(ExportFormatError) as from_text:
+        loads(path.read_text(encoding="utf-8"), name=str(path))
+    assert str(from_disk.value) == str(from_text.value)
+    assert main(["import", "--db", str(tmp_path / "target.db"), str(path)], out=io.StringIO(), err=io.StringIO()) == 1
+    assert not (tmp_path / "target.db").exists()
+
+
+def test_a_loaded_file_whose_working_memory_versions_changed_is_checked_again(store, tmp_path, monkeypatch):
+    """A loaded document is checked once, its versions on disk included; one whose entries were given each other's
+    versions since (the same spool, other records) is checked again, and refused."""
+    from core.transfer import sections
+
+    path, _ = _wm_export(tmp_path)
+    checks: list[int] = []
+    real = sections.check_file
+    monkeypatch.setattr(sections, "check_file", lambda data, name, **kw: (checks.append(1), real(data, name, **kw)))
+    loaded = load(path)
+    preview_import(store, loaded)
+    assert len(checks) == 1
+    resource, thread = loaded["workingMemory"]
+    resource["versions"], thread["versions"] = thread["versions"], resource["versions"]
+    with pytest.raises(ExportFormatError, match=r"workingMemory\[0\] \(ownerId 'ada'\) is refused: its version \d+ "
+                                                r"belongs to thread 't1', not to this entry's resource 'ada'"):
+        import_data(store, loaded)
+    assert len(checks) == 2
+    resource["versions"], thread["versions"] = thread["versions"], resource["versions"]  # as it was when it passed
+    assert import_data(store, loaded).written["workingMemoryVersions"] == 9 and len(checks) == 2
+
+
+def test_a_working_memory_spool_changed_on_disk_is_refused_and_nothing_is_written(store, tmp_path):
+    path, _ = _wm_export(tmp_path)
+    loaded = load(path)
+    shared = loaded["workingMemory"][1]["versions"].spool
+    raw = bytearray(Path(shared._path).read_bytes())
+    raw[-20] ^= 1  # in the thread's versions
+    Path(shared._path).write_bytes(bytes(raw))
+    with pytest.raises(SpoolError, match=r"workingMemory versions in .* changed \(its bytes are not the ones import "
+                                         r"wrote\).* Nothing was imported"):
+        import_data(store, loaded)
+    with store.db.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM memory_studio_wm_versions").scalar() == 0
+        assert conn.exec_driver_sql("SELECT count(*) FROM mastra_threads").scalar() == 0
+
+
+def test_a_large_working_memory_history_is_imported_holding_a_fraction_of_it(store, tmp_path, monkeypatch):
+    """Every version was held at once (in its entry, then in the list the importer sorted): the history's size in
+    memory at least. Now a batch of them is, and the sort holds what it may (here 2 MB, as 32 MB is past a history
+    of 32 MB); Python's peak over load and import is a small part of the file (4,000 versions of 8 KB)."""
+    small, data = _wm_export(tmp_path)
+    preview_import(store, load(small))  # (the modules an import loads are loaded before the count starts)
+    entry = data["workingMemory"][0]
+    first = entry["versions"][0]
+    entry["versions"] = [dict(first, id=n + 1, working_memory=f"# Ada {n}\n" + "y" * 8000,
+                              createdAt=f"2026-01-01T00:{n * 7 % 60:02d}:{n % 60:02d}.{n % 1000:03d}Z")
+                         for n in range(4000)]
+    data["workingMemory"][1]["versions"] = []
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    del data, entry
+    size = path.stat().st_size
+    monkeypatch.setattr(spool, "SORT_BYTES", 2 << 20)
+    monkeypatch.setattr(spool, "RUN_RECORD_BYTES", 64 << 10)
+    report, peak = _import_traced(store, path)
+    assert report.written["workingMemoryVersions"] == 4000
+    assert size > 30_000_000 and peak < size / 4, (size, peak)
