@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from core.llm.base import ModelError
+from core.llm.base import ModelError, StoppableModel
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +290,7 @@ def server_of(model: Any) -> str | None:
 
 def stops_background_calls(model: Any) -> bool:
     """Whether ``model`` says its background calls stop when cancelled (``StoppableModel``)."""
-    return getattr(model, "stops_background_calls", False) is True
+    return isinstance(model, StoppableModel) and model.stops_background_calls is True
 
 
 def current_call() -> BackgroundCall | None:
