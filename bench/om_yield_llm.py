@@ -35,15 +35,17 @@ from core.observational import load_current  # noqa: E402
 from core.traces.tracer import InMemorySpanExporter, Tracer  # noqa: E402
 
 
-def run(base: str, yield_to_turns: bool, tmp: Path, n: int) -> dict[str, Any]:
+def two_turns(base: str, options: MemoryOptions, db: Path, what: str, head_start: float,
+              observer: bool) -> tuple[Any, Any, list[Any], float, float]:
+    """A new memory on ``db``; the first turn, which starts ``what`` in the background; the second turn
+    ``head_start`` s after the job started. Returns (store, model, spans, the second turn's wall time, how
+    long the background work took after it); the caller closes the store and the model."""
     exporter = InMemorySpanExporter()
     tracer = Tracer(exporter)
     model = OpenAICompatibleModel("smollm2-135m", base_url=base, api_key="x", api_key_env=None, keyring_service=None,
                                   timeout=300, retry=RetryPolicy(max_retries=0))
-    store = open_store(tmp / f"m{n}.db")
-    memory = Memory(store, MemoryOptions(last_messages=6, observational_memory={
-        "enabled": True, "message_tokens": 200, "observation_tokens": 5000, "max_output_tokens": 200,
-        "yield_to_turns": yield_to_turns, "timeout": 300}), observer_model=model, tracer=tracer)
+    store = open_store(db)
+    memory = Memory(store, options, observer_model=model if observer else None, tracer=tracer)
     agent = Agent("a", instructions="Answer briefly.", model=model, memory=memory, tracer=tracer,
                   model_settings={"max_tokens": 48})
     mem = {"resource": "u", "thread": "t"}
@@ -54,15 +56,21 @@ def run(base: str, yield_to_turns: bool, tmp: Path, n: int) -> dict[str, Any]:
             break
         time.sleep(0.01)
     else:
-        raise SystemExit("the observer did not start after the first turn")
-    time.sleep(0.5)  # the observer's request reaches the server and starts
+        raise SystemExit(f"the {what} did not start after the first turn")
+    time.sleep(head_start)  # its request reaches the server and starts
     t0 = time.monotonic()
     agent.generate("Which coat should I take for Oslo in March?", memory=mem)
     turn = time.monotonic() - t0
     t1 = time.monotonic()
     memory.wait_idle(600)
-    after = time.monotonic() - t1
-    spans = exporter.spans
+    return store, model, exporter.spans, turn, time.monotonic() - t1
+
+
+def run(base: str, yield_to_turns: bool, tmp: Path, n: int) -> dict[str, Any]:
+    options = MemoryOptions(last_messages=6, observational_memory={
+        "enabled": True, "message_tokens": 200, "observation_tokens": 5000, "max_output_tokens": 200,
+        "yield_to_turns": yield_to_turns, "timeout": 300})
+    store, model, spans, turn, after = two_turns(base, options, tmp / f"m{n}.db", "observer", 0.5, observer=True)
     yielded = sum(1 for s in spans if s.attributes.get("yielded") and s.attributes.get("role") == "observer")
     observer_calls = sum(1 for s in spans if s.attributes.get("role") == "observer")
     rec = load_current(store, thread_id="t")
@@ -74,32 +82,9 @@ def run(base: str, yield_to_turns: bool, tmp: Path, n: int) -> dict[str, Any]:
 
 
 def run_title(base: str, yield_to_turns: bool, tmp: Path, n: int) -> dict[str, Any]:
-    exporter = InMemorySpanExporter()
-    tracer = Tracer(exporter)
-    model = OpenAICompatibleModel("smollm2-135m", base_url=base, api_key="x", api_key_env=None, keyring_service=None,
-                                  timeout=300, retry=RetryPolicy(max_retries=0))
-    store = open_store(tmp / f"t{n}.db")
-    memory = Memory(store, MemoryOptions(last_messages=6, generate_title={"yield_to_turns": yield_to_turns}),
-                    tracer=tracer)
-    agent = Agent("a", instructions="Answer briefly.", model=model, memory=memory, tracer=tracer,
-                  model_settings={"max_tokens": 48})
-    mem = {"resource": "u", "thread": "t"}
-    agent.generate("I'm Ada, I live in Lisbon and I am planning a trip to Oslo in March with my sister Eva. "
-                   "I am allergic to peanuts and I prefer trains to planes. What should I pack?", memory=mem)
-    for _ in range(500):
-        if memory.background.busy():
-            break
-        time.sleep(0.01)
-    else:
-        raise SystemExit("the title job did not start after the first turn")
-    time.sleep(0.2)  # the title's request reaches the server and starts (a title call is short)
-    t0 = time.monotonic()
-    agent.generate("Which coat should I take for Oslo in March?", memory=mem)
-    turn = time.monotonic() - t0
-    t1 = time.monotonic()
-    memory.wait_idle(600)
-    after = time.monotonic() - t1
-    spans = exporter.spans
+    options = MemoryOptions(last_messages=6, generate_title={"yield_to_turns": yield_to_turns})
+    # (0.2 s: a title call is short.)
+    store, model, spans, turn, after = two_turns(base, options, tmp / f"t{n}.db", "title job", 0.2, observer=False)
     calls = [s for s in spans if s.attributes.get("role") == "title"]
     thread = store.memory.get_thread("t")
     title = thread.title if thread else None
