@@ -457,10 +457,9 @@ class Agent:
             thread_id=thread_id, resource_id=resource_id, attributes=attributes,
         ) as span:
             # The turn's call takes its server: background memory calls there give way (``core.llm.yielding``).
-            with TRAFFIC.foreground(self.model) as gave_way:
-                if gave_way:
-                    span.set_attributes({"backgroundYielded": [{"call": c.label, "server": c.server}
-                                                               for c in gave_way]})
+            with TRAFFIC.foreground(self.model) as server:
+                if said := server.span_attributes():
+                    span.set_attributes(said)
                 if call.streaming:
                     try:
                         result = yield from stream_reply(self.model, prompt.messages, kwargs)

@@ -226,7 +226,9 @@ class ObservationalMemoryOptions:
     one-slot server (llama.cpp ``n_parallel=1``, one Ollama model) for the turn, and made again once
     the turn's call has finished; nothing is lost. "auto" does so for a server on this machine or a
     private network (where one-slot servers run), not for a hosted API (a cancelled call's tokens
-    are paid for); True or False for every server.
+    are paid for); True or False for every server. While a turn past ``block_after`` (or
+    ``reflection_block_after``) waits for the background work, the calls on that server stop giving
+    way, so steady traffic cannot put the observation off for ever.
     """
 
     enabled: bool = False
@@ -252,10 +254,7 @@ class ObservationalMemoryOptions:
 
     def __post_init__(self) -> None:
         _check_scope("observational_memory.scope", self.scope)
-        if self.yield_to_turns not in (True, False, "auto") or self.yield_to_turns in (0, 1) and \
-                not isinstance(self.yield_to_turns, bool):
-            raise OptionsError("observational_memory.yield_to_turns must be True, False or 'auto', got "
-                               f"{self.yield_to_turns!r}.")
+        _check_yield_to_turns(self.yield_to_turns, "observational_memory.yield_to_turns")
         for name in ("message_tokens", "observation_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -343,16 +342,20 @@ class TitleOptions:
     ``enabled`` (default False). ``model``: a chat model or a ``provider/model`` name (default
     None: the agent's own model). ``instructions``: how to write the title (default None: a short
     title of a few words in the conversation's language). After a thread's first exchange the title
-    is written in the background, once, and only when the thread has none.
+    is written in the background, once, and only when the thread has none. ``yield_to_turns``
+    (default "auto"), as observational memory's: the title call gives way when a turn's own call goes
+    to the same server, and is made again once that call has finished.
     """
 
     enabled: bool = False
     model: Any = None  # the name; a model object given here is kept beside it (``model_object``)
     instructions: str | None = None
+    yield_to_turns: bool | Literal["auto"] = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
             raise OptionsError("generate_title.enabled must be True or False.")
+        _check_yield_to_turns(self.yield_to_turns, "generate_title.yield_to_turns")
         if self.instructions is not None and not isinstance(self.instructions, str):
             raise OptionsError("generate_title.instructions must be a string.")
         _keep_model(self, "model", "generate_title.model")
@@ -360,6 +363,11 @@ class TitleOptions:
     @property
     def model_object(self) -> Any:
         return _model_object(self, "model")
+
+
+def _check_yield_to_turns(value: Any, label: str) -> None:
+    if value not in (True, False, "auto") or value in (0, 1) and not isinstance(value, bool):
+        raise OptionsError(f"{label} must be True, False or 'auto', got {value!r}.")
 
 
 def _keep_model(options: Any, name: str, label: str) -> None:

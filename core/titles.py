@@ -1,5 +1,7 @@
 """Generated thread titles (Mastra's ``generateTitle``): an untitled thread is named after its first
-exchange, in the memory's background work, never on the turn's critical path.
+exchange, in the memory's background work, never on the turn's critical path. Its call gives way to
+a turn's call to the same server as the observer's does (``generate_title.yield_to_turns``,
+``core.llm.yielding``): a title is a courtesy, never a reason for a turn to queue on a one-slot server.
 
 A title is written only while the thread has none (``''``, Mastra's "untitled"), so a title a user
 or the application set is never replaced, and a thread is named once. The model is the one
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from core.background import CancelToken
+from core.llm.yielding import CallYielded, background_call
 from core.storage import locks
 from core.storage import schema as t
 from core.storage.memory_store import MessageQuery, dump_json, json_col, load_json
@@ -25,6 +28,7 @@ from core.timeutil import iso_now, to_iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.llm.base import ChatModel
+    from core.llm.yielding import YieldChoice
     from core.processors.base import ProcessorContext
     from core.storage import Store
     from core.traces.tracer import SpanTracer
@@ -109,8 +113,23 @@ def title_from_observer(store: "Store", thread_id: str, title: str, *, model_id:
 
 def generate_title(store: "Store", thread_id: str, model: "ChatModel", *, instructions: str | None,
                    tracer: "SpanTracer", resource_id: str | None, token: CancelToken | None = None,
-                   parent: Any = None) -> str | None:
-    """Ask ``model`` for a title and write it if the thread still has none; returns the title."""
+                   parent: Any = None, yield_to_turns: "YieldChoice" = False) -> str | None:
+    """Ask ``model`` for a title and write it if the thread still has none; returns the title.
+    ``yield_to_turns`` (the background job's): the call gives way to a turn's call to the same server
+    (``core.llm.yielding``) and is made again, from the thread as it is then, once that call has finished."""
+    while True:
+        try:
+            return _generate_title_once(store, thread_id, model, instructions=instructions, tracer=tracer,
+                                        resource_id=resource_id, token=token, parent=parent,
+                                        yield_to_turns=yield_to_turns)
+        except CallYielded:
+            if token is not None and token.cancelled:
+                return None
+
+
+def _generate_title_once(store: "Store", thread_id: str, model: "ChatModel", *, instructions: str | None,
+                         tracer: "SpanTracer", resource_id: str | None, token: CancelToken | None,
+                         parent: Any, yield_to_turns: "YieldChoice") -> str | None:
     thread = store.memory.get_thread(thread_id)
     if thread is None or (thread.title or "").strip():
         return None
@@ -123,7 +142,11 @@ def generate_title(store: "Store", thread_id: str, model: "ChatModel", *, instru
                            resource_id=resource_id,
                            attributes={"operationType": "generate-title", "model": model.model_id,
                                        "background": True}) as span:
-        result = _title_call(tracer, model, messages, thread_id, resource_id)
+        try:
+            result = _title_call(tracer, model, messages, thread_id, resource_id, token, yield_to_turns)
+        except CallYielded as exc:  # not a failure: ``generate_title`` asks again after the turn's call
+            span.end(output=None, attributes={"yielded": {"to": exc.to}})
+            raise
         title = clean_title(result.text)
         span.set_output({"title": title})
         if not title:
@@ -138,16 +161,27 @@ def generate_title(store: "Store", thread_id: str, model: "ChatModel", *, instru
 
 
 def _title_call(tracer: "SpanTracer", model: "ChatModel", messages: list[dict[str, str]], thread_id: str,
-                resource_id: str | None) -> Any:
+                resource_id: str | None, token: CancelToken | None, yield_to_turns: "YieldChoice") -> Any:
     """The title model's call, under a model span of its own as an observer's (the Traces pane shows its
-    messages, settings, request hash, usage and reply: the one model call of ours it did not show)."""
+    messages, settings, request hash, usage and reply: the one model call of ours it did not show). It
+    gives way to turns as a background observer's call does (``yielded`` / ``notYielded`` on its span)."""
     from core.model_call import sent_settings  # (here: the call machinery imports much of the engine)
 
     with tracer.start_span(f"title: {model.model_id}", "model_generation", input={"messages": messages},
                            thread_id=thread_id, resource_id=resource_id,
                            attributes={"model": model.model_id, "role": "title",
                                        **sent_settings(model, messages, TITLE_TEMPERATURE, TITLE_MAX_TOKENS)}) as span:
-        result = model.generate(messages, temperature=TITLE_TEMPERATURE, max_tokens=TITLE_MAX_TOKENS)
+        said: dict[str, Any] = {}
+        try:
+            try:
+                with background_call(model, "title", yield_to_turns, said=said,
+                                     stop=lambda: token is not None and token.cancelled):
+                    result = model.generate(messages, temperature=TITLE_TEMPERATURE, max_tokens=TITLE_MAX_TOKENS)
+            finally:
+                span.set_attributes(said)
+        except CallYielded as exc:
+            span.end(output=None, attributes={"yielded": exc.span_attribute()})
+            raise
         span.set_attributes({"usage": result.usage.to_dict() if result.usage else None,
                              "finishReason": result.finish_reason})
         span.set_output(result.text)
@@ -175,12 +209,12 @@ def schedule_title(ctx: "ProcessorContext") -> bool:
         return False
     tries[req.thread_id] = tries.get(req.thread_id, 0) + 1
     store, tracer, thread_id, resource_id = ctx.store, ctx.services.tracer, req.thread_id, req.resource_id
-    instructions = opts.instructions
+    instructions, choice = opts.instructions, opts.yield_to_turns
     parent = tracer.current_span()
 
     def job(token: CancelToken) -> Any:
         return generate_title(store, thread_id, model, instructions=instructions, tracer=tracer,
-                              resource_id=resource_id, token=token, parent=parent)
+                              resource_id=resource_id, token=token, parent=parent, yield_to_turns=choice)
 
     ctx.services.background.submit("title", f"title:{thread_id}", job, description=f"title for thread {thread_id}")
     ctx.note("generate-title", queued=True, model=model.model_id, at=to_iso(ctx.services.clock.now()))

@@ -267,6 +267,17 @@ class WireModel(Protocol):
 
 
 @runtime_checkable
+class StoppableModel(Protocol):
+    """A chat model whose background call stops when a turn's call to the same server cancels it
+    (``core.llm.yielding``): its ``generate`` hands ``current_call()`` the connection it sends on
+    (``attach``) or a way to stop (``on_cancel``), and ends in ``CallYielded`` (or any error) when
+    stopped. ``OpenAICompatibleModel`` is one. A model that does not say so is stopped only once its
+    call has handed over a connection or a stop."""
+
+    stops_background_calls: bool
+
+
+@runtime_checkable
 class ServedModel(Protocol):
     """A chat model that knows the name its server calls it by (``model``, without the provider)."""
 

@@ -74,6 +74,9 @@ class OpenAICompatibleModel:
     #: How a body goes on the wire (the ``openai`` client's key order and JSON settings): a turn record
     #: names it, so Replay can give the exact bytes the server received (``core.llm.wire.wire_bytes``).
     wire_form = OPENAI_PYTHON_WIRE
+    #: A background call goes out on a connection of its own, which a turn's call shuts down to stop it
+    #: (``StoppableModel``, ``core.llm.yielding``).
+    stops_background_calls = True
 
     def __init__(
         self,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from core.background import CANCELLED, CancelToken
 from core.llm.base import ModelError
-from core.llm.yielding import TRAFFIC, CallYielded, yields_by_default
+from core.llm.yielding import TRAFFIC, CallYielded, background_call
 from core.observational import buffer_store
 from core.observational import store as om_store
 from core.observational.buffer import next_backoff
@@ -82,15 +82,17 @@ class OMJob:
                                     attributes={"model": model.model_id, "role": role,
                                                 **sent_settings(model, messages, temperature,
                                                                 opts.max_output_tokens)}) as span:
+            said: dict[str, Any] = {}
             try:
-                with self._server(model, role) as gave_way:
-                    if gave_way:
-                        span.set_attributes({"backgroundYielded": gave_way})
-                    result = model.generate(messages, temperature=temperature, max_tokens=opts.max_output_tokens,
-                                            timeout=opts.timeout)
+                try:
+                    with self._server(model, role, said):
+                        result = model.generate(messages, temperature=temperature,
+                                                max_tokens=opts.max_output_tokens, timeout=opts.timeout)
+                finally:
+                    span.set_attributes(said)
             except CallYielded as exc:
                 # Not a failure: the span says why it stopped, and the job tries again after the turn's call.
-                span.end(output=None, attributes={"yielded": {"to": exc.to, "reason": exc.detail}})
+                span.end(output=None, attributes={"yielded": exc.span_attribute()})
                 raise
             except ModelError as exc:
                 told = _where_to_cap(exc, opts)
@@ -109,26 +111,21 @@ class OMJob:
             return str(result.text or "")
 
     @contextmanager
-    def _server(self, model: "ChatModel", role: str) -> Iterator[list[dict[str, str]]]:
-        """Where this call stands on ``model``'s server: a background call that yields to turns waits
-        for a turn's call to finish and may be cancelled by the next one; any other call is a turn's
-        (its own observer or reflector) and takes the server (the background calls it stopped are given
-        to the block, for the span)."""
+    def _server(self, model: "ChatModel", role: str, said: dict[str, Any]) -> Iterator[None]:
+        """Where this call stands on ``model``'s server. A background call that yields to turns
+        (``yield_to_turns``) waits for a turn's call to finish and may be cancelled by the next one; any
+        other call is a turn's (its own observer or reflector) and takes the server. ``said`` is filled,
+        once the block ends, with what the call's span says about that (``core.llm.yielding``)."""
         if self.background is not None:
-            if not self.yields(model):
-                yield []
-                return
             token = self.background
-            with TRAFFIC.background(model, role, stop=lambda: token.cancelled):
-                yield []
+            with background_call(model, role, self.options.yield_to_turns, stop=lambda: token.cancelled, said=said):
+                yield
             return
-        with TRAFFIC.foreground(model) as stopped:
-            yield [{"call": c.label, "server": c.server} for c in stopped]
-
-    def yields(self, model: "ChatModel") -> bool:
-        """Whether this job's background calls to ``model`` give way to turns (``yield_to_turns``)."""
-        choice = self.options.yield_to_turns
-        return yields_by_default(model) if choice == "auto" else bool(choice)
+        with TRAFFIC.foreground(model) as server:
+            try:
+                yield
+            finally:
+                said.update(server.span_attributes())
 
     def observe(self, batch: list["Message"], *, previous: str, current_task: str | None,
                 suggested_response: str | None) -> tuple[ObserverOutput | None, str | None]:

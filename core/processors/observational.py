@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from core.llm.yielding import TRAFFIC
 from core.message_list import Provenance
 from core.messages import Message
 from core.observational import buffer_store
@@ -203,7 +204,7 @@ class ObservationalMemory(BaseProcessor):
                 # A background observer may be about to deliver: wait for it, take everything ready,
                 # then observe the rest here (unless it is still running: a second call would only
                 # race it for the same messages).
-                settled = ctx.services.background.wait_key(_work_key(turn.key), _block_wait(opts))
+                settled = _wait_for_background(ctx, turn.key, opts)
                 turn = self._load(ctx, turn.key)
                 if turn.chunks:
                     turn = self._activate(ctx, job, turn, self._pending(ctx, turn, input_tokens), input_tokens, now,
@@ -357,7 +358,7 @@ class ObservationalMemory(BaseProcessor):
         if due and record.buffered_reflection:
             return self._swap_reflection(ctx, turn, now)
         if due and size >= opts.reflection_block_after_tokens:
-            settled = ctx.services.background.wait_key(_work_key(turn.key), _block_wait(opts))
+            settled = _wait_for_background(ctx, turn.key, opts)
             turn = self._load(ctx, turn.key)
             if turn.record is not None and turn.record.buffered_reflection:
                 return self._swap_reflection(ctx, turn, now, blocked=True)
@@ -516,6 +517,16 @@ class ObservationalMemory(BaseProcessor):
                                            lambda token: buffer_observations(job, token),
                                            description=f"observe {key} in the background")
             ctx.note(self.id, bufferingStarted={"unbufferedTokens": unbuffered, "interval": interval})
+
+
+def _wait_for_background(ctx: ProcessorContext, key: str, opts: ObservationalMemoryOptions) -> bool:
+    """A turn past ``block_after`` (or ``reflection_block_after``) waits for the record's background
+    work. Meanwhile background calls on the observer's and reflector's servers neither wait for nor give
+    way to other turns' calls (``TRAFFIC.awaiting``): under steady traffic to a one-slot server they would
+    otherwise keep giving way, and the wait would end with the messages still raw, turn after turn."""
+    svc = ctx.services
+    with TRAFFIC.awaiting(svc.observer_model, svc.reflector_model):
+        return svc.background.wait_key(_work_key(key), _block_wait(opts))
 
 
 def _block_wait(opts: ObservationalMemoryOptions) -> float:
