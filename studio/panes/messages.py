@@ -396,7 +396,7 @@ class MessagesPane(QWidget):
             return
         same = row.id == self.detail.property("shownId")
         scroll = self.detail.verticalScrollBar().value() if same else 0
-        fit_wrap(self.detail, html)  # (a 200,000-character run with no space held the UI thread 2 to 4 s)
+        fit_wrap(self.detail, html)  # (a 200,000-character run with no space held the UI thread 2 to 5 s)
         self.detail.setHtml(html)
         self.detail.setProperty("shownHtml", html)
         self.detail.setProperty("shownId", row.id)

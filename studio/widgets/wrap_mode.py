@@ -2,9 +2,9 @@
 
 Qt's default wrap, at a word boundary or else anywhere, looks for a boundary along the whole run for each
 line it breaks, so its cost grows with the square of the run: a 200,000-character message with no space
-(a hex dump, a token, a blob a tool returned) held the UI thread 2 to 4 s when a viewer showed it
-(50,000 characters: 0.08 s; wrapped anywhere, 200,000 took 0.035 s). A viewer given such a text wraps it
-anywhere instead; any other text keeps the word wrap.
+(a hex dump, a token, a blob a tool returned) held the UI thread 2 to 5 s when a viewer showed it
+(offscreen, a 600 px viewer: 50,000 characters 0.16-0.55 s by the load; wrapped anywhere, 200,000 took
+0.035 s). A viewer given such a text wraps it anywhere instead; any other text keeps the word wrap.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from PySide6.QtGui import QTextOption
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit
 
-LONG_RUN_CHARS = 5_000  # a run this long costs Qt's word wrap a few ms; 50,000 cost 80 ms
+LONG_RUN_CHARS = 5_000  # a run this long costs Qt's word wrap ~9 ms to show (10,000: ~14 ms), at load 10
 # (the look-behind starts a match only where a run starts, so the search is one pass over the text)
 _LONG_RUN = re.compile(r"(?<!\S)\S{%d}" % LONG_RUN_CHARS)
 

@@ -1,6 +1,6 @@
 """A message holding a very long run with no space (a hex dump, a token, a blob a tool returned): Qt's word
 wrap looks for a boundary along the whole run for each line, so a 200,000-character run held the UI thread
-2 to 4 s when the Messages pane's detail showed it, and about 3 s when Replay's turn did (offscreen, measured
+2 to 5 s when the Messages pane's detail showed it, and 2.8 to 4.9 s when Replay's turn did (offscreen, measured
 by a 5 ms timer's longest gap). The viewers that show such a text wrap it anywhere, and keep the word wrap for
 any other; the text is shown whole either way. (Speed is not asserted here: the mode that is fast is.)"""
 
