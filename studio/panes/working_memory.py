@@ -629,8 +629,9 @@ class WorkingMemoryPane(QWidget):
                 self._preview_timer.start()  # (restarted by every keystroke: rendered once typing pauses)
         else:
             p = check.preview
+            # (the viewer does not wrap: "(fix the problems above to see the result)" was cut at a 720 px window)
             self.result_view.load(pretty_json(p.result) if p is not None and p.result is not None
-                                  else "(fix the problems above to see the result)")
+                                  else "(fix the problems above)")
             rule = ("Merge rules: objects merge deeply, null deletes a field, arrays are replaced."
                     if self.draft.json_mode == "merge" else "The editor's object replaces the stored one.")
             if p is None or p.result is None:  # (said "No changes." beside an edit that does not parse)

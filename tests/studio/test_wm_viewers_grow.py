@@ -108,7 +108,7 @@ def test_what_save_would_do_and_why_it_is_off_are_in_sight_at_720_x_800(
     Changes: …") was below the fold for the demo's 13-line JSON memory, and the reason Save was off ("✖ JSON
     syntax: …", under the editor) was below it for a longer one: a user saw Save greyed out, or clicked it,
     without the line saying why or what it would change. The caption is under its title, the problems under
-    the bar that has Save."""
+    the bar that has Save. The result viewer's note while the edit does not parse is whole at that width."""
     path = _db(tmp_path / "memory.db", {"medium": 8, "long": 20})
     window = make_window()
     window.resize(720, 800)
@@ -130,4 +130,7 @@ def test_what_save_would_do_and_why_it_is_off_are_in_sight_at_720_x_800(
     assert not pane.save_btn.isEnabled()
     assert _page(window).verticalScrollBar().maximum() > 0  # (the page is longer than its view)
     assert _in_sight(window, pane.problem_label), pane.problem_label.text()
+    # (the result viewer, which does not wrap, said "(fix the problems above to see th" and scrolled sideways)
+    assert pane.result_view.toPlainText().startswith("(fix the problems")
+    assert pane.result_view.horizontalScrollBar().maximum() == 0, pane.result_view.toPlainText()
     window.session.pool.wait(20_000)
