@@ -1,7 +1,8 @@
 """A message holding a very long run with no space (a hex dump, a token, a blob a tool returned): Qt's word
 wrap looks for a boundary along the whole run for each line, so a 200,000-character run held the UI thread
-2 to 5 s when the Messages pane's detail showed it, and 2.8 to 4.9 s when Replay's turn did (offscreen, measured
-by a 5 ms timer's longest gap). The viewers that show such a text wrap it anywhere, and keep the word wrap for
+2 to 5 s when the Messages pane's detail showed it, 2.8 to 4.9 s when Replay's turn did, and 22.7 s when Traces
+showed the model call of a turn that sent it (its Messages transcript; offscreen, measured by a 5 ms timer's
+longest gap or around the selection). The viewers that show such a text wrap it anywhere, and keep the word wrap for
 any other; the text is shown whole either way. (Speed is not asserted here: the mode that is fast is.)"""
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 
 from PySide6.QtGui import QTextOption
 
-from core import Memory, MemoryOptions, Message, open_store
+from core import Memory, MemoryOptions, Message, ScriptedModel, open_store
+from core.agent import Agent
 from studio.main_window import MESSAGES
 from studio.selection import Selection
 from studio.widgets.code_editor import CodeEditor
@@ -87,4 +89,33 @@ def test_the_messages_detail_and_the_inspector_wrap_a_long_run_anywhere(
     prompt.fragment_table.selectRow(next(i for i, r in enumerate(rows) if "thanks" in r.text))
     qtbot.waitUntil(lambda: "thanks, that is all" in prompt.detail_text.toPlainText(), timeout=WAIT)
     assert prompt.detail_text.wordWrapMode() == WORDS
+    window.session.pool.wait(20_000)
+
+
+def test_the_traces_transcript_of_a_model_call_wraps_a_long_run_anywhere(
+        tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+    path = tmp_path / "memory.db"
+    store = open_store(path)
+    memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=False), name="ops",
+                    tracer=store.tracer())
+    agent = Agent("ops", instructions="You read blobs.", model=ScriptedModel(["it is a hex dump"]), memory=memory)
+    agent.generate("decode this: " + RUN, memory={"resource": "ops", "thread": "blob"})
+    assert store.tracer().flush(10)
+    store.close()
+    window = make_window()
+    window.resize(1100, 800)
+    window.open_database(str(path))
+    qtbot.waitUntil(lambda: window.resources is not None and len(window.resources.thread_rows()) == 1, timeout=WAIT)
+    window.resources.set_selection(Selection("ops", "blob"))
+    window.show_tab("traces")
+    traces = window.panes["traces"]
+    qtbot.waitUntil(lambda: not traces.loading and bool(traces.traces) and bool(traces.spans), timeout=WAIT)
+    rows = traces.layout_model.rows
+    assert traces.select_span(next(r.span.span_id for r in rows if r.span.span_type == "model_generation"))
+    assert traces.tabs.isTabVisible(0)  # (the model call's Messages)
+    assert RUN[:50_000] in traces.chat_view.toPlainText()  # (the span keeps what its size cap lets it)
+    assert traces.chat_view.wordWrapMode() == ANYWHERE
+    assert traces.select_span(next(r.span.span_id for r in rows if r.span.span_type == "agent_run"))
+    assert RUN[:50_000] not in traces.chat_view.toPlainText()
+    assert traces.chat_view.wordWrapMode() == WORDS
     window.session.pool.wait(20_000)
