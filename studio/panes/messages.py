@@ -42,6 +42,7 @@ from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import elastic
 from studio.widgets.plain_tip import plain_tip
 from studio.widgets.record_table import RowTableView
+from studio.widgets.wrap_mode import fit_wrap
 from studio.widgets.a11y import named
 
 KIND_LABELS = {"text": "", "tool-invocation": "tool", "reasoning": "reasoning", "file": "file", "data": "data",
@@ -395,6 +396,7 @@ class MessagesPane(QWidget):
             return
         same = row.id == self.detail.property("shownId")
         scroll = self.detail.verticalScrollBar().value() if same else 0
+        fit_wrap(self.detail, html)  # (a 200,000-character run with no space held the UI thread 2 to 5 s)
         self.detail.setHtml(html)
         self.detail.setProperty("shownHtml", html)
         self.detail.setProperty("shownId", row.id)

@@ -82,6 +82,7 @@ from studio.widgets.timeline import (
     TimelineDelegate,
     TimelineLegend,
 )
+from studio.widgets.wrap_mode import fit_wrap
 from studio.widgets.a11y import named
 
 PAGE = 50
@@ -742,16 +743,19 @@ class TracesPane(QWidget):
         transcript = chat_transcript(span)
         self.tabs.setTabVisible(TAB_MESSAGES, transcript is not None)
         dark = self.palette().base().color().lightness() < 128
-        self.chat_view.setHtml(transcript_html(transcript, dark=dark) if transcript is not None else "")
+        chat = transcript_html(transcript, dark=dark) if transcript is not None else ""
+        fit_wrap(self.chat_view, chat)  # (a model call's 200,000-character message held the UI thread 22 s)
+        self.chat_view.setHtml(chat)
         self.input_view.load(pretty_json(span.input))
         self.output_view.load(pretty_json(span.output))
         self.attributes_view.load(pretty_json(span.attributes))
         self.span_json_view.load(pretty_json(span.to_json_dict()))
         headline, stack = error_parts(span.error)
         self.tabs.setTabVisible(TAB_ERROR, bool(headline))
-        self.error_view.setHtml(readable_html(
-            f"<div style='color:{ERROR_COLOR}; font-weight:600'>{_esc(headline)}</div>"
-            f"<pre style='white-space:pre-wrap'>{_esc(stack)}</pre>", self) if headline else "")  # (see ChatPane)
+        error = readable_html(f"<div style='color:{ERROR_COLOR}; font-weight:600'>{_esc(headline)}</div>"
+                              f"<pre style='white-space:pre-wrap'>{_esc(stack)}</pre>", self) if headline else ""
+        fit_wrap(self.error_view, error)
+        self.error_view.setHtml(error)  # (see ChatPane)
         for tab, has in ((TAB_INPUT, span.input is not None), (TAB_OUTPUT, span.output is not None),
                          (TAB_ATTRIBUTES, span.attributes is not None)):
             self.tabs.setTabEnabled(tab, has)

@@ -238,6 +238,11 @@ class WorkingMemoryPane(QWidget):
         set_tone(self.problem_label, "error")
         self.warning_label = elastic(QLabel(""), wrap=True)
         set_tone(self.warning_label, "warning")
+        # why Save is off, under the bar that has Save: under the editor, a 720 x 800 window showed the reason
+        # below the fold once "Stored now" grew to its text
+        for label in (self.problem_label, self.warning_label):
+            label.hide()  # (shown with a problem: an empty line would leave a gap under the bar)
+            layout.addWidget(label)
 
         # Markdown side panels: rendered preview and the template.
         self.preview = QTextBrowser()
@@ -261,7 +266,9 @@ class WorkingMemoryPane(QWidget):
         js_side = QSplitter(Qt.Orientation.Vertical)
         js_side.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         js_side.addWidget(self._titled("Stored now", self.current_view))
-        result_box = self._titled("Result after save (merge preview)", self.result_view, self.merge_caption)
+        # the caption (replace or merge, and the paths that change) under the title, over the viewer: under it,
+        # it was below the fold of a 720 x 800 window as soon as the result was more than a few lines
+        result_box = self._titled("Result after save (merge preview)", self.result_view, above=self.merge_caption)
         # (its caption's lines at the width it has: counted at one line, a wrapped caption lay over the viewer's
         # last lines once the viewer asked its whole text)
         least_height_at_width(result_box, grow=True, shrink=False)
@@ -273,8 +280,7 @@ class WorkingMemoryPane(QWidget):
         split = QSplitter(Qt.Orientation.Horizontal)
         split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         # the editor's size sits on its title line
-        editor_box = self._titled("Editor", self.editor, self.problem_label, self.warning_label,
-                                  beside_title=self.size_label)
+        editor_box = self._titled("Editor", self.editor, beside_title=self.size_label)
         split.addWidget(editor_box)
         split.addWidget(self.side)
         split.setSizes([520, 640])
@@ -294,7 +300,8 @@ class WorkingMemoryPane(QWidget):
         self.conflict_view.keep_editing.connect(self.keep_editing)
         return tab
 
-    def _titled(self, title: str, widget: QWidget, *below: QWidget, beside_title: QWidget | None = None) -> QWidget:
+    def _titled(self, title: str, widget: QWidget, *, above: QWidget | None = None,
+                beside_title: QWidget | None = None) -> QWidget:
         box = QWidget()
         bl = QVBoxLayout(box)
         bl.setContentsMargins(0, 0, 0, 0)
@@ -312,9 +319,9 @@ class WorkingMemoryPane(QWidget):
             flow.add(_bold(title), 1)
             flow.addWidget(beside_title)
             bl.addWidget(title_row)
+        if above is not None:
+            bl.addWidget(above)
         bl.addWidget(widget, 1)
-        for w in below:
-            bl.addWidget(w)
         return box
 
     def _build_history_tab(self) -> QWidget:
@@ -622,8 +629,9 @@ class WorkingMemoryPane(QWidget):
                 self._preview_timer.start()  # (restarted by every keystroke: rendered once typing pauses)
         else:
             p = check.preview
+            # (the viewer does not wrap: "(fix the problems above to see the result)" was cut at a 720 px window)
             self.result_view.load(pretty_json(p.result) if p is not None and p.result is not None
-                                  else "(fix the problems above to see the result)")
+                                  else "(fix the problems above)")
             rule = ("Merge rules: objects merge deeply, null deletes a field, arrays are replaced."
                     if self.draft.json_mode == "merge" else "The editor's object replaces the stored one.")
             if p is None or p.result is None:  # (said "No changes." beside an edit that does not parse)

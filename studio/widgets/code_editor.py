@@ -31,6 +31,7 @@ from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QWidget
 
 from studio.logic.observations_layout import PRIORITY_MARKS
 from studio.theme import readable
+from studio.widgets.wrap_mode import fit_wrap
 
 
 def mono_font(point_delta: int = 0) -> QFont:
@@ -270,6 +271,7 @@ class CodeEditor(QPlainTextEdit):
 
     def load(self, text: str) -> None:
         """Show freshly loaded data: not undoable (there is nothing of the user's to bring back)."""
+        fit_wrap(self, text)  # (a 200,000-character run with no space held the UI thread seconds)
         self.setPlainText(view_marks(text) if self.shows_marks else text)
         self.document().setModified(False)
 

@@ -246,3 +246,17 @@ def record_table_view(
             header.resizeSection(col, width)
     keep_rows_in_sight(table)
     return table
+
+
+def keep_current_in_sight(view: QAbstractItemView) -> None:
+    """Scroll ``view`` to its current row whenever its scroll range changes (its height or its rows did). A
+    row picked while the view was taller was left below its fold once the layout settled on a shorter view:
+    Replay opened at a thread's last turn picked its first changed fragment at 720 x 800, and the table
+    (three rows high) stayed at its top, the detail under it describing a row out of sight. A user's own
+    scrolling changes no range, so it is left alone."""
+
+    def follow(*_args: object) -> None:
+        if shiboken6.isValid(view) and view.currentIndex().isValid():
+            view.scrollTo(view.currentIndex())  # (EnsureVisible: nothing where it is in sight)
+
+    view.verticalScrollBar().rangeChanged.connect(follow)

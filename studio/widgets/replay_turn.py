@@ -60,7 +60,7 @@ from studio.widgets.fitted_label import FittedLabel
 from studio.widgets.fitted_tabs import FittedTabs
 from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.pane_header import caption
-from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel
+from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel, keep_current_in_sight
 from studio.widgets.replay_what_if import table_for
 from studio.widgets.scroll_fit import least_height_at_width
 from studio.widgets.request_view import RequestPanel
@@ -187,6 +187,7 @@ class TurnView(QSplitter):
         self.step_table.setObjectName("replayFragments")
         named(self.step_table, "Context at this turn")
         self.step_table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        keep_current_in_sight(self.step_table)  # (the fragment picked on opening a thread was out of sight)
         self._fit = FitToPane(self.step_table, STEP_SAMPLES, STEP_SHARES, last="Text", floors=STEP_FLOORS,
                               caps=STEP_CAPS, optional=STEP_OPTIONAL, decorated=("Source",),
                               rest_sample=STEP_TEXT_LEAST)

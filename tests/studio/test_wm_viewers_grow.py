@@ -71,9 +71,10 @@ def test_json_viewers_grow_to_their_text_and_the_page_scrolls_as_one(
                     assert view.viewport().height() >= CAP_LINES * line, (owner, view.accessibleName())
                 else:
                     assert bar.maximum() == 0, (owner, view.accessibleName(), view.height(), bar.maximum())
-            caption, result = pane.merge_caption, pane.result_view  # (the caption under the viewer, not over it)
-            assert caption.geometry().top() >= result.geometry().bottom(), (owner, caption.geometry(),
-                                                                            result.geometry())
+            caption, result = pane.merge_caption, pane.result_view  # (the caption over the viewer, not laid over it)
+            assert caption.parentWidget() is result.parentWidget()
+            assert caption.geometry().bottom() < result.geometry().top(), (owner, caption.geometry(),
+                                                                           result.geometry())
             if owner != "short":  # both viewers whole, one over the other: taller than the window's page
                 assert _page(window).verticalScrollBar().maximum() > 0, owner
 
@@ -99,4 +100,47 @@ def test_json_viewers_grow_to_their_text_and_the_page_scrolls_as_one(
             assert config.viewport().height() >= CAP_LINES * line
 
     qtbot.waitUntil(config_grown, timeout=10_000)
+    window.session.pool.wait(20_000)
+
+
+def _in_sight(window: Any, label: Any) -> bool:
+    """``label`` shown and whole inside the page's view, the page scrolled to its top."""
+    area = _page(window)
+    area.verticalScrollBar().setValue(0)
+    top = label.mapTo(area.viewport(), label.rect().topLeft()).y()
+    return label.isVisible() and label.height() > 0 and 0 <= top and top + label.height() <= area.viewport().height()
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_what_save_would_do_and_why_it_is_off_are_in_sight_at_720_x_800(
+        tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, theme: str) -> None:
+    """At 720 x 800 the caption under "Result after save" ("The editor's object replaces the stored one.
+    Changes: …") was below the fold for the demo's 13-line JSON memory, and the reason Save was off ("✖ JSON
+    syntax: …", under the editor) was below it for a longer one: a user saw Save greyed out, or clicked it,
+    without the line saying why or what it would change. The caption is under its title, the problems under
+    the bar that has Save. The result viewer's note while the edit does not parse is whole at that width."""
+    path = _db(tmp_path / "memory.db", {"medium": 8, "long": 20})
+    window = make_window()
+    window.resize(720, 800)
+    window.open_database(str(path))
+    qtbot.waitUntil(lambda: window.resources is not None and len(window.resources.thread_rows()) == 2,
+                    timeout=20_000)
+    pane = _shown(qtbot, window, "medium")
+    assert window.size().width() == 720 and window.size().height() == 800
+    pane.editor.replace_all(pane.editor.toPlainText().replace('"tag 3"', '"tag three"'))
+    qtbot.waitUntil(lambda: "Changes: tags" in pane.merge_caption.text(), timeout=5_000)
+    # (retried until the layout has settled: later on a loaded machine)
+    qtbot.waitUntil(lambda: _in_sight(window, pane.merge_caption), timeout=10_000)
+    assert pane.problem_label.isHidden() and pane.save_btn.isEnabled()
+
+    pane = _shown(qtbot, window, "long")
+    pane.editor.replace_all(pane.editor.toPlainText() + "x")
+    qtbot.waitUntil(lambda: "JSON syntax" in pane.problem_label.text(), timeout=5_000)
+    assert not pane.save_btn.isEnabled()
+    qtbot.waitUntil(lambda: _page(window).verticalScrollBar().maximum() > 0,  # (the page is longer than its view)
+                    timeout=10_000)
+    qtbot.waitUntil(lambda: _in_sight(window, pane.problem_label), timeout=10_000)
+    # (the result viewer, which does not wrap, said "(fix the problems above to see th" and scrolled sideways)
+    assert pane.result_view.toPlainText().startswith("(fix the problems")
+    assert pane.result_view.horizontalScrollBar().maximum() == 0, pane.result_view.toPlainText()
     window.session.pool.wait(20_000)
