@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from core.llm.base import ModelError
+from core.llm.stopping import Interruptible
 
 log = logging.getLogger(__name__)
 
@@ -48,50 +48,34 @@ class CallYielded(ModelError):
                          hint="nothing to do: the call runs again once the turn's call has finished")
 
 
-@dataclass(eq=False)
-class BackgroundCall:
+class BackgroundCall(Interruptible):
     """One background model call in flight (see the module doc)."""
 
-    server: str
-    label: str  # what the call is for ("observer", "reflector (level 0)")
-    cancelled_by: str | None = None  # the model id of the turn's call it gave way to
-    _sockets: list[socket.socket] = field(default_factory=list, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    def __init__(self, server: str, label: str) -> None:
+        super().__init__()
+        self.server = server
+        self.label = label  # what the call is for ("observer", "reflector (level 0)")
+
+    def __repr__(self) -> str:
+        return f"BackgroundCall(server={self.server!r}, label={self.label!r}, cancelled_by={self.cancelled_by!r})"
+
+    @property
+    def cancelled_by(self) -> str | None:
+        """The model id of the turn's call it gave way to."""
+        return self.interrupted_by
 
     @property
     def cancelled(self) -> bool:
-        return self.cancelled_by is not None
-
-    def attach(self, sock: socket.socket) -> None:
-        """The connection this call's request goes out on: shut down at once when already cancelled."""
-        with self._lock:
-            self._sockets.append(sock)
-            late = self.cancelled
-        if late:
-            _shut(sock)
+        return self.interrupted_by is not None
 
     def cancel(self, by: str) -> None:
-        with self._lock:
-            if self.cancelled_by is not None:
-                return
-            self.cancelled_by = by
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shut(sock)
+        self.interrupt(by)
 
     def yielded(self, model_id: str, endpoint: str = "") -> CallYielded:
         """The error a cancelled call raises."""
         return CallYielded(f"the background {self.label} call gave way to a turn's call to the same server "
                            f"({self.cancelled_by}); it is tried again after that call", to=str(self.cancelled_by),
                            model_id=model_id, endpoint=endpoint or None)
-
-
-def _shut(sock: socket.socket) -> None:
-    # shutdown (not close) wakes the thread blocked reading the reply and sends the server a FIN.
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed: nothing to stop
 
 
 @dataclass
