@@ -342,21 +342,25 @@ CLIENT_CLOSED = 499
 
 @asynccontextmanager
 async def until_client_leaves(receive: Receive, stop: CallStop, gateway: Gateway, claim: Claim | None, *,
-                              then: anyio.CancelScope | None = None) -> AsyncIterator[None]:
+                              then: anyio.CancelScope | None = None) -> AsyncIterator[anyio.CancelScope]:
     """While the block runs (a turn, its request body read whole): when the client closes its connection, ``stop``
     the turn (its model call's connection is shut down, nothing of it is saved), give its idempotency key back at
     once, so the client's retry runs the turn rather than meet 409 while this one winds down (the turn, no longer
-    the key's holder, cannot save: ``SavedOutcome`` refuses), then cancel ``then``."""
+    the key's holder, cannot save: ``SavedOutcome`` refuses), then cancel ``then``. The block gets the watcher's
+    scope: a block that answers inside it cancels that first, since the server's ``receive`` says
+    ``http.disconnect`` once the answer is complete too."""
+    watching = anyio.CancelScope()
 
     async def watch() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        await client_gone(stop, "the client closed its connection", gateway, claim)
-        if then is not None:
-            then.cancel()
+        with watching:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            await client_gone(stop, "the client closed its connection", gateway, claim)
+            if then is not None:
+                then.cancel()
 
     async with beside(watch):
-        yield
+        yield watching
 
 
 async def client_gone(stop: CallStop, reason: str, gateway: Gateway, claim: Claim | None) -> None:
@@ -491,20 +495,20 @@ class TurnStream(Response):
         # The client is watched from the start: one that leaves before the first event (a model still reading a long
         # prompt) stops the turn too. Leaving cancels the relay; the producer then finishes, its turn stopped.
         with anyio.CancelScope() as relay:
-            async with until_client_leaves(receive, self.stop, self.gateway, self.claim, then=relay), \
+            async with until_client_leaves(receive, self.stop, self.gateway, self.claim, then=relay) as watching, \
                     anyio.create_task_group() as group:
                 group.start_soon(self._produce, sender)
                 async with events:
                     first = await _next(events)
                     if isinstance(first, _Failed):
                         reply = classify(first.exc)
+                        watching.cancel()  # (the turn has ended)
                         await JSONResponse(reply.body, status_code=reply.status, headers=reply.headers or None)(
                             scope, receive, send)
                         return
                     try:
                         await send({"type": "http.response.start", "status": 200, "headers": self._sse_headers()})
-                        await self._relay(first, events, send)
-                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                        await self._relay(first, events, send, watching)
                     except TimeoutError:
                         # Closing the channel (leaving this block) makes the producer's next send fail, so the
                         # turn is abandoned and its worker released; the connection is then closed.
@@ -512,7 +516,8 @@ class TurnStream(Response):
                         await client_gone(self.stop, f"the client read nothing of the reply for {seconds:g}s",
                                           self.gateway, self.claim)
 
-    async def _relay(self, event: Any, events: MemoryObjectReceiveStream[Any], send: Send) -> None:
+    async def _relay(self, event: Any, events: MemoryObjectReceiveStream[Any], send: Send,
+                     watching: anyio.CancelScope) -> None:
         await self._sse(send, self._chunk({"role": "assistant", "content": ""}))
         while event is not None:
             if isinstance(event, TextDelta):
@@ -531,6 +536,8 @@ class TurnStream(Response):
                 break
             event = await _next(events)
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
+        watching.cancel()  # the answer is complete: the disconnect the server reports next is not the client leaving
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _produce(self, sender: MemoryObjectSendStream[Any]) -> None:
         async with sender:

@@ -274,12 +274,16 @@ class OpenAICompatibleModel:
                 chunk = assembler.feed(to_dict(mode="json", warnings=False))
                 if chunk is not None:
                     yield chunk
-        except (openai.OpenAIError, json.JSONDecodeError) as exc:
+        except Exception as exc:
             if stop is not None:
-                stop.check(self.model_id)  # its connection was shut down to stop it: not the server failing
+                # Its connection was shut down to stop it (httpx's read error is not wrapped by the SDK here): not
+                # the server failing.
+                stop.check(self.model_id)
             if isinstance(exc, json.JSONDecodeError):
                 raise self._bad_reply(f"a stream event is not valid JSON ({exc.msg})", endpoint) from exc
-            raise self._error(exc, endpoint=endpoint, attempts=1, timeout=wait) from exc
+            if isinstance(exc, openai.OpenAIError):
+                raise self._error(exc, endpoint=endpoint, attempts=1, timeout=wait) from exc
+            raise
         finally:
             sdk_stream.close()
         if stop is not None:
