@@ -26,6 +26,7 @@ from core.gateway.idempotency import IdempotencySettings
 from core.llm import OpenAICompatibleModel
 from core.llm.loopback import LoopbackServer
 from core.storage.schema import IDEMPOTENCY_TABLE
+from core.traces.tracer import InMemorySpanExporter, Tracer
 
 pytestmark = pytest.mark.backends
 
@@ -50,9 +51,14 @@ def memory(store) -> Memory:
 
 
 @pytest.fixture
-def gateway(upstream, memory) -> Iterator[GatewayServer]:
+def spans() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def gateway(upstream, memory, spans) -> Iterator[GatewayServer]:
     model = OpenAICompatibleModel("loopback", base_url=upstream.base_url, api_key="x", timeout=60)
-    agent = Agent("echo", instructions="Echo.", model=model, memory=memory, tracer=False)
+    agent = Agent("echo", instructions="Echo.", model=model, memory=memory, tracer=Tracer(spans))
     app = create_app([agent], default_resource="anon", idempotency=IdempotencySettings(lease=30))
     with GatewayServer(app) as server:
         yield server
@@ -92,15 +98,20 @@ def left_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def assert_stopped_and_nothing_stored(upstream: LoopbackServer, gateway: GatewayServer, memory: Memory,
-                                      caplog: pytest.LogCaptureFixture) -> None:
+                                      caplog: pytest.LogCaptureFixture, spans: InMemorySpanExporter) -> None:
     """The held model call's connection was closed by the gateway (the server stops generating), the turn left
-    nothing in its thread, and the next turn there is answered (not queued behind the abandoned one)."""
+    nothing in its thread, its log line and trace say why, and the next turn there is answered (not queued behind
+    the abandoned one)."""
     wait_until(lambda: upstream.abandoned, "the model server to see its connection closed")
     assert [r.body["messages"][-1] for r in upstream.abandoned] == [user("book a table")]
     wait_until(lambda: left_lines(caplog), "the gateway's line about the client that left")
     assert "its model call was stopped and nothing of the turn was saved" in left_lines(caplog)[0]
     assert "agent 'echo', thread 't1', resource 'ada'" in left_lines(caplog)[0]
     assert stored(memory) == []
+    run, = [s for s in spans.spans if s.span_type == "agent_run"]
+    call, = [s for s in spans.spans if s.span_type == "model_generation"]
+    for span in (run, call):
+        assert "stopped: the client closed its connection; nothing of this turn was saved" in json.dumps(span.error)
     upstream.release()
     answer = client(gateway).chat.completions.create(model="echo", messages=[user("next")], metadata=META)
     assert answer.choices[0].message.content == "1 user message(s); last: next"
@@ -109,7 +120,7 @@ def assert_stopped_and_nothing_stored(upstream: LoopbackServer, gateway: Gateway
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_a_turn_whose_client_timed_out_stops_its_model_call_and_stores_nothing(upstream, gateway, memory, caplog,
-                                                                               stream):
+                                                                               spans, stream):
     caplog.set_level(logging.INFO, logger="core.gateway.openai_routes")
     upstream.stall_next()  # the model is still reading the prompt when the client gives up
     with pytest.raises(openai.APITimeoutError):
@@ -117,11 +128,11 @@ def test_a_turn_whose_client_timed_out_stops_its_model_call_and_stores_nothing(u
             model="echo", messages=[user("book a table")], metadata=META, stream=stream)
         for _ in answer if stream else ():
             pass
-    assert_stopped_and_nothing_stored(upstream, gateway, memory, caplog)
+    assert_stopped_and_nothing_stored(upstream, gateway, memory, caplog, spans)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
-def test_a_raw_client_that_closes_early_stops_its_turn(upstream, gateway, memory, caplog, stream):
+def test_a_raw_client_that_closes_early_stops_its_turn(upstream, gateway, memory, caplog, spans, stream):
     caplog.set_level(logging.INFO, logger="core.gateway.openai_routes")
     upstream.stall_next()
     host, port = gateway.url.removeprefix("http://").rsplit(":", 1)
@@ -132,7 +143,7 @@ def test_a_raw_client_that_closes_early_stops_its_turn(upstream, gateway, memory
                      b"Content-Length: %d\r\n\r\n%s" % (host.encode(), port.encode(), len(body), body))
         wait_until(lambda: upstream.chat_requests(), "the turn's model call to reach the model server")
     # The socket is closed before any answer: the gateway notices, though it has nothing to write yet.
-    assert_stopped_and_nothing_stored(upstream, gateway, memory, caplog)
+    assert_stopped_and_nothing_stored(upstream, gateway, memory, caplog, spans)
 
 
 def test_a_keyed_retry_after_a_timeout_runs_once_and_stores_the_turn_once(upstream, gateway, memory, caplog):
