@@ -266,7 +266,8 @@ def turn_events(agent: Agent, turn: Turn, save_with: SaveWith | None = None,
 def _extras(call: Callable[..., Any], save_with: SaveWith | None, stop: CallStop | None) -> dict[str, Any]:
     """``save_with`` only when there is one, and ``stop`` only to a ``call`` that takes it: an ``Agent`` subclass
     whose ``generate``/``stream`` predates them (or takes no such argument) still serves requests without a key,
-    and runs to its end when its client leaves (saving nothing, if streamed: its stream is closed)."""
+    and runs to its end when its client leaves (a plain turn is then stored; a streamed one's stream is closed,
+    which saves nothing)."""
     extras: dict[str, Any] = {} if save_with is None else {"save_with": save_with}
     if stop is not None and _takes_stop(getattr(call, "__func__", call)):
         extras["stop"] = stop
