@@ -149,7 +149,7 @@ async def chat_completions(request: Request) -> Response:
         if not stop.stopped:
             raise
         client_left(turn, stop, stored=False)
-        return Response(status_code=CLIENT_CLOSED)  # nobody reads it; the access log says what happened
+        return Response(status_code=CLIENT_CLOSED)
     if stop.stopped:
         client_left(turn, stop, stored=True)
     done = finished(result)
@@ -336,7 +336,8 @@ async def beside(task: Callable[[], Coroutine[Any, Any, None]]) -> AsyncIterator
         raise failed
 
 
-#: The status logged for a request whose client left before its answer (nginx's "client closed request").
+#: The status of the answer to a client that left before it (nginx's "client closed request"): nobody reads it, and
+#: uvicorn sends and logs nothing for a client gone; an ASGI middleware in front sees this status.
 CLIENT_CLOSED = 499
 
 
