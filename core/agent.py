@@ -26,6 +26,7 @@ from core.ids import lone_surrogate
 from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
 from core.llm.providers import resolve_model
 from core.llm.settings import ModelSettings, ToolChoice, parse_tool_choice
+from core.llm.stopping import CallStop, CallStopped, armed
 from core.llm.yielding import TRAFFIC
 from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
 from core.message_list import MessageList, Provenance
@@ -224,19 +225,23 @@ class Agent:
         model_settings: ModelSettings | Mapping[str, Any] | None = None,
         tool_choice: ToolChoice | None = None,
         save_with: SaveWith | None = None,
+        stop: CallStop | None = None,
     ) -> AgentResult:
         """One turn. ``model_settings`` override the agent's per key; ``tool_choice``: "auto",
         "none", "required" or ``{"name": <tool>}`` (also Mastra's and OpenAI's object forms), applied
         to the turn's first model call (later calls of the tool loop use "auto", except "none").
         ``save_with``: given the finished turn's ``TurnOutcome``, a staged write (``commit(conn)``) committed
         in the transaction that saves the turn, so the turn and what the caller keeps about it (the gateway's
-        idempotency key) are stored together or not at all; a write that raises leaves the turn unsaved."""
+        idempotency key) are stored together or not at all; a write that raises leaves the turn unsaved.
+        ``stop``: a ``CallStop`` another thread may trigger once nobody waits for the reply (the gateway, when its
+        client leaves): the model call in flight is stopped, no other starts, and the turn saves nothing (it
+        raises ``CallStopped``) unless its save had begun."""
         _refuse_delegation_resource(memory, scopes)
         values = dict(request_context or {})
         return _drain(self._turn(resolve_memory(self.memory, values), message, memory=memory, scopes=scopes,
                                  context=context, options=options, values=values, parent_span=None,
                                  model_settings=model_settings, tool_choice=tool_choice, streaming=False,
-                                 from_app=True, save_with=save_with))
+                                 from_app=True, save_with=save_with, stop=stop))
 
     def stream(
         self,
@@ -250,17 +255,18 @@ class Agent:
         model_settings: ModelSettings | Mapping[str, Any] | None = None,
         tool_choice: ToolChoice | None = None,
         save_with: SaveWith | None = None,
+        stop: CallStop | None = None,
     ) -> AgentStream:
         """The same turn as ``generate``, as ``StreamEvent``s while the model produces them (see
         ``core.agent_stream``). Nothing runs until the first event is asked for; the turn is saved
-        once it completes, and not at all if it fails or the consumer stops early (``save_with``: as
+        once it completes, and not at all if it fails or the consumer stops early (``save_with`` and ``stop``: as
         ``generate``'s)."""
         _refuse_delegation_resource(memory, scopes)
         values = dict(request_context or {})
         return AgentStream(self._turn(resolve_memory(self.memory, values), message, memory=memory, scopes=scopes,
                                       context=context, options=options, values=values, parent_span=None,
                                       model_settings=model_settings, tool_choice=tool_choice, streaming=True,
-                                      from_app=True, save_with=save_with))
+                                      from_app=True, save_with=save_with, stop=stop))
 
     def _generate(
         self, mem: Memory | None, message: str | Message | Sequence[Message], *, memory: Mapping[str, Any] | None,
@@ -278,6 +284,7 @@ class Agent:
         scopes: Sequence[str] | None, context: Sequence[Message], options: Mapping[str, Any] | None,
         values: dict[str, Any], parent_span: TracedSpan | None, model_settings: ModelSettings | Mapping[str, Any] | None,
         tool_choice: ToolChoice | None, streaming: bool, from_app: bool = False, save_with: SaveWith | None = None,
+        stop: CallStop | None = None,
     ) -> TurnEvents:
         """The turn as a generator of events; its return value is the result."""
         _refuse_unencodable(message, context)
@@ -313,7 +320,7 @@ class Agent:
             try:
                 result = yield from self._run(turn, message, thread_id, resource_id, other_scopes, overrides, context,
                                               values, tracer, ModelCall(settings, choice, budget, streaming),
-                                              save_with=save_with, trace_id=run_span.trace_id or None)
+                                              save_with=save_with, trace_id=run_span.trace_id or None, stop=stop)
             except GeneratorExit:
                 run_span.end(error="the stream was closed before the turn completed; nothing was saved")
                 raise
@@ -363,7 +370,7 @@ class Agent:
         self, turn: TurnMemory, message: Any, thread_id: str | None, resource_id: str | None,
         scopes: tuple[str, ...], overrides: Mapping[str, Any], context: Sequence[Message],
         values: Mapping[str, Any], tracer: SpanTracer, call: ModelCall, *, save_with: SaveWith | None = None,
-        trace_id: str | None = None,
+        trace_id: str | None = None, stop: CallStop | None = None,
     ) -> TurnEvents:
         started = turn.open(
             _as_messages(message), context, name=self.name,
@@ -389,7 +396,7 @@ class Agent:
         error: BaseException | None = None
         for step in range(self.max_steps):
             try:
-                result = yield from self._model_step(tracer, prompt, thread_id, resource_id, call, step)
+                result = yield from self._model_step(tracer, prompt, thread_id, resource_id, call, step, stop)
             except ModelError as exc:
                 error, finish_reason = exc, "error"
                 break
@@ -423,6 +430,9 @@ class Agent:
             prompts.append(prompt)
         else:
             finish_reason = "max-steps"
+        if stop is not None and stop.stopped and error is None:
+            # Nobody waits for the reply (a tool ran, or the reply came, after its client left): not saved.
+            error, finish_reason = CallStopped(str(stop.reason), model_id=self.model.model_id), "error"
 
         writes = [save_with(TurnOutcome(" ".join(text_out), finish_reason, usage, trace_id, thread_id, resource_id))] \
             if save_with is not None and error is None else []
@@ -439,8 +449,10 @@ class Agent:
         )
 
     def _model_step(self, tracer: SpanTracer, prompt: AssembledPrompt, thread_id: str | None,
-                    resource_id: str | None, call: ModelCall, step: int) -> Generator[StreamEvent, None, ChatResult]:
-        """One model call, streamed (text deltas yielded as they arrive) or not; the same span either way."""
+                    resource_id: str | None, call: ModelCall, step: int,
+                    stop: CallStop | None = None) -> Generator[StreamEvent, None, ChatResult]:
+        """One model call, streamed (text deltas yielded as they arrive) or not; the same span either way.
+        ``stop``: armed for this call only (``core.llm.stopping``), never for memory's own calls."""
         kwargs = call.model_kwargs(prompt, step)
         prompt.request = request_body_for(self.model, prompt.messages, kwargs)  # what the server receives
         prompt.request_hash = request_hash(prompt.request)  # the span's and the turn record's
@@ -457,7 +469,9 @@ class Agent:
             thread_id=thread_id, resource_id=resource_id, attributes=attributes,
         ) as span:
             # The turn's call takes its server: background memory calls there give way (``core.llm.yielding``).
-            with TRAFFIC.foreground(self.model) as server:
+            with TRAFFIC.foreground(self.model) as server, armed(stop):
+                if stop is not None:
+                    stop.check(self.model.model_id)  # no call starts for a turn nobody waits for
                 if said := server.span_attributes():
                     span.set_attributes(said)
                 if call.streaming:

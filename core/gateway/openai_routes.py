@@ -16,7 +16,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Generator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -56,6 +56,7 @@ from core.gateway.turns import (
 )
 from core.memory import resolve_memory
 from core.errors import MemoryStudioError
+from core.llm.stopping import CallStop
 from core.message_size import MessageTooLargeError
 from core.stored_text import NumberBeyondDouble, json_double, json_whole
 
@@ -133,12 +134,24 @@ async def chat_completions(request: Request) -> Response:
     if turn.stream:
         return TurnStream(gateway, agent, turn, claim=claim)
     completion_id, created = _completion_id(), int(time.time())
-    if claim is None:
-        result, agent_ms, turn = await anyio.to_thread.run_sync(_timed_turn, agent, turn, limiter=gateway.limiter)
-    else:
-        async with holding(gateway.keeper, claim, gateway.memory_limiter):
-            result, agent_ms, turn = await anyio.to_thread.run_sync(
-                _kept_turn, gateway.keeper, claim, agent, turn, completion_id, created, limiter=gateway.limiter)
+    stop = CallStop()
+    try:
+        async with until_client_leaves(request.receive, stop, gateway, claim):
+            if claim is None:
+                result, agent_ms, turn = await anyio.to_thread.run_sync(_timed_turn, agent, turn, None, stop,
+                                                                        limiter=gateway.limiter)
+            else:
+                async with holding(gateway.keeper, claim, gateway.memory_limiter):
+                    result, agent_ms, turn = await anyio.to_thread.run_sync(
+                        _kept_turn, gateway.keeper, claim, agent, turn, completion_id, created, stop,
+                        limiter=gateway.limiter)
+    except Exception:
+        if not stop.stopped:
+            raise
+        client_left(turn, stop, stored=False)
+        return Response(status_code=CLIENT_CLOSED)
+    if stop.stopped:
+        client_left(turn, stop, stored=True)
     done = finished(result)
     payload = _completion(completion_id, created, turn, done)
     # Server-Timing: how long the agent itself took, so what the gateway adds can be told apart.
@@ -158,13 +171,14 @@ def _completion(completion_id: str, created: int, turn: Turn, done: TurnFinished
     return payload
 
 
-def _timed_turn(agent: Agent, turn: Turn, kept: KeptTurn | None = None) -> tuple[AgentResult, float, Turn]:
+def _timed_turn(agent: Agent, turn: Turn, kept: KeptTurn | None = None,
+                stop: CallStop | None = None) -> tuple[AgentResult, float, Turn]:
     start = time.perf_counter()
     turn = resolve_thread(agent, turn)
     if kept is not None:
         kept.turn = turn  # the thread its answer names
     try:
-        result = run_turn(agent, turn, kept)
+        result = run_turn(agent, turn, kept, stop)
     except MessageTooLargeError as exc:
         raise reply_too_large(exc, turn) from exc
     return result, (time.perf_counter() - start) * 1000, turn
@@ -195,10 +209,10 @@ async def _claim_turn(request: Request, gateway: Gateway, agent: Agent, turn: Tu
 
 
 def _kept_turn(keeper: Keeper, claim: Claim, agent: Agent, turn: Turn, completion_id: str,
-               created: int) -> tuple[AgentResult, float, Turn]:
+               created: int, stop: CallStop | None = None) -> tuple[AgentResult, float, Turn]:
     """``_timed_turn`` under the key (``Keeper.run``): its outcome is saved with the turn (``KeptTurn``)."""
     kept = KeptTurn(keeper, claim, completion_id, created, turn)
-    return keeper.run(claim, lambda: _timed_turn(agent, turn, kept),
+    return keeper.run(claim, lambda: _timed_turn(agent, turn, kept, stop),
                       lambda got: kept.left_to_keep(got[2], finished(got[0])))
 
 
@@ -301,17 +315,71 @@ async def holding(keeper: Keeper, claim: Claim, limiter: anyio.CapacityLimiter) 
             except Exception:  # noqa: BLE001 - the next renewal tries again
                 log.warning("renewing an idempotency key's lease failed", exc_info=True)
 
+    async with beside(renew):
+        yield
+
+
+@asynccontextmanager
+async def beside(task: Callable[[], Coroutine[Any, Any, None]]) -> AsyncIterator[None]:
+    """Run ``task`` while the block runs; it is cancelled when the block ends, and an error of the block is raised
+    as itself (not inside an exception group)."""
     failed: Exception | None = None
     async with anyio.create_task_group() as group:
-        group.start_soon(renew)
+        group.start_soon(task)
         try:
             yield
-        except Exception as exc:  # raised after the group, as itself (not inside an exception group)
+        except Exception as exc:
             failed = exc
         finally:
             group.cancel_scope.cancel()
     if failed is not None:
         raise failed
+
+
+#: The status of the answer to a client that left before it (nginx's "client closed request"): nobody reads it, and
+#: uvicorn sends and logs nothing for a client gone; an ASGI middleware in front sees this status.
+CLIENT_CLOSED = 499
+
+
+@asynccontextmanager
+async def until_client_leaves(receive: Receive, stop: CallStop, gateway: Gateway, claim: Claim | None, *,
+                              then: anyio.CancelScope | None = None) -> AsyncIterator[anyio.CancelScope]:
+    """While the block runs (a turn, its request body read whole): when the client closes its connection, ``stop``
+    the turn (its model call's connection is shut down, nothing of it is saved), give its idempotency key back at
+    once, so the client's retry runs the turn rather than meet 409 while this one winds down (the turn, no longer
+    the key's holder, cannot save: ``SavedOutcome`` refuses), then cancel ``then``. The block gets the watcher's
+    scope: a block that answers inside it cancels that first, since the server's ``receive`` says
+    ``http.disconnect`` once the answer is complete too."""
+    watching = anyio.CancelScope()
+
+    async def watch() -> None:
+        with watching:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            await client_gone(stop, "the client closed its connection", gateway, claim)
+            if then is not None:
+                then.cancel()
+
+    async with beside(watch):
+        yield watching
+
+
+async def client_gone(stop: CallStop, reason: str, gateway: Gateway, claim: Claim | None) -> None:
+    """Stop a turn whose client left (``reason``) and give its key back (see ``until_client_leaves``)."""
+    if not stop.stop(reason) or claim is None:
+        return
+    await anyio.to_thread.run_sync(gateway.keeper.release, claim, limiter=gateway.memory_limiter)
+
+
+def client_left(turn: Turn, stop: CallStop, *, stored: bool) -> None:
+    """The log line of a turn whose client left before its answer (the trace's spans say it too)."""
+    where = f"agent {turn.agent!r}, thread {turn.thread_id!r}, resource {turn.resource_id!r}"
+    if stored:
+        log.info("a client left once its turn was stored (%s; %s): a retry with its Idempotency-Key gets the answer, "
+                 "one without stores the turn again", stop.reason, where)
+    else:
+        log.warning("a client left before its turn's answer (%s; %s): its model call was stopped and nothing of the "
+                    "turn was saved", stop.reason, where)
 
 
 def sweep_task(gateway: Gateway, claim: Claim | None) -> BackgroundTask | None:
@@ -408,6 +476,7 @@ class TurnStream(Response):
         # The request's idempotency key: its outcome is kept once the turn is stored, before the client sees the
         # end, so a client that leaves after that point gets the stored answer when it retries.
         self.claim = claim
+        self.stop = CallStop()  # stopped when the client leaves (``until_client_leaves``) or reads nothing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.claim is None:
@@ -424,28 +493,32 @@ class TurnStream(Response):
         # one that stops reading holds at most this much (plus the socket's buffers) in memory.
         sender, events = anyio.create_memory_object_stream[Any](max_buffer_size=64)
         send = _with_deadline(send, self.gateway.stream_write_timeout)
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._produce, sender)
-            async with events:
-                first = await _next(events)
-                if isinstance(first, _Failed):
-                    reply = classify(first.exc)
-                    await JSONResponse(reply.body, status_code=reply.status, headers=reply.headers or None)(
-                        scope, receive, send)
-                    return
-                try:
-                    await send({"type": "http.response.start", "status": 200, "headers": self._sse_headers()})
-                    group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
-                    await self._relay(first, events, send)
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                except TimeoutError:
-                    # Closing the channel (leaving this block) makes the producer's next send fail, so
-                    # the turn is abandoned and its worker released; the connection is then closed.
-                    log.warning("a client read nothing of a streamed reply for %gs; it was dropped and its turn "
-                                "abandoned", self.gateway.stream_write_timeout)
-            group.cancel_scope.cancel()  # stops the disconnect watcher; the producer has finished
+        # The client is watched from the start: one that leaves before the first event (a model still reading a long
+        # prompt) stops the turn too. Leaving cancels the relay; the producer then finishes, its turn stopped.
+        with anyio.CancelScope() as relay:
+            async with until_client_leaves(receive, self.stop, self.gateway, self.claim, then=relay) as watching, \
+                    anyio.create_task_group() as group:
+                group.start_soon(self._produce, sender)
+                async with events:
+                    first = await _next(events)
+                    if isinstance(first, _Failed):
+                        reply = classify(first.exc)
+                        watching.cancel()  # (the turn has ended)
+                        await JSONResponse(reply.body, status_code=reply.status, headers=reply.headers or None)(
+                            scope, receive, send)
+                        return
+                    try:
+                        await send({"type": "http.response.start", "status": 200, "headers": self._sse_headers()})
+                        await self._relay(first, events, send, watching)
+                    except TimeoutError:
+                        # Closing the channel (leaving this block) makes the producer's next send fail, so the
+                        # turn is abandoned and its worker released; the connection is then closed.
+                        seconds = self.gateway.stream_write_timeout
+                        await client_gone(self.stop, f"the client read nothing of the reply for {seconds:g}s",
+                                          self.gateway, self.claim)
 
-    async def _relay(self, event: Any, events: MemoryObjectReceiveStream[Any], send: Send) -> None:
+    async def _relay(self, event: Any, events: MemoryObjectReceiveStream[Any], send: Send,
+                     watching: anyio.CancelScope) -> None:
         await self._sse(send, self._chunk({"role": "assistant", "content": ""}))
         while event is not None:
             if isinstance(event, TextDelta):
@@ -464,6 +537,8 @@ class TurnStream(Response):
                 break
             event = await _next(events)
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
+        watching.cancel()  # the answer is complete: the disconnect the server reports next is not the client leaving
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _produce(self, sender: MemoryObjectSendStream[Any]) -> None:
         async with sender:
@@ -474,22 +549,30 @@ class TurnStream(Response):
         events: Generator[TurnEvent, None, None] | None = None
         claim, settled = self.claim, self.claim is None
         keeper = self.gateway.keeper
+        stored = False
         try:
             # Before the first event is sent, so the reply's headers name the thread actually used.
             self.turn = resolve_thread(self.agent, self.turn)
             kept = KeptTurn(keeper, claim, self.completion_id, self.created, self.turn) if claim is not None else None
-            events = turn_events(self.agent, self.turn, kept)
+            events = turn_events(self.agent, self.turn, kept, self.stop)
             for event in events:
-                if isinstance(event, TurnFinished) and claim is not None and kept is not None:
-                    # The turn is stored with its answer (``Agent.stream`` saves before ``finish``); else keep it now.
-                    left = kept.left_to_keep(self.turn, event)
-                    if left is not None:
-                        keep_outcome(keeper, claim, left, self.turn)
-                    settled = True
+                if isinstance(event, TurnFinished):
+                    stored = True  # (``Agent.stream`` saves before ``finish``)
+                    if claim is not None and kept is not None:
+                        # The turn is stored with its answer; else (a memory that saved nothing) keep it now.
+                        left = kept.left_to_keep(self.turn, event)
+                        if left is not None:
+                            keep_outcome(keeper, claim, left, self.turn)
+                        settled = True
                 anyio.from_thread.run(sender.send, event)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            log.info("client left during a streamed reply; the turn was stopped at that point")
+            # The relay was left: its client went away (or read nothing); closing the events below abandons the turn.
+            self.stop.stop("the reply could not be sent")
+            client_left(self.turn, self.stop, stored=stored)
         except Exception as exc:  # noqa: BLE001 - reported to the client as an error response/event
+            if self.stop.stopped:  # its client left: nobody to report to, and nothing was saved
+                client_left(self.turn, self.stop, stored=False)
+                return
             if isinstance(exc, MessageTooLargeError):
                 exc = reply_too_large(exc, self.turn)
             if claim is not None and not settled:
@@ -536,14 +619,6 @@ async def _next(events: MemoryObjectReceiveStream[Any]) -> TurnEvent | _Failed |
         return await events.receive()  # type: ignore[no-any-return]
     except anyio.EndOfStream:
         return None
-
-
-async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            scope.cancel()
-            return
 
 
 def routes() -> list[Route]:

@@ -24,14 +24,17 @@ produces them; otherwise the turn runs with ``generate`` and its text is cut int
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import uuid
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from core.agent import Agent, AgentResult, SaveWith, TurnOutcome
 from core.agent_stream import AgentStream
+from core.llm.stopping import CallStop
 from core.gateway.access import ANYONE, Caller
 from core.gateway.errors import bad_request
 from core.gateway.idempotency import single_header
@@ -235,11 +238,12 @@ client_id = _id
 # -- running ----------------------------------------------------------------------------------------
 
 
-def run_turn(agent: Agent, turn: Turn, save_with: SaveWith | None = None) -> AgentResult:
+def run_turn(agent: Agent, turn: Turn, save_with: SaveWith | None = None, stop: CallStop | None = None) -> AgentResult:
     """The whole turn, synchronously (the gateway calls this on a worker thread). ``save_with``: as
-    ``Agent.generate``'s (an idempotency key's outcome, saved with the turn)."""
+    ``Agent.generate``'s (an idempotency key's outcome, saved with the turn); ``stop``: triggered when the client
+    leaves."""
     return agent.generate(turn.message, memory=turn.memory_arg(), request_context=turn.request_context(),
-                          **_saving(save_with))
+                          **_extras(agent.generate, save_with, stop))
 
 
 def finished(result: AgentResult | TurnOutcome) -> TurnFinished:
@@ -251,17 +255,32 @@ def openai_finish_reason(reason: str | None) -> str:
     return _FINISH.get(reason or "stop", "stop")
 
 
-def turn_events(agent: Agent, turn: Turn, save_with: SaveWith | None = None) -> Generator[TurnEvent, None, None]:
+def turn_events(agent: Agent, turn: Turn, save_with: SaveWith | None = None,
+                stop: CallStop | None = None) -> Generator[TurnEvent, None, None]:
     """The turn as text deltas and a final ``TurnFinished``; runs on a worker thread."""
     yield from _from_agent_stream(
         agent.stream(turn.message, memory=turn.memory_arg(), request_context=turn.request_context(),
-                     **_saving(save_with)))
+                     **_extras(agent.stream, save_with, stop)))
 
 
-def _saving(save_with: SaveWith | None) -> dict[str, Any]:
-    """``save_with`` only when there is one: an ``Agent`` subclass whose ``generate``/``stream`` predates it (or
-    takes no such argument) still serves requests without a key."""
-    return {} if save_with is None else {"save_with": save_with}
+def _extras(call: Callable[..., Any], save_with: SaveWith | None, stop: CallStop | None) -> dict[str, Any]:
+    """``save_with`` only when there is one, and ``stop`` only to a ``call`` that takes it: an ``Agent`` subclass
+    whose ``generate``/``stream`` predates them (or takes no such argument) still serves requests without a key,
+    and runs to its end when its client leaves (a plain turn is then stored; a streamed one's stream is closed,
+    which saves nothing)."""
+    extras: dict[str, Any] = {} if save_with is None else {"save_with": save_with}
+    if stop is not None and _takes_stop(getattr(call, "__func__", call)):
+        extras["stop"] = stop
+    return extras
+
+
+@functools.lru_cache(maxsize=64)
+def _takes_stop(function: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "stop" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def _from_agent_stream(stream: AgentStream) -> Generator[TurnEvent, None, None]:

@@ -26,7 +26,8 @@ from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, where_to_put_key
 from core.llm.request_hook import RequestWatch
 from core.llm.wire import OPENAI_PYTHON_WIRE, StreamAssembler, request_body, result_from_completion
-from core.llm.yielding import BackgroundCall, current_call
+from core.llm.stopping import CallStop, current_stop
+from core.llm.yielding import BackgroundCall, current_call, yields_by_default
 from core.redaction import MIN_SECRET_LENGTH, PLACEHOLDER_KEYS
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class OpenAICompatibleModel:
             keyring_username=keyring_username, environ=environ)
         self._client = openai_client(base_url, self._key, timeout=timeout, default_headers=default_headers)
         self._http = _WATCH.watch(self._client)  # the httpx client its requests go through, hooked
-        self._background_client: Any = None  # made by ``_yielding_client`` when first needed
+        self._own_connections: tuple[Any, Any] | None = None  # made by ``_interruptible`` when first needed
         if self._http is None:
             log.info("the OpenAI client has no httpx request hooks: turn records keep no bytes hash")
 
@@ -145,8 +146,8 @@ class OpenAICompatibleModel:
 
     def close(self) -> None:
         self._client.close()
-        if self._background_client is not None:
-            self._background_client.close()
+        if self._own_connections is not None:
+            self._own_connections[0].close()
 
     def __enter__(self) -> OpenAICompatibleModel:
         return self
@@ -170,36 +171,46 @@ class OpenAICompatibleModel:
         body = self._body(messages, tools, temperature, max_tokens, settings, tool_choice)
         wait = self.timeout if timeout is None else timeout
         endpoint = f"{self.base_url}/chat/completions"
-        # A background call that may give way to a turn (``core.llm.yielding``) goes out on a connection
-        # of its own, which a turn's call shuts down to stop it (its bytes are not read: no record keeps them).
-        background = current_call()
-        client = self._client if background is None else self._yielding_client()
-        with self._sending() as sent:
+        background, stop = current_call(), current_stop()
+        client, http = self._client_for(background, stop)
+        with self._sending(http) as sent:
             response = self._with_retries(
                 lambda: client.chat.completions.create(**body, timeout=wait),
-                endpoint=endpoint, timeout=wait, uncapped=not _caps_length(body), background=background)
+                endpoint=endpoint, timeout=wait, uncapped=not _caps_length(body), background=background, stop=stop)
+        if stop is not None:
+            stop.check(self.model_id)  # a hosted API's reply that came all the same: nobody reads it
         result = result_from_completion(self._completion_dict(response, endpoint), model_id=self.model_id)
         return replace(result, sent=sent.raw)
 
-    def _yielding_client(self) -> Any:
-        """This model's client for background calls that may be cancelled: no connection is kept or
-        reused (each request's own is known to its call, through the ``trace`` extension), so shutting
-        a call's connection down stops that call only."""
+    def _client_for(self, background: BackgroundCall | None, stop: CallStop | None) -> tuple[Any, Any]:
+        """The OpenAI client a call goes out on, and its watched ``httpx`` client. A background call that may give
+        way to a turn (``core.llm.yielding``), or a turn's call that may be stopped (``core.llm.stopping``) to a
+        server where a new connection costs nothing, goes out on a connection of its own, which is shut down to
+        stop it; any other call on the pooled client."""
+        if background is not None or (stop is not None and yields_by_default(self)):
+            return self._interruptible()
+        return self._client, self._http
+
+    def _interruptible(self) -> tuple[Any, Any]:
+        """This model's client for calls that may be interrupted: no connection is kept or reused (each
+        request's own is known to its call, through the ``trace`` extension), so shutting a call's
+        connection down stops that call only."""
         with _YIELDING_LOCK:
-            if self._background_client is None:
+            if self._own_connections is None:
                 import openai
 
                 limits = type(openai.DEFAULT_CONNECTION_LIMITS)(max_connections=100, max_keepalive_connections=0)
                 http = openai.DefaultHttpxClient(limits=limits, event_hooks={"request": [_attach_connection]})
-                self._background_client = self._client.with_options(http_client=http)
-            return self._background_client
+                client = self._client.with_options(http_client=http)
+                self._own_connections = (client, _WATCH.watch(client))
+            return self._own_connections
 
     @contextmanager
-    def _sending(self) -> Iterator[_Sent]:
-        """While a model call is made: its request's bytes as the client sends them (``ChatResult.sent``,
-        read by the request hook ``_WATCH`` added; None when it could not be added or read)."""
-        sent = _Sent(self._http)
-        token = _SENDING.set(sent if self._http is not None else None)
+    def _sending(self, http: Any) -> Iterator[_Sent]:
+        """While a model call is made through ``http``: its request's bytes as the client sends them
+        (``ChatResult.sent``, read by the request hook ``_WATCH`` added; None when it could not be added or read)."""
+        sent = _Sent(http)
+        token = _SENDING.set(sent if http is not None else None)
         try:
             yield sent
         finally:
@@ -243,30 +254,43 @@ class OpenAICompatibleModel:
         body.update(self.transport(streaming=True))
         wait = self.timeout if timeout is None else timeout
         endpoint = f"{self.base_url}/chat/completions"
-        with self._sending() as sent:
+        stop = current_stop()
+        client, http = self._client_for(None, stop)
+        with self._sending(http) as sent:
             sdk_stream = self._with_retries(
-                lambda: self._client.chat.completions.create(**body, timeout=wait),
-                endpoint=endpoint, timeout=wait)
-        return self._iterate(sdk_stream, endpoint, wait, sent.raw)
+                lambda: client.chat.completions.create(**body, timeout=wait),
+                endpoint=endpoint, timeout=wait, stop=stop)
+        return self._iterate(sdk_stream, endpoint, wait, sent.raw, stop)
 
-    def _iterate(self, sdk_stream: Any, endpoint: str, wait: float, sent: bytes | None = None) -> Iterator[ChatChunk]:
+    def _iterate(self, sdk_stream: Any, endpoint: str, wait: float, sent: bytes | None = None,
+                 stop: CallStop | None = None) -> Iterator[ChatChunk]:
         import openai
 
         assembler = StreamAssembler(model_id=self.model_id)
         try:
             for event in sdk_stream:
+                if stop is not None:
+                    stop.check(self.model_id)
                 to_dict = getattr(event, "to_dict", None)
                 if to_dict is None:
                     raise self._bad_reply(f"a stream event is not a JSON chunk (got {_preview(event)})", endpoint)
                 chunk = assembler.feed(to_dict(mode="json", warnings=False))
                 if chunk is not None:
                     yield chunk
-        except openai.OpenAIError as exc:
-            raise self._error(exc, endpoint=endpoint, attempts=1, timeout=wait) from exc
-        except json.JSONDecodeError as exc:
-            raise self._bad_reply(f"a stream event is not valid JSON ({exc.msg})", endpoint) from exc
+        except Exception as exc:
+            if stop is not None:
+                # Its connection was shut down to stop it (httpx's read error is not wrapped by the SDK here): not
+                # the server failing.
+                stop.check(self.model_id)
+            if isinstance(exc, json.JSONDecodeError):
+                raise self._bad_reply(f"a stream event is not valid JSON ({exc.msg})", endpoint) from exc
+            if isinstance(exc, openai.OpenAIError):
+                raise self._error(exc, endpoint=endpoint, attempts=1, timeout=wait) from exc
+            raise
         finally:
             sdk_stream.close()
+        if stop is not None:
+            stop.check(self.model_id)  # the stream that ended because its connection was shut down
         if not assembler.finished:
             # A cut connection looks like a short reply; handing it on as complete would store a
             # truncated answer as if the model had said it.
@@ -313,7 +337,8 @@ class OpenAICompatibleModel:
         return body
 
     def _with_retries(self, call: Callable[[], _T], *, endpoint: str, timeout: float,
-                      method: str = "POST", uncapped: bool = False, background: BackgroundCall | None = None) -> _T:
+                      method: str = "POST", uncapped: bool = False, background: BackgroundCall | None = None,
+                      stop: CallStop | None = None) -> _T:
         def error(exc: openai.OpenAIError, attempts: int) -> ModelError:
             return self._error(exc, endpoint=endpoint, attempts=attempts, timeout=timeout, method=method,
                                uncapped=uncapped)
@@ -327,15 +352,23 @@ class OpenAICompatibleModel:
                       f"{self.retry.max_retry_after:g}s we wait; try again later"),
             )
 
-        def checked() -> _T:
+        def interrupted() -> None:
             if background is not None and background.cancelled:
                 raise background.yielded(self.model_id, endpoint)
+            if stop is not None:
+                stop.check(self.model_id)
+
+        def checked() -> _T:
+            interrupted()
             try:
                 return call()
             except Exception as exc:
-                # A connection shut down because a turn needed the server: not a failure, not retried here.
-                if background is not None and background.cancelled:
-                    raise background.yielded(self.model_id, endpoint) from exc
+                # A connection shut down because a turn needed the server, or because nobody waits for the
+                # reply any more: not a failure, not retried here.
+                try:
+                    interrupted()
+                except ModelError as why:
+                    raise why from exc
                 if not isinstance(exc, json.JSONDecodeError):
                     raise
                 # The SDK parses a body labelled JSON itself; an HTML page or a cut-off body fails there.
@@ -435,10 +468,11 @@ _YIELDING_LOCK = threading.Lock()
 
 
 def _attach_connection(request: Any) -> None:
-    """The request hook of the client for background calls: the call's connections are handed to it
-    as they open (``connect_tcp``, then ``start_tls`` for HTTPS), so a turn can shut them down."""
-    call = current_call()
-    if call is None:
+    """The request hook of the client for calls that may be interrupted: the call's connections are handed to
+    its background call (a turn's call shuts them down) and to its turn's stop (the gateway shuts them down when
+    the client leaves) as they open (``connect_tcp``, then ``start_tls`` for HTTPS)."""
+    holders = [h for h in (current_call(), current_stop()) if h is not None]
+    if not holders:
         return
 
     def trace(event: str, info: dict[str, Any]) -> None:
@@ -446,7 +480,8 @@ def _attach_connection(request: Any) -> None:
             stream = info.get("return_value")
             sock = stream.get_extra_info("socket") if stream is not None else None
             if sock is not None:
-                call.attach(sock)
+                for holder in holders:
+                    holder.attach(sock)
 
     request.extensions["trace"] = trace
 

@@ -42,6 +42,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from core.llm.base import ModelError, StoppableModel
+from core.llm.stopping import shut
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class BackgroundCall:
 
     def attach(self, sock: socket.socket) -> None:
         """The connection this call's request goes out on: shut down at once when already cancelled."""
-        self.on_cancel(lambda: _shut(sock))
+        self.on_cancel(lambda: shut(sock))
 
     def on_cancel(self, stop: Callable[[], None]) -> None:
         """How to stop this call (close its response, shut its socket): run when a turn's call cancels
@@ -132,14 +133,6 @@ class BackgroundCall:
         found it running and left it)."""
         with self._lock:
             return {"notYielded": [dict(k) for k in self.kept]} if self.kept else {}
-
-
-def _shut(sock: socket.socket) -> None:
-    # shutdown (not close) wakes the thread blocked reading the reply and sends the server a FIN.
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed: nothing to stop
 
 
 def _run_stop(stop: Callable[[], None]) -> None:

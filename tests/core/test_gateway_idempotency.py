@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import threading
 import time
 import uuid
@@ -124,38 +125,76 @@ def call(server: GatewayServer, method: str, path: str, body: Any, headers: dict
     return status, data, headers_back
 
 
-def test_a_retry_after_a_lost_response_stores_the_turn_once(server, memory, model):
-    """The client's timeout runs out while the model works (the first response is lost); its one retry carries the
-    same key, arrives once the first request finished, and gets its answer: one turn stored, one model call."""
-    model.gate.clear()
+class StoredThenHeld(Agent):
+    """``Agent.generate`` held by the test after the turn is stored, before its answer is sent."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stored, self.release = threading.Event(), threading.Event()
+
+    def generate(self, message, **kwargs):  # type: ignore[override]
+        result = super().generate(message, **kwargs)
+        self.stored.set()
+        assert self.release.wait(60)
+        return result
+
+
+def test_a_retry_after_a_lost_response_stores_the_turn_once(memory, model):
+    """The client's timeout runs out after the turn was stored, before its answer came (the response is lost); its
+    one retry carries the same key, arrives once the first request finished, and gets its answer: one turn stored,
+    one model call. (A client that gives up before the turn is stored stops it: test_gateway_client_gone.py.)"""
+    agent = StoredThenHeld("echo", instructions="Echo.", model=ScriptedModel(model), memory=memory, tracer=False)
     attempts: list[httpx.Request] = []
 
     def on_request(request: httpx.Request) -> None:
         attempts.append(request)
         if len(attempts) == 2:  # the retry: let the first request finish before it is sent
-            model.gate.set()
+            agent.release.set()
             wait_until(lambda: done(memory, "retry-1"), "the first request to finish")
 
-    http_client = httpx.Client(event_hooks={"request": [on_request]})
-    retrying = client(server, max_retries=1, timeout=0.5, http_client=http_client)
-    reply = retrying.chat.completions.with_raw_response.create(
-        model="echo", messages=[user("book a table")], metadata={"thread_id": "t1", "resource_id": "ada"},
-        extra_headers={KEY: "retry-1"})
-    assert len(attempts) == 2 and attempts[0].headers[KEY] == attempts[1].headers[KEY] == "retry-1"
-    assert reply.headers["idempotent-replayed"] == "true"
-    assert reply.parse().choices[0].message.content == "1 user message(s); last: book a table"
-    assert model.calls == 1
-    assert stored(memory, "t1") == [("user", "book a table"), ("assistant", "1 user message(s); last: book a table")]
-    # The same request sent again later gets the same completion, id included.
-    again = client(server).chat.completions.with_raw_response.create(
-        model="echo", messages=[user("book a table")], metadata={"thread_id": "t1", "resource_id": "ada"},
-        extra_headers={KEY: "retry-1"})
-    assert again.parse().id == reply.parse().id and model.calls == 1
-    http_client.close()
+    with GatewayServer(create_app([agent], idempotency=IdempotencySettings(lease=30))) as server:
+        http_client = httpx.Client(event_hooks={"request": [on_request]})
+        retrying = client(server, max_retries=1, timeout=0.5, http_client=http_client)
+        reply = retrying.chat.completions.with_raw_response.create(
+            model="echo", messages=[user("book a table")], metadata={"thread_id": "t1", "resource_id": "ada"},
+            extra_headers={KEY: "retry-1"})
+        assert agent.stored.is_set()
+        assert len(attempts) == 2 and attempts[0].headers[KEY] == attempts[1].headers[KEY] == "retry-1"
+        assert reply.headers["idempotent-replayed"] == "true"
+        assert reply.parse().choices[0].message.content == "1 user message(s); last: book a table"
+        assert model.calls == 1
+        assert stored(memory, "t1") == [("user", "book a table"),
+                                        ("assistant", "1 user message(s); last: book a table")]
+        # The same request sent again later gets the same completion, id included.
+        again = client(server).chat.completions.with_raw_response.create(
+            model="echo", messages=[user("book a table")], metadata={"thread_id": "t1", "resource_id": "ada"},
+            extra_headers={KEY: "retry-1"})
+        assert again.parse().id == reply.parse().id and model.calls == 1
+        http_client.close()
 
 
-def test_without_a_key_a_lost_response_is_stored_twice(server, memory, model):
+def test_without_a_key_a_response_lost_after_the_store_is_stored_twice(memory, model):
     """What the keys are for: the same lost response without one, and the client's retry stores the turn again."""
+    agent = StoredThenHeld("echo", instructions="Echo.", model=ScriptedModel(model), memory=memory, tracer=False)
+    attempts: list[httpx.Request] = []
+
+    def on_request(request: httpx.Request) -> None:
+        attempts.append(request)
+        if len(attempts) == 2:
+            agent.release.set()
+
+    with GatewayServer(create_app([agent])) as server, \
+            httpx.Client(event_hooks={"request": [on_request]}) as http_client:
+        client(server, max_retries=1, timeout=0.5, http_client=http_client).chat.completions.create(
+            model="echo", messages=[user("book a table")], metadata={"thread_id": "t1", "resource_id": "ada"})
+    assert model.calls == 2 and len(stored(memory, "t1")) == 4
+
+
+def test_without_a_key_a_turn_whose_client_gave_up_is_not_stored_and_its_retry_stores_it_once(server, memory, model,
+                                                                                              caplog):
+    """The client gives up while the model works: that turn is stopped and stores nothing (the scripted model, with
+    no connection to shut, runs on and its reply is thrown away), so the retry's turn is the only one stored."""
+    caplog.set_level(logging.INFO, logger="core.gateway.openai_routes")
     model.gate.clear()
     attempts: list[httpx.Request] = []
 
@@ -163,12 +202,16 @@ def test_without_a_key_a_lost_response_is_stored_twice(server, memory, model):
         attempts.append(request)
         if len(attempts) == 2:
             model.gate.set()
-            wait_until(lambda: len(stored(memory, "t1")) == 2, "the first request to store its turn")
 
     with httpx.Client(event_hooks={"request": [on_request]}) as http_client:
-        client(server, max_retries=1, timeout=0.5, http_client=http_client).chat.completions.create(
+        answer = client(server, max_retries=1, timeout=0.5, http_client=http_client).chat.completions.create(
             model="echo", messages=[user("book a table")], metadata={"thread_id": "t1", "resource_id": "ada"})
-    assert model.calls == 2 and len(stored(memory, "t1")) == 4
+    # The first turn has ended (its reply thrown away) once the gateway says so.
+    wait_until(lambda: any(r.getMessage().startswith("a client left before its turn's answer") for r in caplog.records),
+               "the first turn to end")
+    assert answer.choices[0].message.content == "1 user message(s); last: book a table"
+    assert model.calls == 2
+    assert stored(memory, "t1") == [("user", "book a table"), ("assistant", "1 user message(s); last: book a table")]
 
 
 def test_a_repeat_while_the_first_runs_is_409_then_gets_the_answer(server, memory, model):

@@ -1,0 +1,117 @@
+"""Stopping a turn's model call once nobody waits for its reply.
+
+The gateway runs a turn for an HTTP client; when that client closes its connection (its timeout ran out,
+it was interrupted) nobody will read the reply, and a local server with one slot (llama.cpp
+``n_parallel=1``) would go on generating it while later turns queue. ``CallStop`` is the turn's signal:
+``stop(reason)``, from any thread, marks it and shuts down the connection of the model call in flight
+(llama.cpp and Ollama stop generating when their client's connection closes), and the call raises
+``CallStopped``. The agent arms it around its own model calls only (``armed``), so a memory processor's
+call made during the turn (a synchronous observer) is never cut short by it.
+
+A connection is shut only where the call has one of its own: ``OpenAICompatibleModel`` sends an armed call
+to a server on this machine or a private network (``yielding.yields_by_default``, where a new connection
+costs nothing) on a connection not kept for reuse. An armed call to a hosted API keeps its pooled
+connection: streamed, it stops at its next chunk; plain, its reply is waited for and thrown away. A model
+that is not an ``OpenAICompatibleModel`` is never interrupted; the agent still stops before its next call
+and before the save.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from core.llm.base import ModelError
+
+
+class Interruptible:
+    """Connections of model calls that another thread may shut down, once, saying why."""
+
+    def __init__(self) -> None:
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._why: str | None = None
+
+    @property
+    def interrupted_by(self) -> str | None:
+        return self._why
+
+    def attach(self, sock: socket.socket) -> None:
+        """A connection a call of this one's goes out on: shut down at once when already interrupted."""
+        with self._lock:
+            self._sockets.append(sock)
+            late = self._why is not None
+        if late:
+            shut(sock)
+
+    def interrupt(self, why: str) -> bool:
+        """Mark this interrupted (``why``) and shut its connections down; False when it already was."""
+        with self._lock:
+            if self._why is not None:
+                return False
+            self._why = why
+            sockets = list(self._sockets)
+        for sock in sockets:
+            shut(sock)
+        return True
+
+
+def shut(sock: socket.socket) -> None:
+    # shutdown (not close) wakes the thread blocked reading the reply and sends the server a FIN.
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed: nothing to stop
+
+
+class CallStopped(ModelError):
+    """A turn's model call was stopped because nobody waits for its reply any more (``reason``). The turn
+    saves nothing; not a failure of the model, and not retried."""
+
+    def __init__(self, reason: str, *, model_id: str) -> None:
+        self.reason = reason
+        super().__init__(f"the call was stopped: {reason}; nothing of this turn was saved", model_id=model_id)
+
+
+class CallStop(Interruptible):
+    """One turn's stop signal (see the module doc)."""
+
+    @property
+    def stopped(self) -> bool:
+        return self._why is not None
+
+    @property
+    def reason(self) -> str | None:
+        return self._why
+
+    def stop(self, reason: str) -> bool:
+        """Stop the turn's model calls (the one in flight, and every later one); False when already stopped."""
+        return self.interrupt(reason)
+
+    def check(self, model_id: str) -> None:
+        """Raise ``CallStopped`` once stopped."""
+        if self._why is not None:
+            raise CallStopped(self._why, model_id=model_id)
+
+
+@contextmanager
+def armed(stop: CallStop | None) -> Iterator[None]:
+    """The block's model calls answer to ``stop`` (``current_stop``); None: to nothing."""
+    token = _ARMED.set(stop)
+    try:
+        yield
+    finally:
+        _ARMED.reset(token)
+
+
+def current_stop() -> CallStop | None:
+    """The stop the model call being made in this thread answers to, if any (``armed``)."""
+    return _ARMED.get()
+
+
+_ARMED: contextvars.ContextVar[CallStop | None] = contextvars.ContextVar("memory_studio_call_stop", default=None)
+
+__all__ = ["CallStop", "CallStopped", "Interruptible", "armed", "current_stop", "shut"]
