@@ -84,8 +84,8 @@ class WaitingConnection:
     def __init__(self, raw: Any) -> None:
         object.__setattr__(self, "_raw", raw)
         object.__setattr__(self, "reading", False)
-        #: Its busy timeout is 0 (a read set it so; ``Database`` keeps this true). It starts at
-        #: ``BUSY_TIMEOUT_MS`` (``Database._on_connect``).
+        #: Its busy timeout is 0, as ``Database._on_connect`` and every read set it; what takes the
+        #: connection for anything else sets ``BUSY_TIMEOUT_MS`` and this false (``Database`` keeps it true).
         object.__setattr__(self, "busy_timeout_zero", False)
 
     def set_busy_timeout(self, ms: int) -> None:
