@@ -8,12 +8,8 @@ database is migrated only by an explicit ``migrate()`` call.
 
 from __future__ import annotations
 
-import itertools
 import os
-import random
 import threading
-import time
-import weakref
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, ClassVar, Iterator, Sequence
@@ -21,7 +17,7 @@ from typing import Callable, ClassVar, Iterator, Sequence
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
-from core.storage import catalog, driver_sql, engine_watch, frozen_file, migrations
+from core.storage import catalog, driver_sql, engine_watch, frozen_file, migrations, reading
 from core.storage.capabilities import LIBSQL, Capabilities
 from core.storage.errors import (  # re-exported: the errors were defined here first
     CorruptDatabaseError as CorruptDatabaseError,
@@ -37,21 +33,10 @@ from core.storage.errors import (  # re-exported: the errors were defined here f
     UnreadableValueError as UnreadableValueError,
 )
 from core.storage.paths import DatabaseLocationError, ResolvedPath, ensure_parent
+from core.storage.reading import read_token as read_token  # re-exported: defined here first
 
-BUSY_TIMEOUT_MS = 10_000
 #: Read connections ``reads()`` keeps between blocks (more threads reading at once use the pool).
 _KEPT_READ_CONNECTIONS = 4
-# ``read()`` numbers every read (``read_token``): held beside the connection object, never in it, so
-# ending a read touches nothing of a connection a driver fault has just invalidated.
-_READ_TOKENS: "weakref.WeakKeyDictionary[sa.Connection, int]" = weakref.WeakKeyDictionary()
-_READS = itertools.count(1)
-
-
-def read_token(conn: sa.Connection) -> int | None:
-    """Which ``Database.read()`` ``conn`` is serving: a number no other read gets, also when one kept
-    connection serves many reads (``reads()``), so a cache may keep an answer for the rest of one read
-    and never past it. None for a connection outside ``read()`` (a write, or one made elsewhere)."""
-    return _READ_TOKENS.get(conn)
 
 # ``change_fingerprint``: the newest thread and resource changes, and the messages' count and rowid.
 FINGERPRINT_SQL = """
@@ -108,8 +93,8 @@ def translate_driver_error(location: ResolvedPath, exc: BaseException) -> Storag
     if "database is locked" in low or "database table is locked" in low or "database is busy" in low:
         return DatabaseBusyError(
             f"{display} is busy: another writer (an agent, the Studio, another command) held its write lock for "
-            f"longer than the busy timeout ({BUSY_TIMEOUT_MS // 1000} s), so nothing was written. Try again when "
-            "it has finished, or close the other program."
+            f"longer than the busy timeout ({reading.BUSY_TIMEOUT_MS // 1000} s), so nothing was written. Try again "
+            "when it has finished, or close the other program."
         )
     if "disk is full" in low or "database or disk is full" in low or "no space left" in low:
         return DiskFullError(
@@ -180,6 +165,10 @@ class Database:
     #: Opened as a snapshot (SQLite's ``immutable``) because its folder cannot be written: the file's
     #: state then, which every read checks (``core.storage.frozen_file``). None: an ordinary open.
     frozen_at: "frozen_file.State | None" = None
+    #: A file: a read's connection has busy timeout 0 and its statements wait for another process's
+    #: lock in ``core.storage.reading`` with the GIL released (libsql-experimental keeps it while
+    #: SQLite's busy handler waits). Not for the in-memory database (no other process) nor Postgres.
+    _reads_wait_here: bool = False
 
     def __init__(self, location: ResolvedPath, *, read_only: bool = False, create: bool = True) -> None:
         self.location = location
@@ -203,6 +192,7 @@ class Database:
         # rollback on another thread would end a write transaction in flight, so reads queue on the
         # writers' lock too (a memory's background work reads while a turn writes).
         self._shared_connection = path is None
+        self._reads_wait_here = path is not None
         if path is not None:
             _check_file(path, create=create and not read_only)
             if not path.exists():
@@ -254,13 +244,20 @@ class Database:
         sa.event.listen(self.engine, "connect", self._on_connect)
         # ``engine.dispose()`` means "new connections from now on": the kept ones follow it.
         sa.event.listen(self.engine, "engine_disposed", self._drop_kept)
+        if self._reads_wait_here:  # its driver connections are ``reading.WaitingConnection``s
+            sa.event.listen(self.engine, "do_connect", _connect_waiting)
 
     def _look(self) -> None:
+        # The open's first read (a read like any other: it waits for another process's lock GIL-free).
         with self.engine.connect() as conn:
-            conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
-            self.is_empty = not catalog.has_user_tables(conn)
-            self.owned = self.is_empty or catalog.has_table(conn, migrations.MIGRATIONS_TABLE)
-            self.is_mastra = catalog.has_table(conn, "mastra_threads")
+            waiting = self._start_read(conn)
+            try:
+                conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
+                self.is_empty = not catalog.has_user_tables(conn)
+                self.owned = self.is_empty or catalog.has_table(conn, migrations.MIGRATIONS_TABLE)
+                self.is_mastra = catalog.has_table(conn, "mastra_threads")
+            finally:
+                _end_read(conn, waiting)
 
     def _open_frozen(self, path: Path, cause: BaseException) -> None:
         """Open ``path``, in a folder this user cannot write, as a snapshot when that shows all of it
@@ -304,11 +301,22 @@ class Database:
     # -- connections -------------------------------------------------------------------------
     def _on_connect(self, dbapi_conn: object, _record: object) -> None:
         cursor = dbapi_conn.cursor()  # type: ignore[attr-defined]
-        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # A rollback journal's file (``_connect_waiting``): setting ``synchronous`` reads the file, and
+        # another process's EXCLUSIVE lock would keep it (and the GIL) in SQLite's busy handler, so it
+        # waits GIL-free like a read, and the connection stays at 0 like a read's (``_busy_timeout_back``).
+        waits_here = type(dbapi_conn) is reading.WaitingConnection
+        if waits_here:
+            dbapi_conn.set_busy_timeout(0)  # type: ignore[attr-defined]
+        else:
+            cursor.execute(f"PRAGMA busy_timeout = {reading.BUSY_TIMEOUT_MS}")
         # In WAL mode NORMAL keeps the database consistent after a crash and avoids an fsync per commit.
-        # It is an optimisation: if another process holds the file at this instant, keep the default.
+        # It is an optimisation: if another process holds the file for longer than the busy timeout,
+        # keep the default.
         try:
-            cursor.execute("PRAGMA synchronous = NORMAL")
+            if waits_here:
+                reading.wait_while_busy(lambda: cursor.execute("PRAGMA synchronous = NORMAL"))
+            else:
+                cursor.execute("PRAGMA synchronous = NORMAL")
         except ValueError:
             pass
         if self.read_only:
@@ -319,9 +327,13 @@ class Database:
         if self.location.path is None:
             return
         with self.engine.connect() as conn:
+            _busy_timeout_back(conn)
             mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
             if str(mode).lower() != "wal":
                 conn.exec_driver_sql("PRAGMA journal_mode = WAL")
+                # Made in a rollback journal mode, it would wrap its reads for nothing: the pool makes
+                # a WAL one instead (``_connect_waiting``).
+                conn.invalidate()
 
     @property
     def concurrent_reads(self) -> bool:
@@ -398,13 +410,14 @@ class Database:
         held: sa.Connection | None = getattr(self._held, "conn", None)
         if held is not None:  # inside ``reads()``
             try:
+                waiting = None
                 try:
-                    _READ_TOKENS[held] = next(_READS)
+                    waiting = self._start_read(held)
                     yield held
                     if self.frozen_at is not None:
                         self._check_frozen()
                 finally:
-                    _READ_TOKENS.pop(held, None)
+                    _end_read(held, waiting)
                     held.rollback()
             except BaseException as exc:
                 self._raise_ours(exc)
@@ -412,17 +425,18 @@ class Database:
             return
         # Getting the connection and ending the transaction are inside the try too: against a
         # server, either can be where a lost connection shows.
-        if self._shared_connection and not self._writer.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
+        if self._shared_connection and not self._writer.acquire(timeout=reading.BUSY_TIMEOUT_MS / 1000):
             raise ValueError("database is locked (another thread kept writing for longer than the busy timeout)")
         try:
             with self.engine.connect() as conn:
+                waiting = None
                 try:
-                    _READ_TOKENS[conn] = next(_READS)
+                    waiting = self._start_read(conn)
                     yield conn
                     if self.frozen_at is not None:
                         self._check_frozen()
                 finally:
-                    _READ_TOKENS.pop(conn, None)
+                    _end_read(conn, waiting)
                     conn.rollback()
         except BaseException as exc:
             self._raise_ours(exc)
@@ -430,6 +444,21 @@ class Database:
         finally:
             if self._shared_connection:
                 self._writer.release()
+
+    def _start_read(self, conn: sa.Connection) -> reading.WaitingConnection | None:
+        """``conn`` serves a read: its own ``read_token``; on a file, busy timeout 0 and its statements
+        waiting for another process's lock GIL-free (``core.storage.reading``). Returns the driver
+        connection to tell when the read ends (kept here: the read may end with it invalidated)."""
+        reading.start_read(conn)
+        if not self._reads_wait_here:
+            return None
+        waiting = _waiting(conn)
+        if waiting is None:  # (WAL)
+            return None
+        if not waiting.busy_timeout_zero:
+            waiting.set_busy_timeout(0)
+        waiting.reading = True
+        return waiting
 
     def _check_frozen(self) -> None:
         assert self.frozen_at is not None and self.location.path is not None
@@ -463,7 +492,7 @@ class Database:
         # holding the write lock, until the busy timeout ran out. So writers of this process queue
         # on a Python lock (which releases the GIL), and waiting for another process's writer is a
         # retry loop that sleeps between attempts. SQLite allows one writer per file anyway.
-        if not self._writer.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
+        if not self._writer.acquire(timeout=reading.BUSY_TIMEOUT_MS / 1000):
             raise ValueError("database is locked (another thread kept writing for longer than the busy timeout)")
         try:
             kept = self._write_depth == 0 and not self._shared_connection
@@ -524,9 +553,13 @@ class Database:
         if conn is None:
             conn = self.engine.connect()
             try:
+                _busy_timeout_back(conn)  # (a read may have left it at 0)
                 wal = str(driver_sql.scalar(conn, "PRAGMA journal_mode")).lower() == "wal"
                 if wal:
                     driver_sql.execute(conn, "PRAGMA busy_timeout = 0")
+                    waiting = _waiting(conn)
+                    if waiting is not None:  # (made before the file turned WAL)
+                        waiting.busy_timeout_zero = True
             except BaseException:
                 _close_quietly(conn)
                 raise
@@ -625,6 +658,7 @@ class Database:
                      "every other writer of the file waits until it ends")
         try:
             with self._lock, self.engine.connect() as conn:
+                _busy_timeout_back(conn)
                 conn.exec_driver_sql("VACUUM")
                 conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
         except (sa.exc.DBAPIError, ValueError) as exc:
@@ -681,25 +715,51 @@ def _begin_immediate(conn: sa.Connection, *, busy_timeout_is_zero: bool = False)
     if conn.engine.url.database in (None, "", ":memory:"):
         driver_sql.execute(conn, "BEGIN IMMEDIATE")
         return
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-    delay = 0.001
     if not busy_timeout_is_zero:
         driver_sql.execute(conn, "PRAGMA busy_timeout = 0")
     try:
-        while True:
-            try:
-                driver_sql.execute(conn, "BEGIN IMMEDIATE")
-                return
-            except (ValueError, sa.exc.DBAPIError) as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc).lower():
-                    raise
-                if time.monotonic() >= deadline:
-                    raise
-            time.sleep(delay * random.uniform(0.5, 1.5))  # jitter: waiting processes do not retry in step
-            delay = min(delay * 2, 0.05)
+        reading.wait_while_busy(lambda: driver_sql.execute(conn, "BEGIN IMMEDIATE"))
     finally:
         if not busy_timeout_is_zero:
-            driver_sql.execute(conn, f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            driver_sql.execute(conn, f"PRAGMA busy_timeout = {reading.BUSY_TIMEOUT_MS}")
+            waiting = _waiting(conn)
+            if waiting is not None:
+                waiting.busy_timeout_zero = False
+
+
+def _waiting(conn: sa.Connection) -> reading.WaitingConnection | None:
+    """``conn``'s driver connection when its reads wait GIL-free (``_connect_waiting``), else None."""
+    driver = conn.connection.driver_connection
+    return driver if type(driver) is reading.WaitingConnection else None
+
+
+def _busy_timeout_back(conn: sa.Connection) -> None:
+    """A pooled connection about to run something that is not a read (a VACUUM, the kept writer's
+    setup): SQLite's busy handler waits again, as it did before a read set the timeout to 0."""
+    waiting = _waiting(conn)
+    if waiting is not None and waiting.busy_timeout_zero:
+        waiting.set_busy_timeout(reading.BUSY_TIMEOUT_MS)
+
+
+def _connect_waiting(dialect: sa.engine.Dialect, _record: object, cargs: Sequence[object],
+                     cparams: dict[str, object]) -> object:
+    """A file's driver connection (SQLAlchemy's ``do_connect``), made as SQLAlchemy would: in a rollback
+    journal mode a ``reading.WaitingConnection`` around it, whose reads wait for another process's lock
+    GIL-free. In WAL mode the driver's own: a WAL read meets no lock, and no other process can take the
+    file out of WAL while this connection is open (SQLite answers "database is locked"), so it costs
+    nothing there. (A file locked now, whose mode cannot be read, is taken as not WAL.)"""
+    raw = dialect.loaded_dbapi.connect(*cargs, **cparams)
+    try:
+        wal = str(raw.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+    except ValueError:  # (libSQL's errors: "database is locked")
+        wal = False
+    return raw if wal else reading.WaitingConnection(raw)
+
+
+def _end_read(conn: sa.Connection, waiting: reading.WaitingConnection | None) -> None:
+    reading.end_read(conn)
+    if waiting is not None:
+        waiting.reading = False
 
 
 def _check_file(path: Path, *, create: bool) -> None:

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QMessageBox
 
-import core.storage.database as database
+import core.storage.reading as reading
 from core import Memory, Message
 from studio.app import start
 from studio.commands import CommandPalette
@@ -258,7 +259,7 @@ con.execute("ROLLBACK")
 def test_locked_file(qtbot: Any, make_window: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "mastra-locked.db"
     make_mastra_db(path)  # rollback journal, as Mastra writes it: an exclusive lock blocks readers
-    monkeypatch.setattr(database, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(reading, "BUSY_TIMEOUT_MS", 200)
     locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(path)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -266,6 +267,55 @@ def test_locked_file(qtbot: Any, make_window: Any, tmp_path: Path, monkeypatch: 
         _expect_problem(qtbot, make_window(), path, "Database is locked", "Wait")
     finally:
         locker.communicate("", timeout=30)
+
+
+# Holds the lock until told, or 60 s (a watchdog: the window standing still would not tell it in time).
+HOLD_EXCLUSIVE = """
+import select, sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("BEGIN EXCLUSIVE")
+con.execute("UPDATE mastra_threads SET title = 'Renamed while locked'")
+print("locked", flush=True)
+told = select.select([sys.stdin], [], [], 60)[0]
+con.execute("COMMIT")
+print("released when told" if told else "released after 60 s: nobody told it", flush=True)
+"""
+
+
+def test_a_locked_file_opens_when_released_and_the_window_keeps_running_meanwhile(
+        qtbot: Any, make_window: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The open's first read meets another process's EXCLUSIVE lock (rollback journal, as Mastra writes):
+    it waits with the GIL free, so the UI thread keeps running (libsql-experimental's busy handler kept
+    the GIL: the window stood still for the busy timeout, then said the file was locked)."""
+    path = tmp_path / "mastra-held.db"
+    make_mastra_db(path)
+    # Longer than the locker's watchdog: a wait in SQLite's busy handler would hold the UI until it let go.
+    monkeypatch.setattr(reading, "BUSY_TIMEOUT_MS", 300_000)
+    locker = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+        window = make_window()
+        ticks = [0]
+        timer = QTimer(window)
+        timer.setInterval(5)
+        timer.timeout.connect(lambda: ticks.__setitem__(0, ticks[0] + 1))
+        timer.start()
+        window.open_database(str(path))  # (its worker meets the lock at once: its first connection)
+        qtbot.waitUntil(lambda: ticks[0] > 40, timeout=50_000)  # the UI thread ticks meanwhile
+        timer.stop()
+        assert window.session is None and not window.presenter.open  # still waiting: nothing failed
+        assert locker.stdin is not None
+        locker.stdin.write("\n")
+        locker.stdin.flush()
+        assert locker.stdout.readline().strip() == "released when told"  # the UI never stood still that long
+        assert locker.wait(30) == 0
+        _wait_open(qtbot, window)
+        assert window.resources.thread_rows() == [("user-42", "Renamed while locked", 2)]
+        assert not window.presenter.open
+    finally:
+        if locker.poll() is None:
+            locker.communicate("\n", timeout=90)
 
 
 def test_newer_schema_opens_read_only_with_a_notice(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
