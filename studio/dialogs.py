@@ -130,7 +130,7 @@ def _explain(exc: BaseException, path: str | None) -> Problem:
     if isinstance(exc, MessageGoneError):
         return Problem("Message not found", message,
                        "File > Reload shows the database as it is now; a prompt shown before may still quote it.")
-    if isinstance(exc, DatabaseBusyError):  # (its message names the file and says nothing was written)
+    if isinstance(exc, DatabaseBusyError):  # (its message names the file and what did not happen: a read or a write)
         return Problem("Database is locked", message,
                        "Wait for the other program to finish its write (or close it), then File > Reload.", details)
     if "database is locked" in low or "database is busy" in low:

@@ -63,8 +63,12 @@ def no_memory_tables(display: str, *, empty: bool) -> SchemaError:
         "Studio or Mastra. Check --db or $MEMORY_STUDIO_DB (`memory-studio where` shows which database is used).")
 
 
-def translate_driver_error(location: ResolvedPath, exc: BaseException) -> StorageError | None:
+def translate_driver_error(location: ResolvedPath, exc: BaseException, *, for_read: bool = False,
+                           ) -> StorageError | None:
     """Our error, naming the file and what to do, for a driver error we recognise (else None).
+    ``for_read``: it stopped a read (the open's first look, ``Database.read()``), which a lock held by
+    another process keeps out in a rollback journal mode: the busy error then says the file could not be
+    read, not that nothing was written.
 
     libsql-experimental raises bare ``ValueError``s carrying SQLite's message; SQLAlchemy may wrap
     them. Only those two shapes are looked at, so a ``ValueError`` of our own passes through.
@@ -89,6 +93,12 @@ def translate_driver_error(location: ResolvedPath, exc: BaseException) -> Storag
             f"{display} is read-only for this user (permission denied), so nothing was written. Fix its "
             "permissions (e.g. chmod u+w), or open it read-only (the Studio opens files it cannot write "
             "read-only)."
+        )
+    if ("database is locked" in low or "database table is locked" in low or "database is busy" in low) and for_read:
+        return DatabaseBusyError(
+            f"{display} is busy: another program (an agent writing, a VACUUM, a BEGIN EXCLUSIVE) held a lock on it "
+            f"for longer than the busy timeout ({reading.BUSY_TIMEOUT_MS // 1000} s), so it could not be read; "
+            "nothing was changed. Try again when it has finished, or close the other program."
         )
     if "database is locked" in low or "database table is locked" in low or "database is busy" in low:
         return DatabaseBusyError(
@@ -219,7 +229,7 @@ class Database:
             self._look()
         except (sa.exc.DBAPIError, ValueError) as exc:  # libsql raises bare ValueErrors for some errors
             self.engine.dispose()
-            ours = translate_driver_error(location, exc)
+            ours = translate_driver_error(location, exc, for_read=True)
             if isinstance(ours, CorruptDatabaseError) and path is not None and path.exists():
                 # Its header is SQLite's (``_check_file``), so a malformed image is a damaged (often cut
                 # short) database, not another kind of file: say so, and how to salvage what it holds.
@@ -274,8 +284,8 @@ class Database:
             frozen_file.check(path, at_open)  # (a -wal written meanwhile: not in what was just read)
         except BaseException as exc:
             self.engine.dispose()
-            ours = translate_driver_error(self.location, exc) if isinstance(exc, (sa.exc.DBAPIError, ValueError)) \
-                else None
+            ours = (translate_driver_error(self.location, exc, for_read=True)
+                    if isinstance(exc, (sa.exc.DBAPIError, ValueError)) else None)
             if ours is not None:
                 raise ours from exc
             raise
@@ -386,7 +396,7 @@ class Database:
             try:
                 conn = self.engine.connect()
             except BaseException as exc:
-                self._raise_ours(exc)
+                self._raise_ours(exc, for_read=True)
                 raise
         self._held.conn = conn
         ok = False
@@ -420,7 +430,7 @@ class Database:
                     _end_read(held, waiting)
                     held.rollback()
             except BaseException as exc:
-                self._raise_ours(exc)
+                self._raise_ours(exc, for_read=True)
                 raise
             return
         # Getting the connection and ending the transaction are inside the try too: against a
@@ -439,7 +449,7 @@ class Database:
                     _end_read(conn, waiting)
                     conn.rollback()
         except BaseException as exc:
-            self._raise_ours(exc)
+            self._raise_ours(exc, for_read=True)
             raise
         finally:
             if self._shared_connection:
@@ -571,12 +581,12 @@ class Database:
             _close_quietly(conn)
             raise
 
-    def _raise_ours(self, exc: BaseException) -> None:
+    def _raise_ours(self, exc: BaseException, *, for_read: bool = False) -> None:
         """Raise the storage error a driver fault inside ``read()``/``write()`` means (naming the file
         and what to do); return when it is not a driver fault, so the caller re-raises it as it is."""
         if _is_driver_panic(exc):
             raise _unreadable(self.location.display, exc) from None
-        ours = translate_driver_error(self.location, exc)
+        ours = translate_driver_error(self.location, exc, for_read=for_read)
         if ours is not None:
             raise ours from exc
         # A file without memory tables that was not migrated (another program's file, until `migrate` makes it

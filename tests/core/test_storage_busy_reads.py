@@ -190,6 +190,9 @@ def test_a_read_still_locked_at_the_deadline_fails_with_the_busy_error(
                 READS[how](db)
         assert str(rollback_journal_db) in str(err.value) and "busy timeout" in str(err.value)
         assert "Try again when it has finished, or close the other program" in str(err.value)
+        # A read: it says the file could not be read (not the write's "nothing was written").
+        assert "could not be read; nothing was changed" in str(err.value), str(err.value)
+        assert "nothing was written" not in str(err.value)
     finally:
         if db is not None:
             db.close()

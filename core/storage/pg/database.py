@@ -179,9 +179,10 @@ class PgDatabase(Database):
             self._raise_ours(exc)
             raise
 
-    def _raise_ours(self, exc: BaseException) -> None:
+    def _raise_ours(self, exc: BaseException, *, for_read: bool = False) -> None:
         """A server fault becomes a ``StorageError`` naming the database and what to do, never a raw
-        driver error carrying SQL text and parameters (``from None``: not even chained)."""
+        driver error carrying SQL text and parameters (``from None``: not even chained). ``for_read`` is
+        the libSQL file's (its lock wording); a server's errors read the same in a read and a write."""
         ours = translate_pg_error(self.location.display, exc)
         if ours is None and self.read_only and not self.is_mastra:  # a writer migrated it when it opened
             ours = _no_memory_tables(self.location.display, exc, empty=self.is_empty)
