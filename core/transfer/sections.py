@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.json_kind import json_kind
 from core.ids import id_problem, lone_surrogate
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.messages import MessageFormatError, normalize_content
@@ -236,7 +237,7 @@ def times_problem(row: Row, fields: tuple[str, ...]) -> str | None:
         if value is None:
             continue
         if not isinstance(value, str):
-            return f"its {name} must be an ISO-8601 time as a string, not {type(value).__name__}"
+            return f"its {name} must be an ISO-8601 time as a string, not {json_kind(value)}"
         if (problem := stored_form_problem(value)) is not None:
             return f"its {name} {value!r} {problem}"
     return None
@@ -245,14 +246,14 @@ def times_problem(row: Row, fields: tuple[str, ...]) -> str | None:
 def _resource_rule(row: Row, index: FileIndex) -> str | None:
     value = row.get("workingMemory")  # stored as text: Markdown, or a schema memory's JSON text
     if value is not None and not isinstance(value, str):
-        return f"its workingMemory must be text (Markdown, or JSON text for a schema), not {type(value).__name__}"
+        return f"its workingMemory must be text (Markdown, or JSON text for a schema), not {json_kind(value)}"
     return times_problem(row, ("createdAt", "updatedAt")) or _metadata_problem(row.get("metadata")) \
         or _working_memory_problem(value, index)
 
 
 def _thread_rule(row: Row, index: FileIndex) -> str | None:
     if row.get("title") is not None and not isinstance(row.get("title"), str):
-        return f"its title must be text, not {type(row.get('title')).__name__}"
+        return f"its title must be text, not {json_kind(row.get('title'))}"
     metadata = row.get("metadata")  # thread-scoped working memory is kept in the thread's metadata
     value = metadata.get("workingMemory") if isinstance(metadata, Mapping) else None
     return times_problem(row, ("createdAt", "updatedAt")) or _metadata_problem(metadata) \
@@ -268,7 +269,7 @@ def _metadata_problem(value: Any) -> str | None:
         except ValueError:
             return "its metadata is text that is not JSON (metadata must be a JSON object)"
     if value is not None and not isinstance(value, Mapping):
-        return f"its metadata must be a JSON object, not {type(value).__name__}"
+        return f"its metadata must be a JSON object, not {json_kind(value)}"
     return None
 
 
@@ -365,7 +366,7 @@ def text_problem(row: Row, required: tuple[str, ...] = (), optional: tuple[str, 
     for name in (*required, *optional):
         value = row.get(name)
         if not isinstance(value, str) and not (value is None and name in optional):
-            return f"its {name} must be text{' or null' if name in optional else ''}, not {type(value).__name__}"
+            return f"its {name} must be text{' or null' if name in optional else ''}, not {json_kind(value)}"
     return None
 
 

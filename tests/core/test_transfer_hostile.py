@@ -228,10 +228,13 @@ def rename_thread(data: dict[str, Any], old: str, new: str) -> None:
 
     # Stored as the API stores them: metadata a JSON object, working memory text (a list or a number was written
     # as it was; our readers took it as empty, Mastra's JSON.parse of the row failed).
-    (lambda d: d["threads"][0].update(metadata=[1, 2]), r"threads\[0\] .* its metadata must be a JSON object, not list"),
+    (lambda d: d["threads"][0].update(metadata=[1, 2]),
+     r"threads\[0\] .* its metadata must be a JSON object, not an array \(2 items\)"),
     (lambda d: d["resources"][0].update(metadata="not json"), r"resources\[0\] .* its metadata is text that is not JSON"),
-    (lambda d: d["resources"][0].update(metadata='["a"]'), "its metadata must be a JSON object, not list"),
-    (lambda d: d["resources"][0].update(workingMemory=5), r"resources\[0\] .* its workingMemory must be text .* not int"),
+    (lambda d: d["resources"][0].update(metadata='["a"]'),
+     r"its metadata must be a JSON object, not an array \(1 item\)"),
+    (lambda d: d["resources"][0].update(workingMemory=5),
+     r"resources\[0\] .* its workingMemory must be text .* not the number 5"),
     (lambda d: d["resources"][0].update(workingMemory={"name": "Ada"}), "its workingMemory must be text"),
 
     # Times as they are stored (UTC, milliseconds, Z): the engine orders rows by that text, so a message stamped
@@ -254,11 +257,13 @@ def rename_thread(data: dict[str, Any], old: str, new: str) -> None:
      r"workingMemoryVersions\[0\] \(owner_id 'ada'\) is refused: its id must be a whole number from 1 to "),
     (lambda d: d["workingMemory"][0]["versions"][0].update(id=10**30), "its id must be a whole number"),
     (lambda d: d["workingMemory"][0]["versions"][0].update(id=True), "its id must be a whole number"),
-    (lambda d: d["workingMemory"][0]["versions"][0].update(format={"a": 1}), "its format must be text, not dict"),
-    (lambda d: d["workingMemory"][0]["versions"][0].update(author=None), "its author must be text, not NoneType"),
-    (lambda d: d["workingMemory"][0]["versions"][0].update(note=[1]), "its note must be text or null, not list"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(format={"a": 1}),
+     r"its format must be text, not an object \(1 key\)"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(author=None), "its author must be text, not null"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(note=[1]),
+     r"its note must be text or null, not an array \(1 item\)"),
     (lambda d: d["workingMemory"][0]["versions"][0].update(working_memory=5),
-     "its working_memory must be text or null, not int"),
+     "its working_memory must be text or null, not the number 5"),
     (lambda d: d["turns"][0].update(wm_version_id="x"), r"turns\[0\] .* its wm_version_id must be a whole number"),
     (lambda d: d.update(messageVersions=[{**_version("g1", "t-groceries", "x"), "id": 10**30}]),
      r"messageVersions\[0\] \(message_id 'g1'\) is refused: its id must be a whole number"),

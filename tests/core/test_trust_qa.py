@@ -369,7 +369,7 @@ def test_a_thread_title_that_is_not_text_is_named(tmp_path, export_of_ada):
     data["threads"][0]["title"] = {"text": "Tea"}
     with open_store(tmp_path / "target.db") as store:
         with pytest.raises(ExportFormatError, match=r"threads\[0\] \(id 't-ada'\) is refused: its title must be "
-                                                    r"text, not dict"):
+                                                    r"text, not an object \(1 key\)"):
             import_data(store, data)
 
 
