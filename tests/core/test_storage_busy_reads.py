@@ -25,7 +25,7 @@ from core.storage.paths import resolve_db_path
 
 ROWS = 30
 
-# Holds the file's EXCLUSIVE lock with a row added until told (a line on stdin) to commit it, and says
+# Holds the file's EXCLUSIVE lock with a change made (the statement in argv[2]) until told (a line on stdin) to commit it, and says
 # whether it was told: a watchdog in another process, so a test whose process stood still (a thread
 # waiting in SQLite's busy handler with the GIL) ends, and fails, instead of hanging. 60 s is far beyond
 # what the test needs to be told, and far short of the busy timeout the tests set (``patient``).
@@ -33,7 +33,7 @@ HOLD_EXCLUSIVE = textwrap.dedent("""
     import select, sqlite3, sys
     con = sqlite3.connect(sys.argv[1], isolation_level=None)
     con.execute("BEGIN EXCLUSIVE")
-    con.execute("INSERT INTO notes VALUES ('added while locked')")
+    con.execute(sys.argv[2])
     print("locked", flush=True)
     told = select.select([sys.stdin], [], [], 60)[0]
     con.execute("COMMIT")
@@ -60,7 +60,8 @@ def hold_lock(rollback_journal_db: Path) -> Iterator[Callable[[], subprocess.Pop
     procs: list[subprocess.Popen[str]] = []
 
     def start() -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(rollback_journal_db)],
+        proc = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(rollback_journal_db),
+                                 "INSERT INTO notes VALUES ('added while locked')"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         procs.append(proc)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"

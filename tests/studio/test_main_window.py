@@ -23,6 +23,7 @@ from studio.dialogs import DialogPresenter
 from studio.selection import Selection
 
 from .conftest import at, file_state, make_mastra_db, seed_small
+from tests.core.test_storage_busy_reads import HOLD_EXCLUSIVE  # (the other process holding the lock)
 
 
 def _wait_open(qtbot: Any, window: Any, threads: int = 1) -> None:
@@ -269,19 +270,6 @@ def test_locked_file(qtbot: Any, make_window: Any, tmp_path: Path, monkeypatch: 
         locker.communicate("", timeout=30)
 
 
-# Holds the lock until told, or 60 s (a watchdog: the window standing still would not tell it in time).
-HOLD_EXCLUSIVE = """
-import select, sqlite3, sys
-con = sqlite3.connect(sys.argv[1], isolation_level=None)
-con.execute("BEGIN EXCLUSIVE")
-con.execute("UPDATE mastra_threads SET title = 'Renamed while locked'")
-print("locked", flush=True)
-told = select.select([sys.stdin], [], [], 60)[0]
-con.execute("COMMIT")
-print("released when told" if told else "released after 60 s: nobody told it", flush=True)
-"""
-
-
 def test_a_locked_file_opens_when_released_and_the_window_keeps_running_meanwhile(
         qtbot: Any, make_window: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The open's first read meets another process's EXCLUSIVE lock (rollback journal, as Mastra writes):
@@ -291,7 +279,8 @@ def test_a_locked_file_opens_when_released_and_the_window_keeps_running_meanwhil
     make_mastra_db(path)
     # Longer than the locker's watchdog: a wait in SQLite's busy handler would hold the UI until it let go.
     monkeypatch.setattr(reading, "BUSY_TIMEOUT_MS", 300_000)
-    locker = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(path)], stdin=subprocess.PIPE,
+    locker = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(path),
+                               "UPDATE mastra_threads SET title = 'Renamed while locked'"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
         assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
