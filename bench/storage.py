@@ -8,7 +8,7 @@ output when given (``--mastra``), so both are measured in the same hour:
     .venv/bin/python bench/storage.py [--messages 10000] [--mastra /tmp/mastra/out.json]
     .venv/bin/python bench/storage.py --save-only [--runs 3]   # just the batches-of-100 save path
     .venv/bin/python bench/storage.py --where                  # where a save's time and bytes go, recall on / off
-    .venv/bin/python bench/storage.py --layouts [--runs 11]    # the recall-on save with each stored-layout candidate
+    .venv/bin/python bench/storage.py --layouts [--runs 11] [--only "as stored,doc in"]  # recall-on save, layout candidates
 
 ``--save-only`` does what Mastra's ``benchSave('storage-only', 10_000, 100, runs)`` does (a fresh
 database per run, only the save loop timed), for a side-by-side run of the two commands. Mastra's
@@ -38,8 +38,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core import Memory, MemoryOptions, Message, open_store  # noqa: E402
-from core.recall.schema import vector_table_name  # noqa: E402
+from core.recall import keyword as keyword_docs  # noqa: E402
+from core.recall.schema import batch_passage_hash, vector_table_name  # noqa: E402
 from core.recall.tables import DOCS_TABLE, FTS_TABLE, VOCAB_TABLE  # noqa: E402
+from core.storage import bulk, driver_sql  # noqa: E402
 from core.storage.memory_store import MessageQuery  # noqa: E402
 
 # Mastra's figures when none are given: batches of 100 measured on 2026-12-03 beside ours on the same host (median of three)
@@ -170,6 +172,18 @@ _EXTERNAL = (
     "tokenize = 'porter unicode61 remove_diacritics 2')",
     f"CREATE VIRTUAL TABLE {_VOCAB} USING fts5vocab({_FTS}, instance)",
 )
+
+
+def _fts_as(options: str, columns: str = "body, context") -> tuple[str, ...]:
+    """The FTS5 table made again with other columns or options (the vocabulary view with it)."""
+    return (
+        f"DROP TABLE {_VOCAB}", f"DROP TABLE {_FTS}",
+        f"CREATE VIRTUAL TABLE {_FTS} USING fts5({columns}, {options}"
+        "tokenize = 'porter unicode61 remove_diacritics 2')",
+        f"CREATE VIRTUAL TABLE {_VOCAB} USING fts5vocab({_FTS}, instance)",
+    )
+
+
 _NO_DOC_INDEXES = (f"DROP INDEX {_DOCS}_thread", f"DROP INDEX {_DOCS}_resource")
 _NO_VECTOR_SCOPE_INDEXES = (f"DROP INDEX {_VEC}_thread_id", f"DROP INDEX {_VEC}_resource_id")
 LAYOUTS: dict[str, tuple[str, ...]] = {
@@ -181,12 +195,46 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "no vector message_id index": (f"DROP INDEX {_VEC}_message_id",),
     "no vector thread/resource indexes": _NO_VECTOR_SCOPE_INDEXES,
     "all of the above": _CONTENTLESS + _NO_DOC_INDEXES + _NO_VECTOR_SCOPE_INDEXES + (f"DROP INDEX {_VEC}_message_id",),
+    # FTS5 options (2026-12-07): postings without offsets (the in-process keyword memory needs them for
+    # phrases and term counts), without columns either, no per-row sizes (bm25() and the keyword memory
+    # read them), the previous message's text stored but not indexed (what indexing it costs).
+    "FTS5 detail=column": _fts_as("detail=column, "),
+    "FTS5 detail=none": _fts_as("detail=none, "),
+    "FTS5 columnsize=0": _fts_as("columnsize=0, "),
+    "FTS5 context UNINDEXED": _fts_as("", "body, context UNINDEXED"),
+    # The keyword doc's row moved into the FTS5 row (below, ``_DOC_WRITERS``): no docs row, no docs indexes.
+    "doc in the FTS5 row (ids and hash UNINDEXED)": _fts_as(
+        "", "body, context, message_id UNINDEXED, thread_id UNINDEXED, resource_id UNINDEXED, content_hash UNINDEXED"),
+    "doc in the FTS5 row (hash only)": _fts_as("", "body, context, content_hash UNINDEXED"),
 }
 
 
-def layout_rate(n: int, statements: tuple[str, ...], recall: bool = True) -> tuple[float, float]:
+def _doc_in_fts_row(ids: bool) -> Any:
+    """A keyword-doc writer for new messages that writes no docs row: the doc's columns go into the FTS5
+    row as UNINDEXED columns (``ids``: message, thread and resource ids and the passage hash; else the hash
+    only, a message's ids then being found through its ``mastra_messages`` rowid). A prototype of the writes
+    only: nothing reads these rows, and the one read is the newest rowid, where the stored path reads the
+    batch's present docs too (~0.9 µs a message), so it flatters the candidate by about that."""
+    head = f"INSERT INTO {FTS_TABLE} (rowid, body, context, {'message_id, thread_id, resource_id, ' if ids else ''}content_hash)"
+
+    def write(conn: Any, docs: list[tuple[str, str | None, str | None, str, str]]) -> None:
+        keep = [d for d in docs if d[3].strip()]
+        if keep:
+            top = int(driver_sql.scalar(conn, f"SELECT coalesce(max(rowid), 0) FROM {FTS_TABLE}") or 0)
+            bulk.insert_json_rows(conn, head, [
+                (top + i, text, ctx, *((mid, tid, rid) if ids else ()), batch_passage_hash(ctx, text))
+                for i, (mid, tid, rid, text, ctx) in enumerate(keep, 1)])
+    return write
+
+
+_DOC_WRITERS = {"doc in the FTS5 row (ids and hash UNINDEXED)": _doc_in_fts_row(True),
+                "doc in the FTS5 row (hash only)": _doc_in_fts_row(False)}
+
+
+def layout_rate(n: int, statements: tuple[str, ...], recall: bool = True, writer: Any = None) -> tuple[float, float]:
     """(µs of CPU per message, bytes per message of the whole file) saving ``n`` messages in batches of 100
-    with ``statements`` run on the database after a first batch of another thread (which made the tables)."""
+    with ``statements`` run on the database after a first batch of another thread (which made the tables),
+    and ``writer`` (when given) writing the keyword docs of those ``n`` in place of ``upsert_docs``."""
     with tempfile.TemporaryDirectory() as tmp:
         store, memory = save_bench_memory(Path(tmp), recall)
         memory.create_thread(resource_id="bench", thread_id="warm")
@@ -195,35 +243,52 @@ def layout_rate(n: int, statements: tuple[str, ...], recall: bool = True) -> tup
             before = int(conn.exec_driver_sql("SELECT sum(pgsize) FROM dbstat").scalar() or 0)
             for statement in statements:
                 conn.exec_driver_sql(statement)
+            docs_before = int(conn.exec_driver_sql(f"SELECT count(*) FROM {FTS_TABLE}").scalar() or 0) if recall else 0
         msgs = make_messages(n, "t")
-        cpu = time.process_time()
-        for i in range(0, n, 100):
-            memory.save_messages(msgs[i:i + 100])
-        cpu = time.process_time() - cpu
+        stored_writer = keyword_docs.upsert_docs
+        keyword_docs.upsert_docs = writer or stored_writer
+        try:
+            cpu = time.process_time()
+            for i in range(0, n, 100):
+                memory.save_messages(msgs[i:i + 100])
+            cpu = time.process_time() - cpu
+        finally:
+            keyword_docs.upsert_docs = stored_writer
         with store.db.write() as conn:
+            if recall:  # (a failed recall write is logged, not raised: the rows must be there)
+                written = int(conn.exec_driver_sql(f"SELECT count(*) FROM {FTS_TABLE}").scalar() or 0) - docs_before
+                if written != n:
+                    raise RuntimeError(f"{n} messages saved with this layout, {written} keyword docs written")
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
             after = int(conn.exec_driver_sql("SELECT sum(pgsize) FROM dbstat").scalar() or 0)
         store.close()
     return cpu * 1e6 / n, (after - before) / n
 
 
-def layouts(n: int, runs: int) -> None:
-    """The recall-on save's CPU per message with each of ``LAYOUTS``, and recall off for the ratio, run in
-    turn (the order reversed every other round, so a drift of the machine's speed hits all alike)."""
-    names = ["recall off", *LAYOUTS]
+def layouts(n: int, runs: int, only: str = "") -> None:
+    """The recall-on save's CPU per message with each of ``LAYOUTS`` (those whose names hold one of
+    ``only``'s comma-separated words, when given), and recall off for the ratio, run in turn (the order
+    reversed every other round, so a drift of the machine's speed hits all alike)."""
+    words = [w.strip().lower() for w in only.split(",") if w.strip()]
+    unknown = [w for w in words if not any(w in name.lower() for name in LAYOUTS)]
+    if unknown:
+        raise SystemExit(f"--only: no candidate's name holds {', '.join(map(repr, unknown))}; the candidates: "
+                         + "; ".join(LAYOUTS))
+    names = ["recall off", *(name for name in LAYOUTS if not words or any(w in name.lower() for w in words))]
     cpu: dict[str, list[float]] = {name: [] for name in names}
     size: dict[str, float] = {}
     layout_rate(n, (), recall=False)  # (warm-up: imports, the embedder's feature table)
     layout_rate(n, (), recall=True)
     for r in range(runs):
         for name in names if r % 2 == 0 else names[::-1]:
-            spent, size[name] = layout_rate(n, LAYOUTS.get(name, ()), recall=name != "recall off")
+            spent, size[name] = layout_rate(n, LAYOUTS.get(name, ()), recall=name != "recall off",
+                                            writer=_DOC_WRITERS.get(name))
             cpu[name].append(spent)
     off = statistics.median(cpu["recall off"])
     print(f"{n:,} messages in batches of 100, median of {runs} (µs of CPU a message; bytes a message in the file):")
     for name in names:
         mid = statistics.median(cpu[name])
-        print(f"  {name:42s} {mid:6.2f} µs  ({min(cpu[name]):.1f}–{max(cpu[name]):.1f})  x{off / mid:.3f} of off  "
+        print(f"  {name:46s} {mid:6.2f} µs  ({min(cpu[name]):.1f}–{max(cpu[name]):.1f})  x{off / mid:.3f} of off  "
               f"{size[name]:7,.0f} B")
 
 
@@ -254,13 +319,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--where", action="store_true", help="where a save's time and bytes go, recall on / off")
     parser.add_argument("--layouts", action="store_true", help="the recall-on save with each stored-layout candidate")
+    parser.add_argument("--only", default="", help="with --layouts: the candidates whose names hold these words (comma-separated)")
     args = parser.parse_args()
     n = args.messages
     if args.where:
         where_time_goes(n)
         return
     if args.layouts:
-        layouts(n, args.runs)
+        layouts(n, args.runs, args.only)
         return
     if args.save_only:
         wall, cpu = save_rates(n, False, args.runs)
