@@ -195,7 +195,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "no vector message_id index": (f"DROP INDEX {_VEC}_message_id",),
     "no vector thread/resource indexes": _NO_VECTOR_SCOPE_INDEXES,
     "all of the above": _CONTENTLESS + _NO_DOC_INDEXES + _NO_VECTOR_SCOPE_INDEXES + (f"DROP INDEX {_VEC}_message_id",),
-    # FTS5 options (2026-12-07): postings without offsets (the in-process keyword memory needs them for
+    # FTS5 options (2026-12-06): postings without offsets (the in-process keyword memory needs them for
     # phrases and term counts), without columns either, no per-row sizes (bm25() and the keyword memory
     # read them), the previous message's text stored but not indexed (what indexing it costs).
     "FTS5 detail=column": _fts_as("detail=column, "),
