@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core import Memory, MemoryOptions, Message, open_store  # noqa: E402
 from core.recall import keyword as keyword_docs  # noqa: E402
-from core.recall.schema import batch_passage_hash, vector_table_name  # noqa: E402
+from core.recall.schema import batch_passage_hash, upsert_docs, vector_table_name  # noqa: E402
 from core.recall.tables import DOCS_TABLE, FTS_TABLE, VOCAB_TABLE  # noqa: E402
 from core.storage import bulk, driver_sql  # noqa: E402
 from core.storage.memory_store import MessageQuery  # noqa: E402
@@ -202,6 +202,9 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "FTS5 detail=none": _fts_as("detail=none, "),
     "FTS5 columnsize=0": _fts_as("columnsize=0, "),
     "FTS5 context UNINDEXED": _fts_as("", "body, context UNINDEXED"),
+    # A smaller keyword-doc row: (doc id, message id, hash), its thread and resource read through the message
+    # (below, ``_DOC_WRITERS``: the docs' thread and resource left NULL), no thread / resource indexes.
+    "smaller keyword-doc row (no thread/resource)": _NO_DOC_INDEXES,
     # The keyword doc's row moved into the FTS5 row (below, ``_DOC_WRITERS``): no docs row, no docs indexes.
     "doc in the FTS5 row (ids and hash UNINDEXED)": _fts_as(
         "", "body, context, message_id UNINDEXED, thread_id UNINDEXED, resource_id UNINDEXED, content_hash UNINDEXED"),
@@ -227,7 +230,13 @@ def _doc_in_fts_row(ids: bool) -> Any:
     return write
 
 
-_DOC_WRITERS = {"doc in the FTS5 row (ids and hash UNINDEXED)": _doc_in_fts_row(True),
+def _doc_without_scope(conn: Any, docs: list[tuple[str, str | None, str | None, str, str]]) -> None:
+    """The stored doc writer with each doc's thread and resource left out."""
+    upsert_docs(conn, [(mid, None, None, text, ctx) for mid, _tid, _rid, text, ctx in docs])
+
+
+_DOC_WRITERS = {"smaller keyword-doc row (no thread/resource)": _doc_without_scope,
+                "doc in the FTS5 row (ids and hash UNINDEXED)": _doc_in_fts_row(True),
                 "doc in the FTS5 row (hash only)": _doc_in_fts_row(False)}
 
 
