@@ -254,15 +254,15 @@ def layout_rate(n: int, statements: tuple[str, ...], recall: bool = True, writer
                 conn.exec_driver_sql(statement)
             docs_before = int(conn.exec_driver_sql(f"SELECT count(*) FROM {FTS_TABLE}").scalar() or 0) if recall else 0
         msgs = make_messages(n, "t")
-        stored_writer = keyword_docs.upsert_docs
-        keyword_docs.upsert_docs = writer or stored_writer
+        # (``keyword``'s own name for the doc writer, the one its backend calls)
+        setattr(keyword_docs, "upsert_docs", writer or upsert_docs)
         try:
             cpu = time.process_time()
             for i in range(0, n, 100):
                 memory.save_messages(msgs[i:i + 100])
             cpu = time.process_time() - cpu
         finally:
-            keyword_docs.upsert_docs = stored_writer
+            setattr(keyword_docs, "upsert_docs", upsert_docs)
         with store.db.write() as conn:
             if recall:  # (a failed recall write is logged, not raised: the rows must be there)
                 written = int(conn.exec_driver_sql(f"SELECT count(*) FROM {FTS_TABLE}").scalar() or 0) - docs_before
