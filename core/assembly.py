@@ -262,6 +262,7 @@ class TurnAssembler:
         for processor in chain:
             self._run(processor, ctx, "input")
         if ctx.request.as_of is None:  # a rebuilt turn shows what its turn had, whatever it was
+            _created_meanwhile_is_not_read(ctx)
             _leave_out_later_turns(ctx)
         return self.record(ctx, [p.id for p in chain], extra_tools)
 
@@ -310,6 +311,23 @@ class TurnAssembler:
             method(ctx)
             reason = ctx.skipped.get(processor.id)
             span.set_attributes({"skipped": reason} if reason else {"notes": ctx.notes.get(processor.id, {})})
+
+
+def _created_meanwhile_is_not_read(ctx: ProcessorContext) -> None:
+    """Refuse a turn whose thread another resource created while its processors read (``ThreadOwnershipError``,
+    before any model call), as ``request_context`` refuses it when the thread is there at the start.
+
+    The owner is checked once, when the turn starts; the processors then read the thread's memory by its id
+    (thread-scoped working memory and observations). A thread that did not exist then and was stored by another
+    resource's turn in between (two users' first turns in one thread id at once) was read as this turn's own:
+    its working memory went into this turn's prompt, and a streamed reply relayed it before the save refused the
+    turn. Read again here, after every processor: one read, only for a turn that began without its thread."""
+    req = ctx.request
+    if req.thread is not None or not req.thread_id or req.resource_id is None:
+        return
+    thread = ctx.store.memory.get_thread(req.thread_id)
+    if thread is not None:
+        check_thread_owner(thread.id, thread.resource_id, req.resource_id)
 
 
 #: The note that names memory messages left out because they sort after the turn's own input.

@@ -131,6 +131,10 @@ def json_double(text: str) -> float:
 def json_whole(text: str) -> int:
     """``json.loads``' ``parse_int``: the integer, or ``NumberBeyondDouble`` for one beyond a double's range (an
     integer is kept exact as Python reads it, but every JavaScript reader reads it as a double)."""
+    if len(text) - text.startswith("-") > 309:
+        # 310 digits or more (JSON writes no leading zero): beyond a double, and past 4,300 digits ``int`` would
+        # refuse it in Python's words ("Exceeds the limit (4300 digits) for integer string conversion").
+        raise NumberBeyondDouble(text, "digits")
     value = int(text)
     if len(text) > 300 and abs(value) > sys.float_info.max:  # (309 digits at least; shorter ones never are)
         raise NumberBeyondDouble(text, "digits")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from core.ids import check_ids
+from core.ids import check_ids, first_in_strings
 from core.json_kind import json_kind
 from core.options import OptionsError, WorkingMemoryOptions
 from core.scopes import ThreadOwnershipError, check_thread_owner
@@ -110,6 +110,27 @@ class WorkingMemoryTooLargeError(WorkingMemoryError):
             "messages or elsewhere), or raise MemoryOptions(max_working_memory_bytes=...).")
         self.size = size
         self.limit = limit
+
+
+def nul_refused(opts: WorkingMemoryOptions, text: str) -> None:
+    """Refuse working memory holding a NUL character (U+0000), on every backend: Postgres stores none, in a text
+    column (Markdown, a resource's value, a version) or in the JSON of a thread's metadata, and failed there with
+    the driver's "cannot contain NUL (0x00) bytes" (an HTTP client got a 500), while libSQL kept it; a value one
+    backend takes and the other refuses would also stop an export of it from importing. ``text``: the value as
+    stored (JSON text for schema working memory, where a NUL in a string is written ``\\u0000``)."""
+    if opts.schema is None:
+        found = "\x00" in text
+    else:
+        found = "\\u0000" in text and first_in_strings(json.loads(text), _nul_at) is not None
+    if found:
+        raise WorkingMemoryError(
+            "The working memory holds a NUL character (U+0000, the escape \\u0000 in JSON), which working memory "
+            "cannot store (PostgreSQL stores no NUL in text). Remove it, or write what it stands for as text. "
+            "Nothing changed.")
+
+
+def _nul_at(text: str) -> int | None:
+    return 0 if "\x00" in text else None
 
 
 class WorkingMemoryService:
@@ -228,8 +249,9 @@ class WorkingMemoryService:
         return self._within_limit(opts, value)
 
     def _within_limit(self, opts: WorkingMemoryOptions, text: str) -> str:
-        """``text`` when it fits ``max_bytes``; every write (API, Studio, the model's tool, a staged
-        update) passes here before anything is stored."""
+        """``text`` when it fits ``max_bytes`` and holds no NUL character (``nul_refused``); every write (API,
+        Studio, the model's tool, a staged update) passes here before anything is stored."""
+        nul_refused(opts, text)
         if self.max_bytes is not None and len(text) * 4 > self.max_bytes:  # a character is at most 4 bytes
             size = len(text.encode("utf-8", "surrogatepass"))
             if size > self.max_bytes:

@@ -96,14 +96,15 @@ class IdempotencySettings:
                              f"kept ({self.ttl:g}s).")
 
 
-def single_header(headers: Mapping[str, str], name: str) -> str | None:
+def single_header(headers: Mapping[str, str], name: str, *, kind: str = "header") -> str | None:
     """The value of header ``name`` (lower case), or None; 400 when the request sent it more than once with different
     values. A header that says where a turn is stored, or which request this is, has one meaning: Starlette reads the
     first copy, and a proxy or client library in front may have meant (or checked) another, so neither is guessed.
-    (``headers`` without ``getlist``, a plain mapping, holds one value a name.)"""
+    (``headers`` without ``getlist``, a plain mapping, holds one value a name.) The same for a query parameter
+    (``kind``; Starlette reads its last copy): the memory API's ``resourceId``, ``agentId``, pages and cursor."""
     values = headers.getlist(name) if hasattr(headers, "getlist") else []
     if len(set(values)) > 1:
-        raise GatewayError(400, f"The {name} header was sent {len(values)} times with different values; send it once. "
+        raise GatewayError(400, f"The {name} {kind} was sent {len(values)} times with different values; send it once. "
                            "Nothing was run.", code="invalid_request", param=name)
     return headers.get(name)
 

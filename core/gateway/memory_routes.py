@@ -47,6 +47,7 @@ delegations=True)``); another resource's delegation is 403, a malformed one 400 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -59,7 +60,7 @@ from core.gateway import cursors
 from core.gateway.access import caller_of, no_such_thread, sees_thread
 from core.gateway.conditional import IF_MATCH, IF_NONE_MATCH, Conditions, etag, precondition_failed
 from core.gateway.errors import GatewayError, bad_request
-from core.gateway.idempotency import Claim, Replay, key_of, request_hash, scope_of
+from core.gateway.idempotency import Claim, Replay, key_of, request_hash, scope_of, single_header
 from core.gateway.openai_routes import holding, read_json, replay_json, sweep_task
 from core.gateway.turns import client_id
 from core.ids import lone_surrogate, shown
@@ -89,26 +90,36 @@ def _memory(request: Request, resource_id: str, *, working_memory: bool = False)
     owner = delegation_root(resource_id) if is_delegation_resource(resource_id) else resource_id
     context = {"resourceId": owner or resource_id, "threadId": request.path_params.get("thread_id"),
                "source": "gateway"}
-    return gateway.registry.memory_for(request.query_params.get("agentId"), context, working_memory=working_memory)
+    return gateway.registry.memory_for(_param(request, "agentId"), context, working_memory=working_memory)
+
+
+def _param(request: Request, name: str) -> str | None:
+    """Query parameter ``name``, or None; 400 when it was sent twice with different values (``single_header``)."""
+    return single_header(request.query_params, name, kind="query parameter")
+
+
+#: A whole number as a query parameter: ASCII digits, perhaps a minus (``int`` also takes "1_0", " 1" and other
+#: scripts' digits, which a proxy or log in front reads otherwise, or not as a number at all).
+_WHOLE = re.compile(r"-?[0-9]+")
 
 
 def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
+    raw = _param(request, name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise bad_request(f"{name} must be a whole number, got {shown(raw)}.", param=name) from None
-    if not low <= value <= high:
-        raise bad_request(f"{name} must be between {low} and {high}, got {shown(value)}.", param=name)
+    if not _WHOLE.fullmatch(raw):
+        raise bad_request(f"{name} must be a whole number written in the digits 0-9, got {shown(raw)}.", param=name)
+    value = int(raw) if len(raw) <= 20 else None  # (int reads no more than 4,300 digits)
+    if value is None or not low <= value <= high:
+        raise bad_request(f"{name} must be between {low} and {high}, got {shown(raw if value is None else value)}.",
+                          param=name)
     return value
 
 
 def _resource(request: Request, what: str) -> str:
     """The ``resourceId`` every memory call needs: without one, any thread could be read or written. The
     caller's token must allow it; a token with one resource may leave it out."""
-    named = request.query_params.get("resourceId") or None
+    named = _param(request, "resourceId") or None
     # A delegation of a resource the caller may use is that resource's memory (``Caller.check``).
     resource_id = caller_of(request.scope).resource_for(named, param="resourceId", delegations=True)
     if not resource_id:
@@ -120,7 +131,7 @@ def _resource(request: Request, what: str) -> str:
 def _after(request: Request, kind: str, listing: tuple[Any, ...], page: int, what: str) -> tuple[str, str] | None:
     """Where a keyset page starts (``cursor=``, ``core.gateway.cursors``), or None for the first page or ``page=``.
     ``listing``: whose list it is (``_listing``, and for messages the thread)."""
-    cursor = request.query_params.get("cursor")
+    cursor = _param(request, "cursor")
     if not cursor:
         return None
     if page:
@@ -131,7 +142,7 @@ def _after(request: Request, kind: str, listing: tuple[Any, ...], page: int, wha
 
 def _listing(request: Request, resource_id: str) -> tuple[Any, ...]:
     """Whose list a cursor continues: the resource and the agent whose memory it is."""
-    return resource_id, request.query_params.get("agentId")
+    return resource_id, _param(request, "agentId")
 
 
 async def list_threads(request: Request) -> Response:
@@ -307,7 +318,7 @@ async def put_working_memory(request: Request) -> Response:
     # With an Idempotency-Key (core.gateway.idempotency): the same thread, resource, memory, value and conditions
     # are the same request; its answer (or a 4xx it met, as a 412) is kept and answered to repeats. The answer is
     # kept in the write's own transaction, so a process that dies after the write has kept it too.
-    digest = request_hash(route=PUT_WM_ROUTE, thread=thread_id, resource=asked, agent=request.query_params.get("agentId"),
+    digest = request_hash(route=PUT_WM_ROUTE, thread=thread_id, resource=asked, agent=_param(request, "agentId"),
                           body=body, **conditions.digest())
     scope = scope_of(caller, asked, PUT_WM_ROUTE)
     # No thread yet: the path's may be another resource's; ``write`` names it once it saw whose (``written_through``).

@@ -239,7 +239,7 @@ class MemoryTools:
 
         def run(owner: str) -> dict[str, Any]:
             if not 1 <= top_k <= MAX_TOP_K:
-                raise InvalidArgumentError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}.")
+                raise InvalidArgumentError(f"top_k must be between 1 and {MAX_TOP_K}, got {shown(top_k)}.")
             if isinstance(query, str) and len(query) > MAX_QUERY_CHARS:
                 # (The answer repeats the query, and recall embeds no more of it than this.)
                 raise InvalidArgumentError(f"The query is {len(query):,} characters long; search_memory takes at most "
@@ -364,10 +364,10 @@ class MemoryTools:
             if not 1 <= last <= MAX_READ:
                 more = (f" Ask for last={MAX_READ}, then the older ones with page=1, 2, … (no flag or setting of "
                         "the server raises the limit)." if last > MAX_READ else "")
-                raise InvalidArgumentError(f"last must be between 1 and {MAX_READ}, got {last}.{more}")
+                raise InvalidArgumentError(f"last must be between 1 and {MAX_READ}, got {shown(last)}.{more}")
             if not 0 <= page <= MAX_PAGE:
                 raise InvalidArgumentError(f"page must be between 0 (the newest messages) and {MAX_PAGE:,}, got "
-                                           f"{page}.")
+                                           f"{shown(page)}.")
             found = self._owned(thread, owner)
             read = self.memory.recall(thread_id=thread, resource_id=owner, page=page, per_page=last)
             return {"thread": thread, "title": found.title, "resource": owner, "total": read.total, "page": page,

@@ -164,13 +164,21 @@ def load_json(value: Any) -> Any:
 
 
 def check_text(value: Any, what: str) -> None:
-    """Refuse text the driver cannot store (it would fail with "Unsupported parameter type")."""
+    """Refuse text the driver cannot store: a lone surrogate (libSQL's fails with "Unsupported parameter type"), and
+    a NUL character, which PostgreSQL stores in no text column (psycopg's "PostgreSQL text fields cannot contain NUL
+    (0x00) bytes", its SQL and parameters with it) and libSQL kept, so a title written on one failed on the other
+    and in an import from it."""
     if isinstance(value, str):
         problem = utf8_problem(value)
         if problem is not None:
             raise InvalidArgumentError(
                 f"{what} contains {problem}, which cannot be stored as UTF-8 text. Nothing was written. Fix the "
                 "text where it was decoded (e.g. bytes.decode('utf-8', errors='replace')) and try again."
+            )
+        if "\x00" in value:
+            raise InvalidArgumentError(
+                f"{what} contains a NUL character (U+0000), which PostgreSQL stores in no text. Nothing was "
+                "written. Remove it (or write what it stands for as text) and try again."
             )
 
 
