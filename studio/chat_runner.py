@@ -5,7 +5,8 @@ The turn is the engine's own ``Agent.stream``: the same processors, the same sav
 trace as any agent process, with each text delta handed to a callback as it arrives. Stop is the turn's
 ``CallStop`` (``core.llm.stopping``, made with ``hosted_too``): pressing it shuts the connection of the model call
 in flight at once, whether the model is still thinking (no text yet), replying, or answering a delegation, so a
-local one-slot server stops generating and is free for the next turn; no later model call starts, and nothing of
+local one-slot server stops generating and is free for the next turn (llama.cpp first finishes reading a prompt it
+has begun: the Studio no longer waits for that, the server still does); no later model call starts, and nothing of
 the turn is saved. Only a Stop that comes once the turn's save has begun is too late: the turn is stored
 (``TurnOutcome.stop_too_late``).
 
@@ -301,9 +302,9 @@ def run_turn(
         with agent.stream(message, memory={"resource": request.resource_id, "thread": request.thread_id},
                           model_settings=cap, stop=stop) as stream:
             for event in stream:
-                if stop is not None and stop.stopped:
+                if stop is not None and stop.stopped and event.kind != "finish":
                     # A model that cannot be cut short (scripted): leaving the ``with`` closes the stream, which
-                    # abandons the turn.
+                    # abandons the turn. (``finish`` comes once the turn is saved: too late to drop it.)
                     raise _stopped(model)
                 if event.kind == "text-delta" and event.text:
                     deltas += 1

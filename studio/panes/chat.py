@@ -10,7 +10,8 @@ the reply streams in: every text delta crosses to the UI thread by a queued sign
 within a frame. When the turn is saved the session is told, so the tree, the message view, working
 memory and traces follow at once. Every turn links to its prompt in the inspector (``as_of`` its user
 message). Chatting writes, so a read-only database says so and offers File > Allow Writes; a model
-error shows the endpoint and what to do, and nothing of that turn is saved.
+error shows the endpoint and what to do, and nothing of that turn is saved. Stop shuts the model call's
+connection at once (``chat_runner.turn_stop``; the UI thread only shuts a socket) and the turn saves nothing.
 """
 
 from __future__ import annotations
