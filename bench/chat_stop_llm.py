@@ -15,8 +15,6 @@ from ``xllamacpp`` and SmolLM2-135M (see ``bench/om_yield_llm.py``); skips (exit
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -24,29 +22,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-# bench/studio.py (another benchmark) would shadow the ``studio`` package: this folder is not where it comes from.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+# bench/studio.py (another benchmark) would shadow the ``studio`` package: this folder goes last on the path, where
+# only ``llm_requests`` (the llama.cpp launcher; no ``core`` import) is taken from it.
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE)]
 
 from core import open_store  # noqa: E402
 from core.llm import OpenAICompatibleModel, RetryPolicy  # noqa: E402
 from studio import chat_runner  # noqa: E402
 from studio.chat_runner import ChatRequest  # noqa: E402
+from llm_requests import start_llama  # noqa: E402
 
-LAUNCHER = (Path(__file__).parent / "llm_requests.py").read_text().split('LAUNCHER = """', 1)[1].split('"""', 1)[0]
 LONG = " ".join(f"Fact {i}: the dragon's hoard held {i * 7} coins and {i % 13} cups." for i in range(100))
-
-
-def start_llama(python: str, gguf: str) -> tuple[subprocess.Popen[str], int]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    proc = subprocess.Popen([python, "-c", LAUNCHER, gguf, str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    if "ready" not in proc.stdout.readline():
-        proc.terminate()
-        raise SystemExit(f"llama-server did not start (exit {proc.wait()})")
-    return proc, port
 
 
 def new_stop() -> Any:
@@ -91,8 +78,8 @@ def main() -> int:
                 timer = threading.Timer(0.3, lambda: (pressed.append(time.perf_counter()), press(stop)))
                 pressed: list[float] = []
                 timer.start()
-                how, _took = turn(store, model, f"long-{n}", f"Dragon {n}. {LONG}\n\nWrite a very long story about this dragon.",
-                                  600, stop)
+                ask = f"Dragon {n}. {LONG}\n\nWrite a very long story about this dragon."
+                how, _took = turn(store, model, f"long-{n}", ask, 600, stop)
                 ended = time.perf_counter()
                 timer.join()
                 after = ended - pressed[0] if pressed else float("nan")

@@ -585,7 +585,8 @@ class ChatPane(QWidget):
         what, todo = chat_runner.model_problem(exc)
         stopped = isinstance(exc, chat_runner.TurnStopped)
         if turn is not None:
-            self.entries = lay.failed(self.entries, turn.input_id, "stopped: you pressed Stop" if stopped else "not saved")
+            why = "stopped: you pressed Stop" if stopped else "not saved"
+            self.entries = lay.failed(self.entries, turn.input_id, why)
             self._failed = (None if turn.new_thread else turn.thread_id,
                             [e for e in self.entries if e.state == "failed"])
             if not self.input.toPlainText().strip():

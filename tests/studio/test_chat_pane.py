@@ -218,15 +218,22 @@ def test_an_unreachable_server_in_a_new_thread_leaves_no_thread(qtbot, pane, ses
     assert counts(session.store) == before
 
 
+def send_held(qtbot, pane, server, endpoint):
+    """Send "Tell me everything" in Ada's "t-food" thread to ``endpoint``, whose ``server`` holds the call (the model
+    has written nothing yet); returns the message and thread counts from before, once the call reached the server."""
+    use_models(pane, endpoint)
+    select(qtbot, pane, Selection("ada", "t-food"))
+    before = counts(pane.session.store)
+    server.stall_next()
+    pane.input.setPlainText("Tell me everything")
+    pane.send_btn.click()
+    qtbot.waitUntil(lambda: len(server.chat_requests()) == 1, timeout=10_000)
+    return before
+
+
 def test_stop_drops_the_turn(qtbot, pane, session):
     with LoopbackServer(["a long answer that is stopped"]) as server:
-        use_models(pane, Endpoint("Loopback", server.base_url))
-        select(qtbot, pane, Selection("ada", "t-food"))
-        before = counts(session.store)
-        server.stall_next()
-        pane.input.setPlainText("Tell me everything")
-        pane.send_btn.click()
-        qtbot.waitUntil(lambda: len(server.chat_requests()) == 1, timeout=10_000)
+        before = send_held(qtbot, pane, server, Endpoint("Loopback", server.base_url))
         assert pane.stop_btn.isEnabled() and not pane.send_btn.isEnabled()
         with qtbot.waitSignal(pane.turn_failed, timeout=20_000) as blocker:
             pane.stop()
@@ -244,18 +251,14 @@ def test_stop_while_the_model_thinks_cuts_its_call_at_once_and_frees_the_one_slo
     turn gets the server's slot. (The model's timeout is 10 minutes: a Stop that waited for the model's first
     words, or for the timeout, would not end the turn within the minute waited here.)"""
     with LoopbackServer(["the next answer"], slots=1) as server:
-        use_models(pane, Endpoint("Loopback", server.base_url, timeout=600, self_hosted=self_hosted))
-        select(qtbot, pane, Selection("ada", "t-food"))
-        before = counts(session.store)
-        server.stall_next()
-        pane.input.setPlainText("Tell me everything")
-        pane.send_btn.click()
-        qtbot.waitUntil(lambda: len(server.chat_requests()) == 1, timeout=10_000)
+        before = send_held(qtbot, pane, server,
+                           Endpoint("Loopback", server.base_url, timeout=600, self_hosted=self_hosted))
         with qtbot.waitSignal(pane.turn_failed, timeout=60_000) as blocker:
             pane.stop()
             assert "Stopping" in pane.status.text() and not pane.stop_btn.isEnabled()
         qtbot.waitUntil(lambda: len(server.abandoned) == 1, timeout=60_000)  # the server saw the call hang up
-        assert blocker.args[0].startswith("You stopped the reply.") and "Nothing of this turn was saved" in blocker.args[0]
+        said = blocker.args[0]
+        assert said.startswith("You stopped the reply.") and "Nothing of this turn was saved" in said
         assert counts(session.store) == before
         assert "stopped: you pressed Stop" in pane.transcript_text()
         assert pane.status.text() == "Stopped; nothing of this turn was saved."

@@ -29,6 +29,17 @@ def wait_until(condition: Callable[[], Any], what: str) -> None:
         time.sleep(0.02)
 
 
+def stop_once_held(upstream: LoopbackServer, stop: CallStop) -> threading.Thread:
+    """A thread (started) that stops ``stop`` once a call has reached ``upstream``, as the gateway's comes."""
+    def run() -> None:
+        wait_until(lambda: upstream.chat_requests(), "the call to reach the server")
+        stop.stop("the client closed its connection")
+
+    stopper = threading.Thread(target=run)
+    stopper.start()
+    return stopper
+
+
 @pytest.fixture
 def upstream() -> Iterator[LoopbackServer]:
     with LoopbackServer(["hello there"], slots=1) as server:
@@ -40,13 +51,7 @@ def test_a_stopped_call_closes_its_connection_and_is_not_retried(upstream, strea
     model = OpenAICompatibleModel("loopback", base_url=upstream.base_url, api_key="x", timeout=60)
     stop = CallStop()
     upstream.stall_next()
-
-    def stop_once_held() -> None:
-        wait_until(lambda: upstream.chat_requests(), "the call to reach the server")
-        stop.stop("the client closed its connection")
-
-    stopper = threading.Thread(target=stop_once_held)
-    stopper.start()
+    stopper = stop_once_held(upstream, stop)
     with armed(stop), pytest.raises(CallStopped, match="stopped: the client closed its connection") as raised:
         if streamed:
             list(model.stream([{"role": "user", "content": "hi"}]))
@@ -112,13 +117,7 @@ def test_a_delegated_sub_agents_model_call_is_stopped_with_its_supervisors_turn(
                  agents=[helper], tracer=Tracer(spans))
     stop = CallStop()
     upstream.stall_next()
-
-    def stop_once_held() -> None:
-        wait_until(lambda: upstream.chat_requests(), "the helper's call to reach the server")
-        stop.stop("the client closed its connection")
-
-    stopper = threading.Thread(target=stop_once_held)
-    stopper.start()
+    stopper = stop_once_held(upstream, stop)
     try:
         with pytest.raises(CallStopped, match="stopped: the client closed its connection"):
             where = {"thread": "t1", "resource": "ada"}
