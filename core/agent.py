@@ -234,8 +234,8 @@ class Agent:
         in the transaction that saves the turn, so the turn and what the caller keeps about it (the gateway's
         idempotency key) are stored together or not at all; a write that raises leaves the turn unsaved.
         ``stop``: a ``CallStop`` another thread may trigger once nobody waits for the reply (the gateway, when its
-        client leaves): the model call in flight is stopped, no other starts, and the turn saves nothing (it
-        raises ``CallStopped``) unless its save had begun."""
+        client leaves; the Studio's Stop): the model call in flight is stopped (a delegated sub-agent's too), no
+        other starts, and the turn saves nothing (it raises ``CallStopped``) unless its save had begun."""
         _refuse_delegation_resource(memory, scopes)
         values = dict(request_context or {})
         return _drain(self._turn(resolve_memory(self.memory, values), message, memory=memory, scopes=scopes,
@@ -271,13 +271,13 @@ class Agent:
     def _generate(
         self, mem: Memory | None, message: str | Message | Sequence[Message], *, memory: Mapping[str, Any] | None,
         scopes: Sequence[str] | None, context: Sequence[Message], options: Mapping[str, Any] | None,
-        values: dict[str, Any], parent_span: TracedSpan | None,
+        values: dict[str, Any], parent_span: TracedSpan | None, stop: CallStop | None = None,
     ) -> AgentResult:
         """One turn with ``mem`` already chosen (a delegation hands the sub-agent its memory this way,
-        so one agent can serve several supervisors at once)."""
+        so one agent can serve several supervisors at once, and its supervisor's ``stop``)."""
         return _drain(self._turn(mem, message, memory=memory, scopes=scopes, context=context, options=options,
                                  values=values, parent_span=parent_span, model_settings=None, tool_choice=None,
-                                 streaming=False))
+                                 streaming=False, stop=stop))
 
     def _turn(
         self, mem: Memory | None, message: str | Message | Sequence[Message], *, memory: Mapping[str, Any] | None,
@@ -410,13 +410,24 @@ class Agent:
             parts.append({"type": "step-start", "model": result.model_id or self.model.model_id})
             for tc in result.tool_calls:
                 yield StreamEvent("tool-call", tool_call_id=tc.id, tool_name=tc.name, args=dict(tc.arguments))
-                outcome = self._execute(tc, turn, thread_id, resource_id, scopes, values, messages_list, overrides,
-                                        tracer)
+                try:
+                    outcome = self._execute(tc, turn, thread_id, resource_id, scopes, values, messages_list,
+                                            overrides, tracer, stop)
+                except ModelError as exc:
+                    if stop is None or not stop.stopped:
+                        raise
+                    # A delegation stopped with its supervisor's turn (its own tools may have run: TurnFailedError).
+                    error = exc if isinstance(exc, CallStopped) else CallStopped(str(stop.reason),
+                                                                                 model_id=self.model.model_id)
+                    finish_reason = "error"
+                    break
                 tool_results.append({"tool": tc.name, "args": tc.arguments, "result": outcome})
                 # A tool that returned None has answered too (sent as null): never a call left unanswered.
                 parts.append(tool_invocation_part(tc.id, tc.name, tc.arguments, _jsonable(outcome), state="result"))
                 yield StreamEvent("tool-result", tool_call_id=tc.id, tool_name=tc.name, args=dict(tc.arguments),
                                   output=_jsonable(outcome))
+            if error is not None:
+                break
             if result.text:
                 parts.append(text_part(result.text))
                 text_out.append(result.text)
@@ -491,7 +502,7 @@ class Agent:
     def _execute(
         self, call: ToolCall, turn: TurnMemory, thread_id: str | None, resource_id: str | None,
         scopes: tuple[str, ...], values: Mapping[str, Any], ml: MessageList, overrides: Mapping[str, Any],
-        tracer: SpanTracer,
+        tracer: SpanTracer, stop: CallStop | None = None,
     ) -> Any:
         if call.arguments_error:
             return {"error": f"Your arguments for {call.name} could not be read ({call.arguments_error}). "
@@ -500,7 +511,8 @@ class Agent:
         if own is not None:
             return own
         if call.name.startswith("agent-") and call.name[6:] in self.sub_agents:
-            return self._delegate(self.sub_agents[call.name[6:]], call, turn.memory, resource_id, scopes, ml, tracer)
+            return self._delegate(self.sub_agents[call.name[6:]], call, turn.memory, resource_id, scopes, ml, tracer,
+                                  stop)
         tool = self.tools.get(call.name)
         if tool is None:
             return {"error": f"There is no tool named {call.name!r}. Available: {', '.join(self._tool_names())}."}
@@ -521,11 +533,12 @@ class Agent:
             return out
 
     def _delegate(self, sub: "Agent", call: ToolCall, mem: Memory | None, resource_id: str | None,
-                  scopes: tuple[str, ...], ml: MessageList, tracer: SpanTracer) -> Any:
+                  scopes: tuple[str, ...], ml: MessageList, tracer: SpanTracer, stop: CallStop | None = None) -> Any:
         """A delegation: a fresh thread, resource ``delegation:<parent>:<agent>`` (``delegation_resource``: a
         namespace no client may name, unlike Mastra's ``<parent>-<agent>``, which a user's own id can equal),
         the supervisor's memory unless the sub-agent has its own; only the delegation prompt and the reply
-        are saved. The run's scopes other than ``resource:`` / ``thread:`` go with it (as Mastra's)."""
+        are saved. The run's scopes other than ``resource:`` / ``thread:`` go with it (as Mastra's), and its
+        ``stop``: the sub-agent's model calls are stopped with the supervisor's turn (``CallStopped``)."""
         prompt_text = str(call.arguments.get("prompt") or call.arguments.get("task") or "")
         if not prompt_text:
             return {"error": "Delegation needs a 'prompt' argument."}
@@ -540,7 +553,7 @@ class Agent:
         forwarded = [m.copy(id=f"ctx-{m.id}", thread_id=None, resource_id=None) for m in ml.messages("memory", "input")]
         result = sub._generate(sub_mem, prompt_text, memory={"resource": child_resource, "thread": child_thread},
                                scopes=scopes, context=forwarded, options=inherited, values={},
-                               parent_span=tracer.current_span())
+                               parent_span=tracer.current_span(), stop=stop)
         return {"agent": sub.name, "thread": child_thread, "resource": child_resource, "text": result.text}
 
     def _tool_specs(self) -> list[dict[str, Any]]:

@@ -2,8 +2,13 @@
 Preferences, the reply streamed out as it arrives. No Qt here (the pane turns callbacks into signals).
 
 The turn is the engine's own ``Agent.stream``: the same processors, the same saving rules, the same
-trace as any agent process, with each text delta handed to a callback as it arrives. Stopping closes
-the stream, which abandons the turn: nothing of it is saved.
+trace as any agent process, with each text delta handed to a callback as it arrives. Stop is the turn's
+``CallStop`` (``core.llm.stopping``, made with ``hosted_too``): pressing it shuts the connection of the model call
+in flight at once, whether the model is still thinking (no text yet), replying, or answering a delegation, so a
+local one-slot server stops generating and is free for the next turn (llama.cpp first finishes reading a prompt it
+has begun: the Studio no longer waits for that, the server still does); no later model call starts, and nothing of
+the turn is saved. Only a Stop that comes once the turn's save has begun is too late: the turn is stored
+(``TurnOutcome.stop_too_late``).
 
 The agent is built from a registered configuration (``core.agent_configs``: its memory options, its
 memory name, so Studio overrides apply, and its instructions when it recorded them) or is a plain
@@ -24,7 +29,6 @@ later turn of the thread.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -32,6 +36,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from core import Agent, Memory, MemoryOptions, Message, Store
 from core.agent_configs import DEFAULT_MEMORY_NAME, AgentConfig
 from core.llm.base import CONTEXT_OVERFLOW_HINT, ChatModel, ModelError
+from core.llm.stopping import CallStop
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +79,15 @@ def default_model_name(widget: Any) -> str:
 
 class TurnStopped(ModelError):
     """The user stopped the reply; the turn is dropped like any failed model call."""
+
+
+def turn_stop() -> CallStop:
+    """The stop of one playground turn: a person waits, so a hosted API's call is cut at once too."""
+    return CallStop(hosted_too=True)
+
+
+#: What a stopped turn's model call is told (``CallStopped``'s reason; spans and logs show it).
+STOP_REASON = "the user pressed Stop in the Studio's chat"
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,7 @@ class TurnOutcome:
     seconds: float = 0.0
     tools: list[str] = field(default_factory=list)
     finish_reason: str = "stop"  # "length": the reply stopped at the cap
+    stop_too_late: bool = False  # Stop was pressed once the turn's save had begun: the turn is stored
 
 
 def recorded_runs(store: Store, rows: Sequence[Any]) -> dict[str, AgentRun]:
@@ -260,9 +275,10 @@ def run_turn(
     embedder: Callable[[], Any],
     on_delta: Callable[[str], None],
     on_tools: Callable[[list[str]], None] | None = None,
-    stop: threading.Event | None = None,
+    stop: CallStop | None = None,
 ) -> TurnOutcome:
-    """Run one turn (call on a worker). Raises ``ModelError`` (nothing saved) when the model fails."""
+    """Run one turn (call on a worker). Raises ``ModelError`` (nothing saved) when the model fails, and
+    ``TurnStopped`` (nothing saved) once ``stop`` was stopped (``turn_stop``; from any thread)."""
     started = time.perf_counter()
     tools_seen: list[str] = []
 
@@ -282,27 +298,38 @@ def run_turn(
     deltas = 0
     result = None
     cap = {"max_tokens": request.max_tokens} if request.max_tokens else None
-    with agent.stream(message, memory={"resource": request.resource_id, "thread": request.thread_id},
-                      model_settings=cap) as stream:
-        for event in stream:
-            if stop is not None and stop.is_set():
-                # Leaving the ``with`` closes the stream: the turn is abandoned and nothing is saved.
-                raise TurnStopped("stopped before the reply was complete", model_id=model.model_id,
-                                  hint="nothing of this turn was saved; send the message again to retry")
-            if event.kind == "text-delta" and event.text:
-                deltas += 1
-                on_delta(event.text)
-            elif event.kind == "tool-call" and event.tool_name:
-                tools([event.tool_name])
-            elif event.kind == "finish":
-                result = event.result
+    try:
+        with agent.stream(message, memory={"resource": request.resource_id, "thread": request.thread_id},
+                          model_settings=cap, stop=stop) as stream:
+            for event in stream:
+                if stop is not None and stop.stopped and event.kind != "finish":
+                    # A model that cannot be cut short (scripted): leaving the ``with`` closes the stream, which
+                    # abandons the turn. (``finish`` comes once the turn is saved: too late to drop it.)
+                    raise _stopped(model)
+                if event.kind == "text-delta" and event.text:
+                    deltas += 1
+                    on_delta(event.text)
+                elif event.kind == "tool-call" and event.tool_name:
+                    tools([event.tool_name])
+                elif event.kind == "finish":
+                    result = event.result
+    except ModelError as exc:
+        if stop is not None and stop.stopped and not isinstance(exc, TurnStopped):
+            raise _stopped(model) from exc  # the call its Stop cut short (CallStopped, or a delegation's)
+        raise
     assert result is not None  # a stream that ends without ``finish`` raised the turn's error
     if request.new_thread:
         _name_new_thread(mem, request)
     usage = result.usage
     return TurnOutcome(request, result.text, model.model_id, deltas, [m.id for m in result.saved],
                        result.trace_id, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
-                       time.perf_counter() - started, tools_seen, result.finish_reason or "stop")
+                       time.perf_counter() - started, tools_seen, result.finish_reason or "stop",
+                       stop_too_late=stop is not None and stop.stopped)
+
+
+def _stopped(model: ChatModel) -> TurnStopped:
+    return TurnStopped("stopped before the reply was complete", model_id=model.model_id,
+                       hint="nothing of this turn was saved; send the message again to retry")
 
 
 def _name_new_thread(mem: Memory, request: ChatRequest) -> None:

@@ -165,6 +165,8 @@ def safe_url(url: str) -> str:
     """``url`` without credentials or query string, fit for display and traces."""
     parts = urlsplit(url)
     host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address keeps its brackets (else the port reads as part of it)
     if parts.port:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))

@@ -27,7 +27,7 @@ from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_
 from core.llm.request_hook import RequestWatch
 from core.llm.wire import OPENAI_PYTHON_WIRE, StreamAssembler, request_body, result_from_completion
 from core.llm.stopping import CallStop, current_stop
-from core.llm.yielding import BackgroundCall, current_call, yields_by_default
+from core.llm.yielding import BackgroundCall, current_call, self_hosted
 from core.redaction import MIN_SECRET_LENGTH, PLACEHOLDER_KEYS
 
 if TYPE_CHECKING:
@@ -96,7 +96,14 @@ class OpenAICompatibleModel:
         environ: Mapping[str, str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         context_window: int | None = None,
+        self_hosted: bool | None = None,
     ) -> None:
+        if self_hosted is not None and not isinstance(self_hosted, bool):
+            raise ModelSettingsError(f"self_hosted must be True, False or None (decided from the base URL), "
+                                     f"got {self_hosted!r}.")
+        #: Whether the server is self-hosted (one slot, a new connection costs nothing: calls may be cut short by
+        #: shutting their connection); None: decided from the base URL (``core.llm.yielding.self_hosted``).
+        self.self_hosted = self_hosted
         if context_window is not None and (
                 not isinstance(context_window, int) or isinstance(context_window, bool) or context_window < 1):
             raise ModelSettingsError(f"context_window must be a positive number of tokens, got {context_window!r}.")
@@ -136,6 +143,8 @@ class OpenAICompatibleModel:
         }
         if self.context_window is not None:
             info["context_window"] = self.context_window
+        if self.self_hosted is not None:
+            info["self_hosted"] = self.self_hosted
         if self._key.note:
             info["api_key_note"] = self._key.note
         return info
@@ -185,9 +194,9 @@ class OpenAICompatibleModel:
     def _client_for(self, background: BackgroundCall | None, stop: CallStop | None) -> tuple[Any, Any]:
         """The OpenAI client a call goes out on, and its watched ``httpx`` client. A background call that may give
         way to a turn (``core.llm.yielding``), or a turn's call that may be stopped (``core.llm.stopping``) to a
-        server where a new connection costs nothing, goes out on a connection of its own, which is shut down to
-        stop it; any other call on the pooled client."""
-        if background is not None or (stop is not None and yields_by_default(self)):
+        self-hosted server (where a new connection costs nothing) or whose stop says ``hosted_too``, goes out on a
+        connection of its own, which is shut down to stop it; any other call on the pooled client."""
+        if background is not None or (stop is not None and (stop.hosted_too or self_hosted(self))):
             return self._interruptible()
         return self._client, self._http
 

@@ -9,11 +9,13 @@ it was interrupted) nobody will read the reply, and a local server with one slot
 call made during the turn (a synchronous observer) is never cut short by it.
 
 A connection is shut only where the call has one of its own: ``OpenAICompatibleModel`` sends an armed call
-to a server on this machine or a private network (``yielding.yields_by_default``, where a new connection
-costs nothing) on a connection not kept for reuse. An armed call to a hosted API keeps its pooled
-connection: streamed, it stops at its next chunk; plain, its reply is waited for and thrown away. A model
-that is not an ``OpenAICompatibleModel`` is never interrupted; the agent still stops before its next call
-and before the save.
+to a self-hosted server (on this machine or a private network, by address or by what its name resolves to:
+``yielding.self_hosted``, where a new connection costs nothing) on a connection not kept for reuse. An armed
+call to a hosted API keeps its pooled connection (``CallStop(hosted_too=True)`` gives it one of its own too: the
+Studio's Stop, where a person waits): streamed, it stops at its next chunk; plain, its reply is waited for and
+thrown away. A model that is not an ``OpenAICompatibleModel`` is never interrupted; the agent still stops before
+its next call and before the save. A delegation (a sub-agent called as a tool) runs its model calls under its
+supervisor's stop.
 """
 
 from __future__ import annotations
@@ -77,7 +79,12 @@ class CallStopped(ModelError):
 
 
 class CallStop(Interruptible):
-    """One turn's stop signal (see the module doc)."""
+    """One turn's stop signal (see the module doc). ``hosted_too``: a hosted API's call is cut at once as well
+    (on a connection of its own, a new TLS handshake per call), not at its next chunk."""
+
+    def __init__(self, *, hosted_too: bool = False) -> None:
+        super().__init__()
+        self.hosted_too = hosted_too
 
     @property
     def stopped(self) -> bool:

@@ -53,7 +53,7 @@ _POLL_SECONDS = 0.25
 KEPT_TURN_WAITS = "a turn waits for background memory work on this server (block_after)"
 KEPT_CANNOT_STOP = "its model cannot stop a call it has started (see core.llm.yielding)"
 
-#: The ``yield_to_turns`` option: True, False, or "auto" (servers on this machine or a private network).
+#: The ``yield_to_turns`` option: True, False, or "auto" (self-hosted servers: ``self_hosted``).
 YieldChoice = bool | Literal["auto"]
 
 
@@ -292,20 +292,74 @@ def current_call() -> BackgroundCall | None:
 
 
 def yields_by_default(model: Any) -> bool:
-    """Whether background calls to ``model`` yield when the option says "auto": when its server is on
-    this machine or a private network (where one-slot servers run); a hosted API serves calls side by
-    side, so cancelling there would only waste the tokens already paid for."""
+    """Whether background calls to ``model`` yield when the option says "auto": when its server is self-hosted
+    (``self_hosted``), where one-slot servers run; a hosted API serves calls side by side, so cancelling there
+    would only waste the tokens already paid for."""
+    return self_hosted(model)
+
+
+def self_hosted(model: Any) -> bool:
+    """Whether ``model``'s server runs on this machine or a private network (llama.cpp, Ollama, vLLM...) rather
+    than being a hosted API. The model's own ``self_hosted`` (True/False) decides when it is set; else its base
+    URL: ``localhost`` and ``*.local``, or an address on this machine or a private network (loopback, RFC 1918,
+    link-local, IPv6 unique-local, the 100.64/10 shared range a Tailscale or carrier network uses), written
+    out or what a host name resolves to (a Docker service ``ollama``, ``llm.internal``). A name is looked up
+    once per process (``server_addresses``); one that does not resolve (offline, a typo) counts as hosted
+    until it does. A model without a base URL (scripted, custom) has no server: False."""
+    said = getattr(model, "self_hosted", None)
+    if isinstance(said, bool):
+        return said
     key = server_of(model)
     if key is None:
         return False
-    host = (urlsplit(key).hostname or "").lower()
+    host = (urlsplit(key).hostname or "").lower().rstrip(".")
     if host == "localhost" or host.endswith(".localhost") or host.endswith(".local"):
         return True
     try:
-        address = ipaddress.ip_address(host)
+        return _private(ipaddress.ip_address(host))
     except ValueError:
-        return False  # a name: hosted APIs are reached by name
-    return address.is_loopback or address.is_private or address.is_link_local
+        pass  # a name: what it resolves to says
+    addresses = server_addresses(host)
+    return bool(addresses) and all(_private(a) for a in addresses)
+
+
+_SHARED = ipaddress.ip_network("100.64.0.0/10")  # RFC 6598: carrier-grade NAT, Tailscale's addresses
+
+
+def _private(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    mapped = getattr(address, "ipv4_mapped", None)
+    if mapped is not None:
+        address = mapped
+    return (address.is_loopback or address.is_private or address.is_link_local
+            or (address.version == 4 and address in _SHARED))
+
+
+def server_addresses(host: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...]:
+    """The addresses ``host`` resolves to, looked up once per process (empty, and looked up again next time,
+    when it does not resolve now)."""
+    with _RESOLVED_LOCK:
+        known = _RESOLVED.get(host)
+    if known is not None:
+        return known
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        log.info("the model server %r does not resolve (%s): taken for a hosted API until it does", host, exc)
+        return ()
+    found = []
+    for info in infos:
+        try:
+            found.append(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]))
+        except ValueError:
+            continue
+    addresses = tuple(dict.fromkeys(found))
+    with _RESOLVED_LOCK:
+        _RESOLVED[host] = addresses
+    return addresses
+
+
+_RESOLVED: dict[str, tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...]] = {}
+_RESOLVED_LOCK = threading.Lock()
 
 
 def gives_way(model: Any, choice: YieldChoice) -> bool:
@@ -335,5 +389,5 @@ _CURRENT: contextvars.ContextVar[BackgroundCall | None] = contextvars.ContextVar
 TRAFFIC = ServerTraffic()
 
 __all__ = ["KEPT_CANNOT_STOP", "KEPT_TURN_WAITS", "TRAFFIC", "BackgroundCall", "CallYielded", "ServerTraffic",
-           "TurnCall", "YieldChoice", "background_call", "current_call", "gives_way", "server_of",
-           "stops_background_calls", "yields_by_default"]
+           "TurnCall", "YieldChoice", "background_call", "current_call", "gives_way", "self_hosted",
+           "server_addresses", "server_of", "stops_background_calls", "yields_by_default"]

@@ -10,12 +10,12 @@ the reply streams in: every text delta crosses to the UI thread by a queued sign
 within a frame. When the turn is saved the session is told, so the tree, the message view, working
 memory and traces follow at once. Every turn links to its prompt in the inspector (``as_of`` its user
 message). Chatting writes, so a read-only database says so and offers File > Allow Writes; a model
-error shows the endpoint and what to do, and nothing of that turn is saved.
+error shows the endpoint and what to do, and nothing of that turn is saved. Stop shuts the model call's
+connection at once (``chat_runner.turn_stop``; the UI thread only shuts a socket) and the turn saves nothing.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable
 
 from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 
 from core import MemoryOptions
 from core.agent_configs import AgentChoice, AgentConfig, agent_for_thread
+from core.llm.stopping import CallStop
 from core.messages import new_id
 from studio import chat_runner
 from studio.chat_runner import AgentRun, ChatRequest, ModelOption, TurnOutcome
@@ -91,7 +92,7 @@ class ChatPane(QWidget):
         self.entries: list[lay.Entry] = []
         self.busy = False
         self._turn: ChatRequest | None = None
-        self._stop: threading.Event | None = None
+        self._stop: CallStop | None = None  # the running turn's (``chat_runner.turn_stop``)
         self._models: list[ModelOption] = []
         self._turn_scope: dict[str, tuple[str, str]] = {}  # user message id -> (resource, thread) of turns sent here
         # The last failed turn's entries and its thread: a read of that thread (another pane's write, a
@@ -437,7 +438,7 @@ class ChatPane(QWidget):
         elif self.banner.level == "warning" and "read-only" in self.banner.text():
             self.banner.hide()
         self.send_btn.setEnabled(not self.busy and not read_only)
-        self.stop_btn.setEnabled(self.busy)
+        self.stop_btn.setEnabled(self.busy and not (self._stop is not None and self._stop.stopped))
         self.agent_combo.setEnabled(not self.busy)
         self.model_combo.setEnabled(not self.busy)
         self.cap_spin.setEnabled(not self.busy)
@@ -502,8 +503,8 @@ class ChatPane(QWidget):
         self._turn = req
         self._failed = (None, [])  # the next read shows what this turn stores instead
         self._turn_scope[req.input_id] = (req.resource_id, req.thread_id)
-        self._stop = threading.Event()
-        if self.banner.level == "error":
+        self._stop = chat_runner.turn_stop()
+        if self.banner.level in ("error", "info"):  # the last turn's failure, or that it was stopped
             self.banner.hide()
         self.entries = [*self.entries, lay.Entry("user", req.text, req.input_id, req.input_id, "streaming"),
                         lay.Entry("assistant", "", req.input_id, None, "streaming")]
@@ -527,9 +528,11 @@ class ChatPane(QWidget):
                          key=self._key + "-turn")
 
     def stop(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
-            self.status.setText("Stopping…")
+        """Stop the running turn: its model call's connection is shut at once (never waits: the worker
+        ends the turn and ``turn_failed`` follows, nothing saved)."""
+        if self._stop is not None and self.busy and self._stop.stop(chat_runner.STOP_REASON):
+            self.status.setText("Stopping the turn: nothing of it will be saved…")
+            self._update_state()
 
     def _on_delta(self, piece: str) -> None:
         if not self.busy:
@@ -565,7 +568,9 @@ class ChatPane(QWidget):
         self._render()
         tokens = f"{outcome.prompt_tokens:,} → {outcome.completion_tokens:,} tokens"
         capped = f" · {capped}" if capped else ""
-        self.status.setText(f"Saved {len(outcome.saved_ids)} messages · {outcome.model_id} · {tokens} · "
+        late = "Stop came once the reply was complete and being saved: the turn is stored. " \
+            if outcome.stop_too_late else ""
+        self.status.setText(f"{late}Saved {len(outcome.saved_ids)} messages · {outcome.model_id} · {tokens} · "
                             f"{outcome.seconds:.1f} s · the reply arrived in {outcome.deltas} pieces{capped}")
         self._update_state()
         self.session.notify_local_write()  # the tree, the message view, working memory and traces follow
@@ -578,15 +583,18 @@ class ChatPane(QWidget):
         self.busy = False
         self._turn = None
         what, todo = chat_runner.model_problem(exc)
+        stopped = isinstance(exc, chat_runner.TurnStopped)
         if turn is not None:
-            self.entries = lay.failed(self.entries, turn.input_id, "not saved")
+            why = "stopped: you pressed Stop" if stopped else "not saved"
+            self.entries = lay.failed(self.entries, turn.input_id, why)
             self._failed = (None if turn.new_thread else turn.thread_id,
                             [e for e in self.entries if e.state == "failed"])
             if not self.input.toPlainText().strip():
                 self.input.setPlainText(turn.text)  # the message is kept for another try
         self._render()
-        self.banner.show_message(f"{what}\n{todo}", "error")
-        self.status.setText("The turn failed; nothing was saved.")
+        self.banner.show_message(f"{what}\n{todo}", "info" if stopped else "error")  # a stop is no failure
+        self.status.setText("Stopped; nothing of this turn was saved." if stopped
+                            else "The turn failed; nothing was saved.")
         self._update_state()
         self.turn_failed.emit(f"{what} {todo}")
 

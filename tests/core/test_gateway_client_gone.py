@@ -146,6 +146,26 @@ def test_a_raw_client_that_closes_early_stops_its_turn(upstream, gateway, memory
     assert_stopped_and_nothing_stored(upstream, gateway, memory, caplog, spans)
 
 
+def test_a_turn_on_a_model_server_reached_by_name_is_stopped_when_its_client_leaves(upstream, memory, caplog, spans):
+    """The agent's model server is reached by a name, not an address (``127.1``: resolved to 127.0.0.1 without DNS,
+    as a Docker service name ``ollama`` resolves to a private address): it is self-hosted, so a plain turn whose
+    client gave up has its model call cut too (a hosted API's would be waited for: here for 10 minutes)."""
+    caplog.set_level(logging.INFO, logger="core.gateway.openai_routes")
+    model = OpenAICompatibleModel("loopback", base_url=upstream.base_url.replace("127.0.0.1", "127.1"), api_key="x",
+                                  timeout=600)
+    agent = Agent("echo", instructions="Echo.", model=model, memory=memory, tracer=Tracer(spans))
+    upstream.stall_next()
+    with GatewayServer(create_app([agent], default_resource="anon")) as gateway:
+        try:
+            with pytest.raises(openai.APITimeoutError):
+                client(gateway, timeout=0.5).chat.completions.create(
+                    model="echo", messages=[user("book a table")], metadata=META)
+            assert_stopped_and_nothing_stored(upstream, gateway, memory, caplog, spans)
+        finally:
+            upstream.release()  # (a call that was not cut ends now, so a failing test does not hang)
+    model.close()
+
+
 def test_a_keyed_retry_after_a_timeout_runs_once_and_stores_the_turn_once(upstream, gateway, memory, caplog):
     """The first attempt times out while the model holds it: it is stopped and its key given back at once, so the
     client's retry (same key) runs the turn, which is stored once; a later repeat is answered from it."""

@@ -13,6 +13,7 @@ running this file with the turn's ``TRAFFIC.foreground`` made a no-op). No timed
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ import pytest
 
 from core import Agent, Memory, MemoryOptions, open_store
 from core.llm import LoopbackServer, OpenAICompatibleModel, RetryPolicy, ScriptedModel
-from core.llm.yielding import TRAFFIC, server_of, yields_by_default
+from core.llm.providers import resolve_model
+from core.llm.settings import ModelSettingsError
+from core.llm.yielding import TRAFFIC, gives_way, self_hosted, server_addresses, server_of, yields_by_default
 from core.observational import load_current
 from core.observational.observer import OBSERVER_SYSTEM_PROMPT
 from core.tokens import EstimatingTokenizer
@@ -60,11 +63,12 @@ def wait_for(condition: Any, what: str) -> None:
     raise AssertionError(f"never happened: {what}")
 
 
-def setup(tmp_path: Path, server: Server, exporter: InMemorySpanExporter | None = None,
+def setup(tmp_path: Path, server: Server, exporter: InMemorySpanExporter | None = None, host: str = "127.0.0.1",
           **om: Any) -> tuple[Any, Memory, Agent, OpenAICompatibleModel]:
     tracer = Tracer(exporter or InMemorySpanExporter())
     # One model for the turns and the observer, as with one local server (the usual set-up).
-    model = OpenAICompatibleModel("local", base_url=server.loopback.base_url, api_key="k", api_key_env=None,
+    base_url = server.loopback.base_url.replace("127.0.0.1", host)
+    model = OpenAICompatibleModel("local", base_url=base_url, api_key="k", api_key_env=None,
                                   keyring_service=None, retry=RetryPolicy(max_retries=0))
     store = open_store(tmp_path / "m.db")
     # The observer may take longer than a turn (120 s against 60 s): a turn that queued behind the held
@@ -83,13 +87,16 @@ def ask(agent: Agent, i: int, *, streaming: bool = False) -> str:
     return agent.generate(f"Question {i}: {WORDS}", **kwargs).text
 
 
+# "127.1": a name (not an address ``ipaddress`` reads) that resolves to this machine, offline, as a Docker
+# service name ("ollama") resolves to a private address: a self-hosted server, so "auto" gives way there too.
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.1"], ids=["address", "name"])
 @pytest.mark.parametrize("streaming", [False, True], ids=["generate", "stream"])
 def test_a_turn_is_not_queued_behind_the_background_observer_and_the_observation_still_happens_once(
-        tmp_path: Path, streaming: bool) -> None:
+        tmp_path: Path, streaming: bool, host: str) -> None:
     server = Server()
     exporter = InMemorySpanExporter()
     with server.loopback:
-        store, memory, agent, model = setup(tmp_path, server, exporter)
+        store, memory, agent, model = setup(tmp_path, server, exporter, host=host)
         try:
             ask(agent, 0)  # ~66 tokens stored: past buffer_tokens (40), so the observer starts in the background
             wait_for(lambda: len(server.observer_requests()) == 1 and TRAFFIC.in_flight(model),
@@ -162,6 +169,31 @@ def test_auto_yields_for_servers_on_this_machine_or_a_private_network_only() -> 
     assert not yields_by_default(model("https://api.openai.com/v1"))
     assert not yields_by_default(model("https://8.8.8.8/v1"))
     assert not yields_by_default(ScriptedModel(["x"]))  # no server at all: nothing to yield
+
+
+def test_auto_counts_a_named_server_by_what_its_name_resolves_to_unless_the_model_says() -> None:
+    """A model server reached by a name (a Docker service "ollama", "llm.internal") is self-hosted when the name
+    resolves to this machine or a private network. The names here resolve without DNS (numeric forms glibc and
+    macOS read), so the test runs offline; a name that does not resolve counts as hosted."""
+    def model(url: str, **kwargs: Any) -> OpenAICompatibleModel:
+        return OpenAICompatibleModel("m", base_url=url, api_key="k", api_key_env=None, keyring_service=None,
+                                     **kwargs)
+
+    assert self_hosted(model("http://127.1:8080/v1")) and self_hosted(model("http://2130706433:8080/v1"))
+    assert server_addresses("127.1") == (ipaddress.ip_address("127.0.0.1"),)
+    assert not self_hosted(model("http://8.8.8:8080/v1"))  # resolves to 8.8.0.8: a public address
+    assert not self_hosted(model("http://no-such-host.invalid/v1")) and server_addresses("no-such-host.invalid") == ()
+    for url in ("http://100.101.102.103:11434/v1", "http://[fd00::1]:8080/v1", "http://[::ffff:10.0.0.7]:8080/v1",
+                "http://ollama.local:11434/v1"):
+        assert self_hosted(model(url)), url  # Tailscale's range, IPv6 unique-local, a mapped private address, mDNS
+    assert model("http://[fd00::1]:8080/v1").base_url == "http://[fd00::1]:8080/v1"  # (its brackets kept)
+    # The model's own say wins: a hosted gateway on a private address, a self-hosted server behind a public name.
+    assert not gives_way(model("http://127.0.0.1:8080/v1", self_hosted=False), "auto")
+    assert gives_way(model("https://llm.example.com/v1", self_hosted=True), "auto")
+    assert model("https://llm.example.com/v1", self_hosted=True).describe()["self_hosted"] is True
+    assert resolve_model("ollama/llama3.1", self_hosted=False, environ={}).self_hosted is False
+    with pytest.raises(ModelSettingsError, match="self_hosted must be True, False or None"):
+        model("http://127.0.0.1:8080/v1", self_hosted="yes")
 
 
 def test_yield_to_turns_must_be_true_false_or_auto() -> None:

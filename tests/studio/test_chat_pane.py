@@ -49,13 +49,16 @@ class Endpoint:
 
     name: str
     base_url: str
+    timeout: float = 10
+    self_hosted: bool | None = None  # None: decided from the base URL (loopback: self-hosted)
 
     @property
     def label(self) -> str:
         return f"{self.name} — loopback-chat @ {self.base_url}"
 
     def build(self):
-        return OpenAICompatibleModel("loopback-chat", base_url=self.base_url, api_key="test-key", timeout=10)
+        return OpenAICompatibleModel("loopback-chat", base_url=self.base_url, api_key="test-key", timeout=self.timeout,
+                                     self_hosted=self.self_hosted)
 
 
 @pytest.fixture()
@@ -215,21 +218,57 @@ def test_an_unreachable_server_in_a_new_thread_leaves_no_thread(qtbot, pane, ses
     assert counts(session.store) == before
 
 
+def send_held(qtbot, pane, server, endpoint):
+    """Send "Tell me everything" in Ada's "t-food" thread to ``endpoint``, whose ``server`` holds the call (the model
+    has written nothing yet); returns the message and thread counts from before, once the call reached the server."""
+    use_models(pane, endpoint)
+    select(qtbot, pane, Selection("ada", "t-food"))
+    before = counts(pane.session.store)
+    server.stall_next()
+    pane.input.setPlainText("Tell me everything")
+    pane.send_btn.click()
+    qtbot.waitUntil(lambda: len(server.chat_requests()) == 1, timeout=10_000)
+    return before
+
+
 def test_stop_drops_the_turn(qtbot, pane, session):
     with LoopbackServer(["a long answer that is stopped"]) as server:
-        use_models(pane, Endpoint("Loopback", server.base_url))
-        select(qtbot, pane, Selection("ada", "t-food"))
-        before = counts(session.store)
-        server.stall_next()
-        pane.input.setPlainText("Tell me everything")
-        pane.send_btn.click()
-        qtbot.waitUntil(lambda: len(server.chat_requests()) == 1, timeout=10_000)
+        before = send_held(qtbot, pane, server, Endpoint("Loopback", server.base_url))
         assert pane.stop_btn.isEnabled() and not pane.send_btn.isEnabled()
         with qtbot.waitSignal(pane.turn_failed, timeout=20_000) as blocker:
             pane.stop()
             server.release()
     assert "stopped" in blocker.args[0]
     assert counts(session.store) == before
+
+
+@pytest.mark.parametrize("self_hosted", [None, False], ids=["self-hosted", "hosted"])
+def test_stop_while_the_model_thinks_cuts_its_call_at_once_and_frees_the_one_slot_server(qtbot, pane, session,
+                                                                                         self_hosted):
+    """The model has sent nothing yet (held by the one-slot server: still reading the prompt, or thinking). Stop
+    closes the call's connection at once, for a hosted API too (``self_hosted=False``), so the server stops: the
+    turn ends without the server being released, nothing is stored, the pane says it was stopped, and the next
+    turn gets the server's slot. (The model's timeout is 10 minutes: a Stop that waited for the model's first
+    words, or for the timeout, would not end the turn within the minute waited here.)"""
+    with LoopbackServer(["the next answer"], slots=1) as server:
+        before = send_held(qtbot, pane, server,
+                           Endpoint("Loopback", server.base_url, timeout=600, self_hosted=self_hosted))
+        with qtbot.waitSignal(pane.turn_failed, timeout=60_000) as blocker:
+            pane.stop()
+            assert "Stopping" in pane.status.text() and not pane.stop_btn.isEnabled()
+        qtbot.waitUntil(lambda: len(server.abandoned) == 1, timeout=60_000)  # the server saw the call hang up
+        said = blocker.args[0]
+        assert said.startswith("You stopped the reply.") and "Nothing of this turn was saved" in said
+        assert counts(session.store) == before
+        assert "stopped: you pressed Stop" in pane.transcript_text()
+        assert pane.status.text() == "Stopped; nothing of this turn was saved."
+        assert pane.banner.level == "info" and not pane.banner.isHidden()  # a stop is not shown as a failure
+        assert pane.input.toPlainText() == "Tell me everything"  # kept to send again
+        assert pane.send_btn.isEnabled() and not pane.stop_btn.isEnabled() and not pane.busy
+        outcome, _ = send(qtbot, pane, "Just the gist", timeout=60_000)  # the held call never got its answer
+    assert outcome.text == "the next answer" and pane.banner.isHidden()
+    assert counts(session.store)[0] == before[0] + 2
+    assert [r.body["messages"][-1]["content"] for r in server.abandoned] == ["Tell me everything"]
 
 
 def test_a_read_only_database_says_so_and_offers_allow_writes(qtbot, no_leaked_widgets, tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 from datetime import datetime, timezone
 
 import pytest
@@ -75,14 +74,33 @@ def test_run_turn_saves_the_turn_and_a_failure_saves_nothing(tmp_path):
 
 def test_stopping_a_turn_abandons_it_and_saves_nothing(tmp_path):
     store = open_store(tmp_path / "m.db")
-    stop = threading.Event()
-    stop.set()
+    stop = chat_runner.turn_stop()
+    stop.stop(chat_runner.STOP_REASON)
     pieces: list[str] = []
     req = ChatRequest("t-stop", "ada", "Tell me a long story", None, "", "u-9", new_thread=True)
     with pytest.raises(TurnStopped):
         chat_runner.run_turn(store, req, ScriptedModel(["once upon a time there was a tale"]),
                              embedder=lambda: None, on_delta=pieces.append, stop=stop)
     assert pieces == [] and store.memory.get_thread("t-stop") is None
+    store.close()
+
+
+def test_a_stop_while_a_model_that_cannot_be_cut_answers_still_saves_nothing(tmp_path):
+    """A scripted model has no connection to shut: Stop pressed during its call ends the turn before its save, and
+    the turn is reported as stopped (not as the model failing)."""
+    store = open_store(tmp_path / "m.db")
+    stop = chat_runner.turn_stop()
+
+    def answer(_messages, _tools):
+        stop.stop(chat_runner.STOP_REASON)  # pressed while the model works
+        return "a whole answer"
+
+    req = ChatRequest("t-stop", "ada", "Tell me a long story", None, "", "u-9", new_thread=True)
+    with pytest.raises(TurnStopped) as raised:
+        chat_runner.run_turn(store, req, ScriptedModel(answer), embedder=lambda: None, on_delta=lambda _p: None,
+                             stop=stop)
+    assert chat_runner.model_problem(raised.value)[0] == "You stopped the reply."
+    assert store.memory.get_thread("t-stop") is None
     store.close()
 
 

@@ -29,6 +29,17 @@ def wait_until(condition: Callable[[], Any], what: str) -> None:
         time.sleep(0.02)
 
 
+def stop_once_held(upstream: LoopbackServer, stop: CallStop) -> threading.Thread:
+    """A thread (started) that stops ``stop`` once a call has reached ``upstream``, as the gateway's comes."""
+    def run() -> None:
+        wait_until(lambda: upstream.chat_requests(), "the call to reach the server")
+        stop.stop("the client closed its connection")
+
+    stopper = threading.Thread(target=run)
+    stopper.start()
+    return stopper
+
+
 @pytest.fixture
 def upstream() -> Iterator[LoopbackServer]:
     with LoopbackServer(["hello there"], slots=1) as server:
@@ -40,13 +51,7 @@ def test_a_stopped_call_closes_its_connection_and_is_not_retried(upstream, strea
     model = OpenAICompatibleModel("loopback", base_url=upstream.base_url, api_key="x", timeout=60)
     stop = CallStop()
     upstream.stall_next()
-
-    def stop_once_held() -> None:
-        wait_until(lambda: upstream.chat_requests(), "the call to reach the server")
-        stop.stop("the client closed its connection")
-
-    stopper = threading.Thread(target=stop_once_held)
-    stopper.start()
+    stopper = stop_once_held(upstream, stop)
     with armed(stop), pytest.raises(CallStopped, match="stopped: the client closed its connection") as raised:
         if streamed:
             list(model.stream([{"role": "user", "content": "hi"}]))
@@ -87,3 +92,81 @@ def test_a_turn_stopped_while_a_tool_runs_saves_nothing_and_calls_no_model_again
     with pytest.raises((CallStopped, TurnFailedError), match="the client closed its connection"):
         agent.generate("find it", memory={"thread": "t1", "resource": "ada"}, stop=stop)
     assert calls == [1] and memory.get_thread("t1") is None
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_a_delegated_sub_agents_model_call_is_stopped_with_its_supervisors_turn(store, upstream, streamed):
+    """The supervisor delegates (tool ``agent-helper``); the helper's call, held by the one-slot server, is cut
+    when the supervisor's turn is stopped: the server sees its connection closed, the supervisor calls its model
+    no more, and neither the supervisor's thread nor the delegation's thread keeps anything."""
+    from core.scopes import delegation_resource
+    from core.traces.tracer import InMemorySpanExporter, Tracer
+
+    spans = InMemorySpanExporter()
+    memory = Memory(store, MemoryOptions(last_messages=5))
+    helper = Agent("helper", instructions="Help.", tracer=Tracer(spans),
+                   model=OpenAICompatibleModel("loopback", base_url=upstream.base_url, api_key="x", timeout=60))
+    boss_calls: list[int] = []
+
+    def boss_script(messages: Any, tools: Any) -> Any:
+        boss_calls.append(1)
+        return ScriptedReply(tool_calls=(tool_call("agent-helper", {"prompt": "find a table"}),)) \
+            if len(boss_calls) == 1 else "booked"
+
+    boss = Agent("boss", instructions="Delegate.", model=ScriptedModel(boss_script), memory=memory,
+                 agents=[helper], tracer=Tracer(spans))
+    stop = CallStop()
+    upstream.stall_next()
+    stopper = stop_once_held(upstream, stop)
+    try:
+        with pytest.raises(CallStopped, match="stopped: the client closed its connection"):
+            where = {"thread": "t1", "resource": "ada"}
+            if streamed:
+                with boss.stream("book a table", memory=where, stop=stop) as events:
+                    list(events)
+            else:
+                boss.generate("book a table", memory=where, stop=stop)
+    finally:
+        stopper.join()
+        upstream.release()  # (a call that was not stopped ends now, so a failing test does not hang)
+    wait_until(lambda: upstream.abandoned, "the server to see the helper's connection closed")
+    assert [r.body["messages"][-1]["content"] for r in upstream.abandoned] == ["find a table"]
+    assert boss_calls == [1]  # the supervisor did not call its model again after the stop
+    assert memory.get_thread("t1") is None
+    assert memory.list_threads(resource_id=delegation_resource("ada", "helper")).threads == []
+    helper_run, = [s for s in spans.spans if s.span_type == "agent_run" and s.entity_name == "helper"]
+    assert "stopped: the client closed its connection" in str(helper_run.error)
+    helper.model.close()
+
+
+def test_a_server_reached_by_a_name_that_resolves_to_this_machine_has_its_plain_call_cut(upstream):
+    """``127.1`` is a name to ``ipaddress`` but resolves to 127.0.0.1 (offline: no DNS): as a Docker service name
+    resolves to a private address, it is self-hosted, so an armed plain call goes out on a connection of its own
+    and the stop cuts it at once. (A hosted API's plain call would be waited for: here its 10-minute timeout,
+    long after the minute this test waits for the server to see the connection closed.)"""
+    model = OpenAICompatibleModel("loopback", base_url=upstream.base_url.replace("127.0.0.1", "127.1"), api_key="x",
+                                  timeout=600)
+    assert "://127.1:" in model.base_url
+    stop = CallStop()
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            with armed(stop):
+                model.generate([{"role": "user", "content": "hi"}])
+        except BaseException as exc:  # noqa: BLE001 - looked at below
+            raised.append(exc)
+
+    upstream.stall_next()
+    caller = threading.Thread(target=call)
+    caller.start()
+    try:
+        wait_until(lambda: upstream.chat_requests(), "the call to reach the server")
+        stop.stop("the client closed its connection")
+        wait_until(lambda: upstream.abandoned, "the server to see its connection closed")
+    finally:
+        upstream.release()  # (a call that was not cut ends now, so a failing test does not hang)
+        caller.join()
+        model.close()
+    assert len(raised) == 1 and isinstance(raised[0], CallStopped), raised
+    assert len(upstream.chat_requests()) == 1
