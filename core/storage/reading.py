@@ -59,10 +59,11 @@ def is_busy(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text.lower()
 
 
-def wait_while_busy(attempt: Callable[[], T]) -> T:
+def wait_while_busy(attempt: Callable[[], T], budget_s: float | None = None) -> T:
     """``attempt()``, tried again while it fails with SQLITE_BUSY, sleeping between tries (the GIL is
-    free meanwhile), until ``BUSY_TIMEOUT_MS`` has passed since the first try; then its last error."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    free meanwhile), until ``budget_s`` (None: ``BUSY_TIMEOUT_MS``) has passed since the first try; then
+    its last error."""
+    deadline = time.monotonic() + (BUSY_TIMEOUT_MS / 1000 if budget_s is None else budget_s)
     delay = 0.001
     while True:
         try:
@@ -77,13 +78,16 @@ def wait_while_busy(attempt: Callable[[], T]) -> T:
 class WaitingConnection:
     """A libsql-experimental connection whose statements, while ``reading`` is set (``Database.read()``
     sets it for the read's duration, with the connection's busy timeout at 0), wait for another
-    process's lock in ``wait_while_busy``. Everything else is the driver's own connection."""
+    process's lock in ``wait_while_busy``, each at most ``budget_s`` (None: ``BUSY_TIMEOUT_MS``; the
+    reader of a Mastra database's spans table gives its read budget). Everything else is the driver's
+    own connection."""
 
-    __slots__ = ("_raw", "reading", "busy_timeout_zero")
+    __slots__ = ("_raw", "reading", "busy_timeout_zero", "budget_s")
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, *, budget_s: float | None = None) -> None:
         object.__setattr__(self, "_raw", raw)
         object.__setattr__(self, "reading", False)
+        object.__setattr__(self, "budget_s", budget_s)
         #: Its busy timeout is 0, as ``Database._on_connect`` and every read set it; what takes the
         #: connection for anything else sets ``BUSY_TIMEOUT_MS`` and this false (``Database`` keeps it true).
         object.__setattr__(self, "busy_timeout_zero", False)
@@ -142,7 +146,7 @@ class WaitingCursor:
         except (ValueError, sa.exc.DBAPIError) as exc:
             if not is_busy(exc):
                 raise
-            wait_while_busy(attempt)
+            wait_while_busy(attempt, self._owner.budget_s)
         return self
 
     def fetchone(self) -> Any:
