@@ -223,12 +223,17 @@ def test_a_read_waits_for_another_process_lock_with_other_threads_running(tmp_pa
     assert [t.trace_id for t in result] == ["T9", "T2", "T1"] and not result.busy
 
 
-def test_a_read_still_locked_after_the_read_budget_answers_the_last_good_answer_flagged_busy(tmp_path: Path) -> None:
+def _read_then_locked(tmp_path: Path) -> tuple[LibSQLSpanReader, subprocess.Popen[str]]:
+    """A reader with a read budget of 0.3 s that has read the list once, and another process holding the lock."""
     path = tmp_path / "mastra.db"
     mastra_db(path)
     reader = LibSQLSpanReader(path, read_budget_s=0.3)
     assert [t.trace_id for t in reader.list_traces()] == ["T2", "T1"]
-    locker = _hold_exclusive(path, NEW_ROOT)
+    return reader, _hold_exclusive(path, NEW_ROOT)
+
+
+def test_a_read_still_locked_after_the_read_budget_answers_the_last_good_answer_flagged_busy(tmp_path: Path) -> None:
+    reader, locker = _read_then_locked(tmp_path)
     try:
         result = reader.list_traces()
         assert [t.trace_id for t in result] == ["T2", "T1"]  # not an empty screen
@@ -244,11 +249,7 @@ def test_reads_of_one_block_still_locked_after_the_read_budget_answer_busy_after
     """The Traces pane reads a page, its count and its bill in one ``reading`` block: a lock met by the
     block's first statement made the whole block fail (the pane said the traces could not be read) instead
     of answering busy with the last good answer, as a read alone does."""
-    path = tmp_path / "mastra.db"
-    mastra_db(path)
-    reader = LibSQLSpanReader(path, read_budget_s=0.3)
-    assert [t.trace_id for t in reader.list_traces()] == ["T2", "T1"]
-    locker = _hold_exclusive(path, NEW_ROOT)
+    reader, locker = _read_then_locked(tmp_path)
     try:
         with reader.reading():
             listed, counted = reader.list_traces(), reader.count_traces()

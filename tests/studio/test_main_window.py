@@ -317,6 +317,14 @@ def test_a_locked_file_opens_when_released_and_the_window_keeps_running_meanwhil
             locker.communicate("\n", timeout=90)
 
 
+def _hold_exclusive(path: Path) -> subprocess.Popen[str]:
+    """Another process holding the file's EXCLUSIVE lock (until told, or its watchdog's 60 s)."""
+    locker = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(path), "SELECT 1"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+    return locker
+
+
 def test_waiting_for_a_locked_file_can_be_stopped_and_the_open_database_stays(
         qtbot: Any, make_window: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = tmp_path / "first.db"
@@ -327,11 +335,8 @@ def test_waiting_for_a_locked_file_can_be_stopped_and_the_open_database_stays(
     window = make_window()
     window.open_database(str(first))
     _wait_open(qtbot, window)
-    locker = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(path),
-                               "UPDATE mastra_threads SET title = 'Renamed while locked'"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    locker = _hold_exclusive(path)
     try:
-        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
         window.open_database(str(path))
         qtbot.waitUntil(lambda: not window.open_banner.isHidden(), timeout=WAIT_OPEN)
         assert f"{first} stays open meanwhile" in window.open_banner.text()
@@ -355,10 +360,8 @@ def test_waiting_for_a_locked_file_offers_to_open_another(
     other = tmp_path / "other.db"
     seed_small(other)
     monkeypatch.setattr(reading, "BUSY_TIMEOUT_MS", 300_000)
-    locker = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(path), "SELECT 1"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    locker = _hold_exclusive(path)
     try:
-        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
         window = make_window(presenter=_PickingPresenter(str(other)))  # (the file dialog picks ``other``)
         window.open_database(str(path))
         qtbot.waitUntil(lambda: not window.open_banner.isHidden(), timeout=WAIT_OPEN)
