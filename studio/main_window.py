@@ -360,7 +360,7 @@ class MainWindow(QMainWindow):
         # An open waiting for another program's lock: what it waits for, until when, and a way out.
         self.open_banner = Banner(self)
         self.open_wait = OpenWait(self.open_banner, stop=self.stop_waiting_to_open,
-                                  open_another=self._open_another_instead, status=self.show_status)
+                                  open_another=self.choose_database, status=self.show_status)
         self._font_noted = False
         shell = QWidget(self)
         column = QVBoxLayout(shell)
@@ -583,10 +583,6 @@ class MainWindow(QMainWindow):
         self.open_wait.end()
         still = f"; {self.session.display_path} stays open" if self.session is not None else ""
         self.show_status(f"Stopped waiting to open {display}{still}")
-
-    def _open_another_instead(self) -> None:
-        self.stop_waiting_to_open()
-        self.choose_database()
 
     def _opened(self, token: int, opened: OpenedDatabase, seed_if_empty: bool, keep: Selection | None) -> None:
         from studio.dialogs import newer_schema_notice

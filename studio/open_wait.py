@@ -48,6 +48,8 @@ class OpenWait(QObject):
         self._tick.timeout.connect(self._update)
         self.waiting.connect(self._on_waiting)
 
+    # (Open Another… is File > Open: the wait goes on while the user chooses, and ends when another open begins.)
+
     def begin(self, token: int, display: str, current: str | None) -> None:
         """The open ``token`` of ``display`` starts (``current``: the database open now, if any)."""
         self.end()

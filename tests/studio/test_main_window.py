@@ -366,9 +366,11 @@ def test_waiting_for_a_locked_file_offers_to_open_another(
         window.open_database(str(path))
         qtbot.waitUntil(lambda: not window.open_banner.isHidden(), timeout=WAIT_OPEN)
         assert "stays open" not in window.open_banner.text()  # nothing is open yet
-        window.open_banner.buttons[1].click()  # Open Another…
+        window.open_banner.buttons[1].click()  # Open Another… (File > Open; the other file chosen there)
         _wait_open(qtbot, window)
         assert window.session.display_path == str(other) and window.open_banner.isHidden()
+        qtbot.waitUntil(lambda: window.pool.running == 0, timeout=WAIT_OPEN)  # the wait for the first was given up
+        assert locker.poll() is None
     finally:
         if locker.poll() is None:
             locker.communicate("\n", timeout=90)
