@@ -25,7 +25,7 @@ def lock_wait_notice(display: str, seconds_left: float, current: str | None) -> 
     return (f"Waiting to open {display}: another program holds the database's lock (Mastra writing, or a "
             "program such as the sqlite3 shell in a transaction or a VACUUM). It opens as soon as that program "
             f"lets go; the Studio stops waiting in {max(seconds_left, 0):.0f} s and says the database is locked."
-            f"{stays} Nothing is written to it.")
+            f"{stays}")
 
 
 class OpenWait(QObject):
