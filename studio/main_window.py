@@ -24,6 +24,7 @@ from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QMenu, QProgressBar, QStackedWidget, QVBoxLayout, QWidget
 
 from core.version import __version__
+from studio.open_wait import OpenWait
 from studio.pane_protocol import EditingPane, FilteringPane, Pane, PaneHost, PaneSpec
 from studio.selection import Selection
 from studio.theme import apply_theme, current_theme
@@ -356,12 +357,17 @@ class MainWindow(QMainWindow):
         self.file_banner = Banner(self)
         # Text shown that no installed font can draw (CJK on a bare Linux): said once, with the package to install.
         self.font_banner = Banner(self)
+        # An open waiting for another program's lock: what it waits for, until when, and a way out.
+        self.open_banner = Banner(self)
+        self.open_wait = OpenWait(self.open_banner, stop=self.stop_waiting_to_open,
+                                  open_another=self.choose_database, status=self.show_status)
         self._font_noted = False
         shell = QWidget(self)
         column = QVBoxLayout(shell)
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(0)
         column.addWidget(self.file_banner)
+        column.addWidget(self.open_banner)
         column.addWidget(self.font_banner)
         column.addWidget(self.center, 1)
         self.setCentralWidget(shell)
@@ -556,13 +562,27 @@ class MainWindow(QMainWindow):
             self._open_failed(token, exc, str(path))
             return
         self.show_status(f"Opening {display}…")
+        self.open_wait.begin(token, display, self.session.display_path if self.session is not None else None)
+        open_wait = self.open_wait
 
         def job() -> OpenedDatabase:
-            return open_studio_database(path, allow_writes=allow_writes, create_missing=create_missing,
-                                        init_empty=init_empty)
+            with open_wait.watching(token):  # (says when the open waits for another program's lock)
+                return open_studio_database(path, allow_writes=allow_writes, create_missing=create_missing,
+                                            init_empty=init_empty)
 
         self.pool.submit(job, on_result=lambda r: self._opened(token, r, seed_if_empty, keep),
                          on_error=lambda e: self._open_failed(token, e, display, seed_if_empty))
+
+    def stop_waiting_to_open(self) -> None:
+        """The user stops waiting for an open held up by another program's lock: its worker gives the wait
+        up (a statement under way ends first) and its outcome is dropped (a store it opened is closed)."""
+        if self.open_wait.token is None:
+            return
+        display = self.open_wait.display
+        self._open_token += 1
+        self.open_wait.end()
+        still = f"; {self.session.display_path} stays open" if self.session is not None else ""
+        self.show_status(f"Stopped waiting to open {display}{still}")
 
     def _opened(self, token: int, opened: OpenedDatabase, seed_if_empty: bool, keep: Selection | None) -> None:
         from studio.dialogs import newer_schema_notice
@@ -571,9 +591,10 @@ class MainWindow(QMainWindow):
         if token != self._open_token:
             from studio.logic.sql_log import close_watched
 
-            # A newer open superseded this one: closed off the UI thread.
+            # A newer open superseded this one, or the user stopped waiting for it: closed off the UI thread.
             self.pool.submit(lambda: close_watched(opened.store))
             return
+        self.open_wait.end()
         self._install(StudioSession(opened.store, baseline=opened.baseline), keep)
         self.newer_migrations = opened.newer_migrations
         display = opened.store.location.display
@@ -593,6 +614,7 @@ class MainWindow(QMainWindow):
 
         if token != self._open_token:
             return
+        self.open_wait.end()
         if isinstance(exc, EmptyFileError):
             self._ask_to_init(exc, display, seed_if_empty)
             return
@@ -1205,6 +1227,7 @@ class MainWindow(QMainWindow):
         if self.is_ready:
             self.presenter.close_all()
         self._open_token += 1
+        self.open_wait.end()  # (an open waiting for a lock gives up: the pool's wait below would wait for it)
         self.pool.shutdown()
         self.pool.wait(30_000)  # an open or the demo seeder may still be using the store
         self._close_session()

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable, TypeVar
 
 import sqlalchemy as sa
@@ -59,17 +62,47 @@ def is_busy(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text.lower()
 
 
-def wait_while_busy(attempt: Callable[[], T]) -> T:
+_watchers = threading.local()  # ``tell``, ``stop``: this thread's ``telling_waits`` listener
+
+
+def _never() -> bool:
+    return False
+
+
+@contextmanager
+def telling_waits(tell: Callable[[float], None], stop: Callable[[], bool] = _never) -> Iterator[None]:
+    """While the block runs, on this thread, ``tell(seconds)`` each time a statement begins to wait for
+    another process's lock (``seconds``: how long it waits at most), and give the wait up, as at its
+    deadline, as soon as ``stop()`` is true (the Studio says what its open waits for, and the user may stop
+    it). Both must be quick and must not raise."""
+    outer = getattr(_watchers, "tell", None), getattr(_watchers, "stop", _never)
+    _watchers.tell, _watchers.stop = tell, stop
+    try:
+        yield
+    finally:
+        _watchers.tell, _watchers.stop = outer
+
+
+def wait_while_busy(attempt: Callable[[], T], budget_s: float | None = None) -> T:
     """``attempt()``, tried again while it fails with SQLITE_BUSY, sleeping between tries (the GIL is
-    free meanwhile), until ``BUSY_TIMEOUT_MS`` has passed since the first try; then its last error."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    free meanwhile), until ``budget_s`` (None: ``BUSY_TIMEOUT_MS``) has passed since the first try; then
+    its last error."""
+    budget = BUSY_TIMEOUT_MS / 1000 if budget_s is None else budget_s
+    deadline = time.monotonic() + budget
     delay = 0.001
+    told = False
+    stop = getattr(_watchers, "stop", _never)
     while True:
         try:
             return attempt()
         except (ValueError, sa.exc.DBAPIError) as exc:
-            if not is_busy(exc) or time.monotonic() >= deadline:
+            if not is_busy(exc) or time.monotonic() >= deadline or stop():
                 raise
+        if not told:
+            told = True
+            tell = getattr(_watchers, "tell", None)
+            if tell is not None:
+                tell(max(deadline - time.monotonic(), 0.0))
         time.sleep(delay * random.uniform(0.5, 1.5))  # jitter: waiting processes do not retry in step
         delay = min(delay * 2, 0.05)
 
@@ -77,13 +110,16 @@ def wait_while_busy(attempt: Callable[[], T]) -> T:
 class WaitingConnection:
     """A libsql-experimental connection whose statements, while ``reading`` is set (``Database.read()``
     sets it for the read's duration, with the connection's busy timeout at 0), wait for another
-    process's lock in ``wait_while_busy``. Everything else is the driver's own connection."""
+    process's lock in ``wait_while_busy``, each at most ``budget_s`` (None: ``BUSY_TIMEOUT_MS``; the
+    reader of a Mastra database's spans table gives its read budget). Everything else is the driver's
+    own connection."""
 
-    __slots__ = ("_raw", "reading", "busy_timeout_zero")
+    __slots__ = ("_raw", "reading", "busy_timeout_zero", "budget_s")
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, *, budget_s: float | None = None) -> None:
         object.__setattr__(self, "_raw", raw)
         object.__setattr__(self, "reading", False)
+        object.__setattr__(self, "budget_s", budget_s)
         #: Its busy timeout is 0, as ``Database._on_connect`` and every read set it; what takes the
         #: connection for anything else sets ``BUSY_TIMEOUT_MS`` and this false (``Database`` keeps it true).
         object.__setattr__(self, "busy_timeout_zero", False)
@@ -142,7 +178,7 @@ class WaitingCursor:
         except (ValueError, sa.exc.DBAPIError) as exc:
             if not is_busy(exc):
                 raise
-            wait_while_busy(attempt)
+            wait_while_busy(attempt, self._owner.budget_s)
         return self
 
     def fetchone(self) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 import libsql_experimental as libsql
 
 from core.traces.locking import StoreBusy, StoreMissing, observed_database_reader
+from core.storage import reading
 from core.storage.catalog import has_table
 from core.timeutil import to_iso
 from core.traces.spans import SPANS_TABLE
@@ -45,18 +46,28 @@ class LibSQLSpanReader(SpanReader):
         # Checked first because connecting to a missing path would create an empty database.
         if not self.path.exists():
             raise StoreMissing(str(self.path))
-        start = time.monotonic()
-        con = observed_database_reader(libsql.connect(str(self.path)), self.path)  # (the SQL Log lists its reads)
+        # Mastra runs in WAL mode, so reads rarely wait (a checkpoint in progress); a file in a rollback
+        # journal mode waits while another process holds its EXCLUSIVE lock. Either wait is a read's of
+        # the memory database (``core.storage.reading``): not in SQLite's busy handler, which keeps the
+        # GIL (the Studio's UI thread stood still), but retried with the GIL free, up to the read budget.
+        con = reading.WaitingConnection(libsql.connect(str(self.path)), budget_s=self.read_budget_s)
         try:
-            # Mastra runs in WAL mode, so reads rarely wait; this covers a checkpoint in progress.
-            con.execute(f"PRAGMA busy_timeout = {int(self.read_budget_s * 1000)}")
-            yield con
-        except ValueError as exc:  # libsql_experimental reports SQLite errors as ValueError
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreBusy(self.path, time.monotonic() - start) from exc
-            raise
+            con.set_busy_timeout(0)
+            con.reading = True
+            yield observed_database_reader(con, self.path)  # (the SQL Log lists its reads)
         finally:
             con.close()
+
+    @contextmanager
+    def _statements(self) -> Iterator[None]:
+        # The lock is met by a statement (opening the file reads nothing), also one of a ``reading`` block.
+        start = time.monotonic()
+        try:
+            yield
+        except ValueError as exc:  # libsql_experimental reports SQLite errors as ValueError
+            if reading.is_busy(exc):
+                raise StoreBusy(self.path, time.monotonic() - start) from exc
+            raise
 
     def _ts_param(self, value: datetime) -> object:
         return to_iso(value)  # ISO-ms-Z text sorts the same way as the instants

@@ -65,6 +65,12 @@ class SpanReader(ABC):
     def _read_connection(self) -> AbstractContextManager[Any]:
         """A connection for one query; raises StoreBusy / StoreMissing."""
 
+    def _statements(self) -> AbstractContextManager[Any]:
+        """Around one read's statements. A backend whose statements, not only its open, can meet another
+        process's lock (a libSQL file in a rollback journal mode) raises StoreBusy from here, so a read
+        inside a ``reading`` block answers as a busy read, not as a failed block."""
+        return nullcontext()
+
     @abstractmethod
     def _ts_param(self, value: datetime) -> object:
         """How a timestamp is compared against the ``startedAt`` column."""
@@ -194,13 +200,15 @@ class SpanReader(ABC):
 
     def _cached_read(self, key: tuple[Any, ...] | None, query: Any) -> ReadResult[Any]:
         try:
-            with self._connection() as con:
+            with self._connection() as con, self._statements():
                 if not self._table_exists(con):
                     return ReadResult(missing=True)
                 rows = list(query(con))
         except StoreMissing:
             return ReadResult(missing=True)
         except StoreBusy as busy:
+            if getattr(self._shared, "depth", 0):
+                self._shared.failed = busy  # the block's other reads answer at once: one wait, not one per read
             with self._cache_lock:
                 cached = self._cache.get(key) if key is not None else None
             # The last good answer beats an empty screen while the agent is writing.

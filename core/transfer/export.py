@@ -24,6 +24,7 @@ from core.transfer import rows as R
 from core.transfer.edit_sections import export_versions
 from core.transfer.format import FORMAT, VERSION
 from core.transfer.replay_sections import export_sections, section_counts
+from core.transfer.spool import RowSpool, SpoolPart
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,9 @@ def export_data(
 
     ``streamed``: the spans (``options.traces``) are a ``format.Streamed`` list, read from the trace
     store while ``format.render_chunks`` writes the file, so they are never all held; the store must
-    stay open until then, and ``counts["traces"]`` is filled in once they are written."""
+    stay open until then, and ``counts["traces"]`` is filled in once they are written. And each
+    working-memory entry's ``versions`` is a ``SpoolPart``: read in the snapshot a row at a time into a
+    temporary file (one ``RowSpool`` for the export, deleted with the document), written from there."""
     if (thread_id is None) == (resource_id is None):
         raise ValueError("Export needs exactly one of a thread id or a resource id.")
     opts = options or ExportOptions()
@@ -107,7 +110,8 @@ def export_data(
             "resources": resources,
             "threads": threads,
             "messages": messages,
-            "workingMemory": _working_memory(conn, resources, threads, opts.working_memory_versions),
+            "workingMemory": _working_memory(conn, resources, threads, opts.working_memory_versions,
+                                             spooled=streamed),
             "observations": _observations(conn, owner, thread_ids) if opts.observations else [],
             **export_sections(conn, store, thread_ids=thread_ids, threads=threads, messages=messages,
                               resource_id=owner, turns=opts.turns, agents=opts.agents, traces=opts.traces,
@@ -165,19 +169,43 @@ def _messages(conn: sa.Connection, thread_ids: list[str]) -> list[dict[str, Any]
 
 
 def _working_memory(conn: sa.Connection, resources: list[dict[str, Any]], threads: list[dict[str, Any]],
-                    with_versions: bool) -> list[dict[str, Any]]:
+                    with_versions: bool, *, spooled: bool) -> list[dict[str, Any]]:
+    """Each owner's working memory and its versions: a list, or (``spooled``) a ``SpoolPart`` of one spool for
+    them all, so a long history is never all held (it was ~3 times over: as rows, then as the JSON text of the
+    whole list)."""
     has_versions = with_versions and catalog.has_table(conn, WM_VERSIONS_TABLE)
+    spool = RowSpool("working-memory versions", job="export") if spooled and has_versions else None
+    try:
+        return _owners_working_memory(conn, resources, threads, has_versions, spool)
+    except BaseException:
+        if spool is not None:
+            spool.discard()
+        raise
+
+
+def _owners_working_memory(conn: sa.Connection, resources: list[dict[str, Any]], threads: list[dict[str, Any]],
+                           has_versions: bool, spool: RowSpool | None) -> list[dict[str, Any]]:
     out = []
     owners: list[tuple[str, str, Any]] = [("resource", r["id"], r.get("workingMemory")) for r in resources]
     for t in threads:
         meta = t.get("metadata")
         owners.append(("thread", t["id"], meta.get("workingMemory") if isinstance(meta, dict) else None))
     for scope, owner, value in owners:
-        versions = (R.select_rows(conn, WM_VERSIONS_TABLE, "scope = ? AND owner_id = ?", [scope, owner], order="id")
-                    if has_versions else [])
+        rows = (R.iter_rows(conn, WM_VERSIONS_TABLE, "scope = ? AND owner_id = ?", [scope, owner], order="id")
+                if has_versions else iter(()))
+        versions: list[dict[str, Any]] | SpoolPart
+        if spool is None:
+            versions = list(rows)
+        else:
+            mark = spool.mark()
+            for row in rows:
+                spool.append(row)
+            versions = spool.part(mark)
         if value is None and not versions:
             continue
         out.append({"scope": scope, "ownerId": owner, "value": value, "versions": versions})
+    if spool is not None:
+        spool.close()
     return out
 
 

@@ -76,15 +76,49 @@ class Streamed:
 
 
 def dumps(data: Mapping[str, Any]) -> str:
-    if any(isinstance(v, Streamed) for v in data.values()):
+    if any(isinstance(v, Streamed) or _holds_spooled(v) for v in data.values()):
         return "".join(_json_chunks(data))
     return json_text(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def _holds_spooled(value: Any) -> bool:
+    """Whether ``value`` is, or holds in one of its rows, a list kept in a spool (``SpoolPart``: an export's
+    working-memory versions)."""
+    if isinstance(value, SpoolPart):
+        return True
+    if isinstance(value, list):
+        return any(isinstance(row, Mapping) and any(isinstance(v, SpoolPart) for v in row.values()) for row in value)
+    return isinstance(value, Mapping) and any(isinstance(v, SpoolPart) for v in value.values())
+
+
+def _spooled_chunks(value: Any, newline: str) -> Iterator[str]:
+    """``_nested(value, newline)``, byte for byte, in pieces: a ``SpoolPart`` in it (or in one of its rows) is
+    written a row at a time as it is read from its spool, never held whole."""
+    if not _holds_spooled(value):
+        yield _nested(value, newline)
+        return
+    inner = newline + "  "
+    if isinstance(value, Mapping):
+        first = True
+        for key, item in value.items():
+            yield ("{" if first else ",") + inner + json.dumps(str(key), ensure_ascii=False) + ": "
+            yield from _spooled_chunks(item, inner)
+            first = False
+        yield "{}" if first else newline + "}"
+        return
+    empty = True
+    for row in value:
+        yield ("[" if empty else ",") + inner
+        yield from _spooled_chunks(row, inner)
+        empty = False
+    yield "[]" if empty else newline + "]"
 
 
 def _json_chunks(data: Mapping[str, Any]) -> Iterator[str]:
     """``json.dumps(data, ensure_ascii=False, indent=2) + "\\n"``, byte for byte, in pieces: a value
     nested one level down is its own dump with every line indented two more spaces (a JSON string
-    never holds a raw newline), and a ``Streamed`` list is written row by row."""
+    never holds a raw newline), and a ``Streamed`` list is written row by row, as is a spooled one
+    (``_spooled_chunks``)."""
     counts = data.get("counts")
     streamed = [k for k, v in data.items() if isinstance(v, Streamed)]
     keys = list(data)
@@ -104,7 +138,7 @@ def _json_chunks(data: Mapping[str, Any]) -> Iterator[str]:
             if isinstance(counts, dict) and key in counts:
                 counts[key] = value.count
         else:
-            yield _nested(value, "\n  ")
+            yield from _spooled_chunks(value, "\n  ")
     yield "\n}\n"
 
 

@@ -12,7 +12,7 @@ them), and values are bound as each column's type wants them (a 0/1 flag as a bo
 from __future__ import annotations
 
 import base64
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 
@@ -61,7 +61,15 @@ def row_order(conn: sa.Connection, table: str) -> str | None:
 def select_rows(
     conn: sa.Connection, table: str, where: str = "", params: Sequence[Any] = (), order: str | None = None
 ) -> list[dict[str, Any]]:
-    """Every column of the matching rows, JSONB read as JSON text, blobs made JSON-safe.
+    """Every column of the matching rows (``iter_rows``), as a list."""
+    return list(iter_rows(conn, table, where, params, order))
+
+
+def iter_rows(
+    conn: sa.Connection, table: str, where: str = "", params: Sequence[Any] = (), order: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every column of the matching rows, one at a time as the statement gives them (an export spools a long
+    history as it reads it), JSONB read as JSON text, blobs made JSON-safe.
 
     On libSQL text is selected as a blob and decoded here: the driver panics on a TEXT value that is
     not valid UTF-8 and loses the whole result set, so such a value is reported as
@@ -72,7 +80,9 @@ def select_rows(
     tail = f" FROM {quote(table)}" + (f" WHERE {where}" if where else "") + (f" ORDER BY {order}" if order else "")
     if not capabilities_of(conn).json_blobs:
         sql = f"SELECT {', '.join(quote(n) for n in names)}{tail}"
-        return [{n: to_json_value(v) for n, v in zip(names, row)} for row in conn.exec_driver_sql(sql, tuple(params))]
+        for row in conn.exec_driver_sql(sql, tuple(params)):
+            yield {n: to_json_value(v) for n, v in zip(names, row)}
+        return
     cols = [
         f"CASE WHEN typeof({q}) = 'blob' AND json_valid({q}, 8) THEN CAST(json({q}) AS BLOB) "
         f"WHEN typeof({q}) = 'text' THEN CAST({q} AS BLOB) ELSE {q} END"
@@ -83,7 +93,6 @@ def select_rows(
     )
     sql = f"SELECT {', '.join(cols)}, {blobs}{tail}"
     key = primary_key(conn, table) or names[:1]
-    out = []
     for row in conn.exec_driver_sql(sql, tuple(params)):
         marks = row[-1]
         values: dict[str, Any] = {}
@@ -94,8 +103,7 @@ def select_rows(
                 except UnicodeDecodeError as exc:
                     raise _unreadable_row(conn, table, name, key, names, row, exc) from None
             values[name] = to_json_value(value)
-        out.append(values)
-    return out
+        yield values
 
 
 def _unreadable_row(

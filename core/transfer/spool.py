@@ -1,4 +1,5 @@
-"""A list of an export file kept on disk while import reads it, so its rows are never all held at once.
+"""A list of an export file kept on disk while import reads it, so its rows are never all held at once (and a
+working-memory history an export reads before it writes it).
 
 An export's messages are nearly all of it (a 1.0 GB file: 62,000 messages of ~16 KB). ``load`` hands them to a
 ``RowSpool`` as the file is parsed (``stream_json``), and every reader after that, the checks of ``validate``
@@ -52,13 +53,15 @@ class SpoolError(TransferError):
 class RowSpool:
     """The rows of one list of an export file, on disk: ``append`` while the file is parsed, then ``close``; read
     again by every ``for row in spool``, in order. ``len`` is the number of rows. Used where the document's list
-    was (``Mapping`` rows, read only by iterating)."""
+    was (``Mapping`` rows, read only by iterating). ``job``: ``"import"``, or ``"export"`` for the rows an export
+    reads from the database before it writes them to the file (its errors say which)."""
 
-    def __init__(self, what: str = "rows", batch: int = BATCH) -> None:
+    def __init__(self, what: str = "rows", batch: int = BATCH, *, job: str = "import") -> None:
         self.what = what
+        self.job = job
         self._batch = max(1, batch)
         try:
-            self._folder = tempfile.mkdtemp(prefix="memory-studio-import-")  # readable by its owner only
+            self._folder = tempfile.mkdtemp(prefix=f"memory-studio-{job}-")  # readable by its owner only
         except OSError as exc:
             raise self._failed(exc) from None
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._folder, True)
@@ -77,6 +80,11 @@ class RowSpool:
 
     def _failed(self, exc: OSError) -> SpoolError:
         where = getattr(self, "_folder", None) or tempfile.gettempdir()
+        if self.job == "export":
+            return SpoolError(
+                f"Export keeps the {self.what} in a temporary file between reading them and writing the file, and "
+                f"{where} could not take them: {exc.strerror or exc}. Nothing was written. Free space there, or point "
+                "TMPDIR at a folder with room (about the export's size), and export again.")
         return SpoolError(
             f"Import keeps the file's {self.what} in a temporary file while it reads them, and {where} could not take "
             f"them: {exc.strerror or exc}. Nothing was imported. Free space there, or point TMPDIR at a folder with "
@@ -156,10 +164,15 @@ class RowSpool:
             for size, digest in self._records[first:stop]:
                 record = fh.read(size)
                 if len(record) != size or hashlib.sha256(record).digest() != digest:
-                    raise self._changed("its bytes are not the ones import wrote")
+                    raise self._changed(f"its bytes are not the ones {self.job} wrote")
                 yield from marshal.loads(record)
 
     def _changed(self, what: str) -> SpoolError:
+        if self.job == "export":
+            return SpoolError(
+                f"Export kept the {self.what} in {self._path} between reading them and writing the file, and that "
+                f"file changed ({what}): another program wrote to or removed it. The export was not written. Export "
+                "again, and leave the temporary folder alone while it runs.")
         return SpoolError(
             f"Import kept the file's {self.what} in {self._path} while it read them, and that file changed ({what}): "
             "another program wrote to or removed it. Nothing was imported. Import again, and leave the temporary "

@@ -280,6 +280,13 @@ def store_notice(*, busy: bool, stale: bool, missing: bool, location: str, kind:
                 "duckdb shell)")
         advice = ("Retrying… If it stays busy, close the file in that program: an agent lets go of it within "
                   "seconds of its last turn.")
+        if kind == "libsql":
+            # The spans are in the database itself: in a rollback journal mode another program's transaction
+            # (or VACUUM) keeps every reader out until it ends.
+            held = ("Another program holds the database's lock (Mastra writing, or a program such as the "
+                    "sqlite3 shell in a transaction or a VACUUM)")
+            advice = ("Retrying… If it stays busy, let that program finish its transaction, or close the "
+                      "database there.")
         if stale:
             ago = f"{age_s:.0f} s ago" if age_s is not None else "earlier"
             return Notice("warning", f"{held}; showing results from {ago}. {advice}")

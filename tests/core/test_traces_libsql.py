@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import libsql_experimental as libsql
 
 from core.traces.libsql_reader import LibSQLSpanReader
+from core.traces.locking import observe_statements
 from core.traces.spans import TraceFilters
+from tests.core.test_storage_busy_reads import HOLD_EXCLUSIVE
 
 # Verbatim from the spec (§1.2), as LibSQLStore.init() creates it.
 MASTRA_SPANS_DDL = """CREATE TABLE mastra_ai_spans ("traceId" TEXT NOT NULL, "spanId" TEXT NOT NULL, "name" TEXT NOT NULL,
@@ -153,3 +160,102 @@ def test_batched_reads_of_mastra_spans_match_the_per_trace_ones(tmp_path: Path) 
     assert [(k.thread_id, k.trace_id) for k in reader.thread_trace_keys(["th-2", "th-1"], limit=5, after=keys[-1])] \
         == [("th-2", "T2")]
     assert reader.get_traces(["T2", "T1", "T2"]) == [*reader.get_trace("T2"), *reader.get_trace("T1")]
+
+
+# -- another process's lock ------------------------------------------------------------------------------
+
+def _hold_exclusive(path: Path, statement: str) -> subprocess.Popen[str]:
+    """Another process holding the file's EXCLUSIVE lock with ``statement`` done (committed when told)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(path), statement],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def _let_go(proc: subprocess.Popen[str]) -> str:
+    said, _ = proc.communicate("\n", timeout=90)
+    assert proc.returncode == 0
+    return said.strip()
+
+
+NEW_ROOT = ("INSERT INTO mastra_ai_spans (\"traceId\", \"spanId\", name, \"spanType\", \"isEvent\", \"startedAt\", "
+            "\"createdAt\", \"threadId\") VALUES ('T9', 'r9', 'agent run', 'agent_run', 0, "
+            "'2025-01-09T00:00:00.000Z', '2025-01-09T00:00:00.000Z', 'th-9')")
+
+
+def test_a_read_waits_for_another_process_lock_with_other_threads_running(tmp_path: Path) -> None:
+    """A Mastra file in a rollback journal mode (SQLite's default) while another process holds its EXCLUSIVE
+    lock: the read waits with the GIL free (it waited in SQLite's busy handler, which keeps the GIL, so the
+    Studio's UI thread stood still for the read budget), then sees what the other process committed."""
+    path = tmp_path / "mastra.db"
+    mastra_db(path)
+    reader = LibSQLSpanReader(path, read_budget_s=300)  # longer than the locker's watchdog (60 s)
+    assert reader.count_traces() == 2
+    sent, done = threading.Event(), threading.Event()
+    outcome: list[Any] = []
+    stop = observe_statements(lambda *_a: sent.set())
+    locker = _hold_exclusive(path, NEW_ROOT)
+
+    def run() -> None:
+        try:
+            outcome.append(reader.list_traces())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert sent.wait(60)  # its first statement went to the driver, and meets the lock there
+        ticks = 0
+        while ticks < 20:  # this thread runs while the read waits (it could not while the GIL was held)
+            time.sleep(0.002)
+            ticks += 1
+        assert not done.is_set(), outcome  # still waiting: nothing failed
+        assert _let_go(locker) == "released when told"  # (this process never stood still past the watchdog)
+    finally:
+        if locker.poll() is None:
+            locker.communicate("\n", timeout=90)
+        thread.join(60)
+        stop()
+    [result] = outcome
+    assert [t.trace_id for t in result] == ["T9", "T2", "T1"] and not result.busy
+
+
+def _read_then_locked(tmp_path: Path) -> tuple[LibSQLSpanReader, subprocess.Popen[str]]:
+    """A reader with a read budget of 0.3 s that has read the list once, and another process holding the lock."""
+    path = tmp_path / "mastra.db"
+    mastra_db(path)
+    reader = LibSQLSpanReader(path, read_budget_s=0.3)
+    assert [t.trace_id for t in reader.list_traces()] == ["T2", "T1"]
+    return reader, _hold_exclusive(path, NEW_ROOT)
+
+
+def test_a_read_still_locked_after_the_read_budget_answers_the_last_good_answer_flagged_busy(tmp_path: Path) -> None:
+    reader, locker = _read_then_locked(tmp_path)
+    try:
+        result = reader.list_traces()
+        assert [t.trace_id for t in result] == ["T2", "T1"]  # not an empty screen
+        assert result.busy and result.stale and result.waited_s >= 0.3
+        assert reader.count_traces().busy  # never read: nothing to show, said so
+        assert locker.poll() is None  # (the lock was held all along)
+    finally:
+        _let_go(locker)
+    assert [t.trace_id for t in reader.list_traces()] == ["T9", "T2", "T1"]
+
+
+def test_reads_of_one_block_still_locked_after_the_read_budget_answer_busy_after_one_wait(tmp_path: Path) -> None:
+    """The Traces pane reads a page, its count and its bill in one ``reading`` block: a lock met by the
+    block's first statement made the whole block fail (the pane said the traces could not be read) instead
+    of answering busy with the last good answer, as a read alone does."""
+    reader, locker = _read_then_locked(tmp_path)
+    try:
+        with reader.reading():
+            listed, counted = reader.list_traces(), reader.count_traces()
+        assert [t.trace_id for t in listed] == ["T2", "T1"] and listed.busy and listed.stale
+        assert counted.busy and counted.waited_s == listed.waited_s  # the count did not wait again
+    finally:
+        _let_go(locker)
+    with reader.reading():
+        assert [t.trace_id for t in reader.list_traces()] == ["T9", "T2", "T1"] and reader.count_traces() == 3

@@ -553,3 +553,68 @@ def test_a_large_working_memory_history_is_imported_holding_a_fraction_of_it(sto
     report, peak = _import_traced(store, path)
     assert report.written["workingMemoryVersions"] == 4000
     assert size > 30_000_000 and peak < size / 4, (size, peak)
+
+
+def _export_file(store: Any, path: Path, *, streamed: bool) -> tuple[dict[str, Any], int]:
+    """Export ada as 'memory-studio export --output' writes it (a fixed clock: files to compare byte for byte), and
+    the most Python held at once (bytes) while it read and wrote."""
+    from datetime import datetime, timezone
+
+    from core.timeutil import FixedClock
+    from core.transfer import render_chunks, write_atomically
+
+    tracemalloc.start()
+    try:
+        data = export_data(store, resource_id="ada", streamed=streamed,
+                           clock=FixedClock(datetime(2026, 1, 1, tzinfo=timezone.utc)))
+        write_atomically(path, render_chunks(data, "json"))
+        return data, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_large_working_memory_history_is_exported_holding_a_fraction_of_it(store, tmp_path):
+    """Export held every version of an owner's working memory at once, as rows and then as the JSON text of the whole
+    list (~3 times the history). Now they go to a spool as they are read, in the one snapshot, and are written from
+    there: the file is byte for byte what it was (the whole document dumped at once), and Python's peak is a small
+    part of it (4,000 versions of 8 KB)."""
+    small, data = _wm_export(tmp_path)
+    entry = data["workingMemory"][0]
+    first = entry["versions"][0]
+    entry["versions"] = [dict(first, id=n + 1000, working_memory=f"# Ada {n}\n" + "y" * 8000,
+                              createdAt=f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}.{n % 1000:03d}Z")
+                         for n in range(4000)]
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    del data, entry
+    import_data(store, load(path))
+    _export_file(store, tmp_path / "warm.json", streamed=True)  # (the modules an export loads, loaded before the count)
+    whole, _ = _export_file(store, tmp_path / "whole.json", streamed=False)  # every version held: as before
+    assert isinstance(whole["workingMemory"][0]["versions"], list)
+    streamed, peak = _export_file(store, tmp_path / "streamed.json", streamed=True)
+    parts = {e["ownerId"]: e["versions"] for e in streamed["workingMemory"]}
+    assert all(isinstance(p, spool.SpoolPart) for p in parts.values()) and len(parts["ada"]) == 4000
+    assert streamed["counts"]["workingMemoryVersions"] == whole["counts"]["workingMemoryVersions"] == 4003
+    text = (tmp_path / "streamed.json").read_bytes()
+    assert text == (tmp_path / "whole.json").read_bytes()
+    assert text == (render(whole, "json")).encode("utf-8")  # (what json.dumps of the whole document writes)
+    assert len(text) > 30_000_000 and peak < len(text) / 4, (len(text), peak)
+
+
+def test_an_export_whose_spool_cannot_be_written_says_where_and_writes_nothing(tmp_path, monkeypatch):
+    _, data = _wm_export(tmp_path)
+    not_a_folder = tmp_path / "tmp-is-a-file"
+    not_a_folder.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(not_a_folder))  # TMPDIR pointing at a file
+    out, err = io.StringIO(), io.StringIO()
+    target = tmp_path / "ada.json"
+    assert main(["export", "--db", str(tmp_path / "wm-source.db"), "--resource", "ada", "--output", str(target)],
+                out=out, err=err) == 1
+    said = err.getvalue()
+    assert str(not_a_folder) in said and "Export keeps the working-memory versions" in said, said
+    assert "Nothing was written" in said and "TMPDIR" in said and "export again" in said
+    assert "import" not in said.lower() and not target.exists()
+    # Without the versions nothing is spooled: the export is written as before.
+    assert main(["export", "--db", str(tmp_path / "wm-source.db"), "--resource", "ada", "--no-versions",
+                 "--output", str(target)], out=out, err=err) == 0
+    assert json.loads(target.read_text(encoding="utf-8"))["counts"]["workingMemoryVersions"] == 0

@@ -26,6 +26,9 @@ from .conftest import at, file_state, make_mastra_db, seed_small
 from tests.core.test_storage_busy_reads import HOLD_EXCLUSIVE  # (the other process holding the lock)
 
 
+WAIT_OPEN = 15_000
+
+
 def _wait_open(qtbot: Any, window: Any, threads: int = 1) -> None:
     qtbot.waitUntil(lambda: window.session is not None and window.resources is not None
                     and len(window.resources.thread_rows()) >= threads, timeout=15_000)
@@ -294,6 +297,13 @@ def test_a_locked_file_opens_when_released_and_the_window_keeps_running_meanwhil
         qtbot.waitUntil(lambda: ticks[0] > 40, timeout=50_000)  # the UI thread ticks meanwhile
         timer.stop()
         assert window.session is None and not window.presenter.open  # still waiting: nothing failed
+        # It says what it waits for, that it opens when the lock goes, and when it gives up (not "Opening …").
+        qtbot.waitUntil(lambda: not window.open_banner.isHidden(), timeout=WAIT_OPEN)
+        said = window.open_banner.text()
+        assert f"Waiting to open {path}" in said and "another program holds the database's lock" in said
+        assert "opens as soon as that program lets go" in said and "stops waiting in 300 s" in said, said
+        assert [b.text() for b in window.open_banner.buttons] == ["Stop Waiting", "Open Another…"]
+        assert "waiting for another program's lock" in window.status_text.text()
         assert locker.stdin is not None
         locker.stdin.write("\n")
         locker.stdin.flush()
@@ -301,7 +311,66 @@ def test_a_locked_file_opens_when_released_and_the_window_keeps_running_meanwhil
         assert locker.wait(30) == 0
         _wait_open(qtbot, window)
         assert window.resources.thread_rows() == [("user-42", "Renamed while locked", 2)]
-        assert not window.presenter.open
+        assert not window.presenter.open and window.open_banner.isHidden()
+    finally:
+        if locker.poll() is None:
+            locker.communicate("\n", timeout=90)
+
+
+def _hold_exclusive(path: Path) -> subprocess.Popen[str]:
+    """Another process holding the file's EXCLUSIVE lock (until told, or its watchdog's 60 s)."""
+    locker = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(path), "SELECT 1"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+    return locker
+
+
+def test_waiting_for_a_locked_file_can_be_stopped_and_the_open_database_stays(
+        qtbot: Any, make_window: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = tmp_path / "first.db"
+    seed_small(first)
+    path = tmp_path / "mastra-held.db"
+    make_mastra_db(path)
+    monkeypatch.setattr(reading, "BUSY_TIMEOUT_MS", 300_000)
+    window = make_window()
+    window.open_database(str(first))
+    _wait_open(qtbot, window)
+    locker = _hold_exclusive(path)
+    try:
+        window.open_database(str(path))
+        qtbot.waitUntil(lambda: not window.open_banner.isHidden(), timeout=WAIT_OPEN)
+        assert f"{first} stays open meanwhile" in window.open_banner.text()
+        window.open_banner.buttons[0].click()  # Stop Waiting
+        assert window.open_banner.isHidden()
+        assert window.status_text.text() == f"Stopped waiting to open {path}; {first} stays open"
+        # The worker gave the wait up with the lock still held (it waited 300 s otherwise), and said nothing.
+        qtbot.waitUntil(lambda: window.pool.running == 0, timeout=WAIT_OPEN)
+        assert locker.poll() is None
+        assert window.session.display_path == str(first) and not window.presenter.open
+        assert window.status_text.text() == f"Stopped waiting to open {path}; {first} stays open"
+    finally:
+        if locker.poll() is None:
+            locker.communicate("\n", timeout=90)
+
+
+def test_waiting_for_a_locked_file_offers_to_open_another(
+        qtbot: Any, make_window: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "mastra-held.db"
+    make_mastra_db(path)
+    other = tmp_path / "other.db"
+    seed_small(other)
+    monkeypatch.setattr(reading, "BUSY_TIMEOUT_MS", 300_000)
+    locker = _hold_exclusive(path)
+    try:
+        window = make_window(presenter=_PickingPresenter(str(other)))  # (the file dialog picks ``other``)
+        window.open_database(str(path))
+        qtbot.waitUntil(lambda: not window.open_banner.isHidden(), timeout=WAIT_OPEN)
+        assert "stays open" not in window.open_banner.text()  # nothing is open yet
+        window.open_banner.buttons[1].click()  # Open Another… (File > Open; the other file chosen there)
+        _wait_open(qtbot, window)
+        assert window.session.display_path == str(other) and window.open_banner.isHidden()
+        qtbot.waitUntil(lambda: window.pool.running == 0, timeout=WAIT_OPEN)  # the wait for the first was given up
+        assert locker.poll() is None
     finally:
         if locker.poll() is None:
             locker.communicate("\n", timeout=90)

@@ -194,6 +194,11 @@ def test_store_notices_say_what_state_the_trace_store_is_in() -> None:
     assert memory is not None and "in memory" in memory.text
     mastra = store_notice(busy=False, stale=False, missing=True, location="m.db", kind="libsql")
     assert mastra is not None and "mastra_ai_spans" in mastra.text
+    # A Mastra database's spans are in the database: its lock, not a trace file, and no duckdb shell.
+    held = store_notice(busy=True, stale=True, missing=False, age_s=2, location="m.db", kind="libsql")
+    assert held is not None and held.level == "warning" and "2 s ago" in held.text
+    assert "holds the database's lock" in held.text and "trace file" not in held.text and "duckdb" not in held.text
+    assert "let that program finish its transaction, or close the database there" in held.text
 
 
 def test_error_parts_read_our_shape_and_mastras() -> None:

@@ -14,14 +14,18 @@ from typing import Any
 
 import libsql_experimental as libsql
 import pytest
+from PySide6.QtCore import QTimer
 
 from core import open_store
+from core.traces.locking import observe_statements
 from core.traces.store import DuckDBObservabilityStore
 from core.traces.spans import SpanRecord
 from studio.main_window import PANES, TRACES
 from studio.panes.traces import PAGE, TAB_ERROR, TAB_MESSAGES, TracesPane
 from studio.selection import Selection
 from studio.widgets.timeline import COL_DURATION
+
+from tests.core.test_storage_busy_reads import HOLD_EXCLUSIVE  # (the other process holding the lock)
 
 from .conftest import file_state, make_mastra_db, seeded_demo_folder
 
@@ -271,7 +275,8 @@ def _create_spans_table(con: Any) -> None:
                 '"requestContext" TEXT, "createdAt" TEXT NOT NULL, "updatedAt" TEXT, UNIQUE (spanId, traceId))')
 
 
-def test_reads_a_mastra_database_spans_table(no_leaked_widgets, qtbot, make_session, tmp_path):
+def _mastra_db_with_spans(tmp_path: Path) -> Path:
+    """A database Mastra wrote, in its rollback journal mode, with two runs in its spans table."""
     db = tmp_path / "mastra.db"
     make_mastra_db(db)
     con = libsql.connect(str(db))
@@ -291,6 +296,11 @@ def test_reads_a_mastra_database_spans_table(no_leaked_widgets, qtbot, make_sess
             createdAt="2026-01-01T09:00:00.000Z", error={"message": "model refused"}, **common)
     con.commit()
     con.close()
+    return db
+
+
+def test_reads_a_mastra_database_spans_table(no_leaked_widgets, qtbot, make_session, tmp_path):
+    db = _mastra_db_with_spans(tmp_path)
     before = file_state(db)
 
     pane = open_pane(qtbot, make_session, db)
@@ -306,6 +316,57 @@ def test_reads_a_mastra_database_spans_table(no_leaked_widgets, qtbot, make_sess
     assert pane.tabs.currentIndex() == TAB_ERROR and "model refused" in pane.error_view.toPlainText()
     assert file_state(db) == before
     assert not db.with_name("observability.duckdb").exists()
+
+
+LATE_RUN = ('INSERT INTO mastra_ai_spans ("traceId", "spanId", name, "spanType", "isEvent", "startedAt", "createdAt", '
+            "\"threadId\") VALUES ('T9', 'r9', 'agent run: late', 'agent_run', 0, '2026-01-01T11:00:00.000Z', "
+            "'2026-01-01T11:00:00.000Z', 'mastra-thread')")
+
+
+def test_a_mastra_database_locked_by_another_process_keeps_the_window_running_while_the_list_waits(
+        no_leaked_widgets, qtbot, make_session, tmp_path, monkeypatch):
+    """Another process holds the EXCLUSIVE lock of a Mastra database (rollback journal, as Mastra writes it):
+    the spans reader's wait leaves the GIL free, so the UI thread keeps running (it waited in SQLite's busy
+    handler, which keeps the GIL: the window stood still for the read), and the list shows the run the other
+    process committed when it let go."""
+    db = _mastra_db_with_spans(tmp_path)
+    pane = open_pane(qtbot, make_session, db)
+    assert pane.source is not None and pane.source.reader is not None
+    # Longer than the locker's watchdog: a wait in SQLite's busy handler would hold the UI until it let go.
+    pane.source.reader.read_budget_s = 300
+    # Where the traces are kept is known already: finding it again reads the database too, and that read's
+    # wait (GIL-free, ``test_main_window``'s locked open) would come first; this one is the spans reader's.
+    source = pane.source
+    monkeypatch.setattr(pane.resolver, "resolve", lambda: source)
+    sent: list[str] = []  # the spans reader's statements, told on its worker thread before they run
+    stop = observe_statements(lambda _p, statement, _a, _ro, in_database: in_database and sent.append(statement))
+    locker = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(db), LATE_RUN],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+        loaded: list[int] = []
+        pane.traces_loaded.connect(lambda: loaded.append(1))
+        pane.refresh()
+        qtbot.waitUntil(lambda: bool(sent), timeout=WAIT)  # its first statement meets the lock
+        ticks = [0]
+        timer = QTimer(pane)
+        timer.setInterval(5)
+        timer.timeout.connect(lambda: ticks.__setitem__(0, ticks[0] + 1))
+        timer.start()
+        qtbot.waitUntil(lambda: ticks[0] > 40, timeout=50_000)  # the UI thread ticks meanwhile
+        timer.stop()
+        assert not loaded  # still waiting for the lock: nothing failed, nothing shown as busy
+        assert locker.stdin is not None
+        with qtbot.waitSignal(pane.traces_loaded, timeout=WAIT):
+            locker.stdin.write("\n")
+            locker.stdin.flush()
+            assert locker.stdout.readline().strip() == "released when told"  # the UI never stood still that long
+        assert locker.wait(30) == 0
+    finally:
+        stop()
+        if locker.poll() is None:
+            locker.communicate("\n", timeout=90)
+    assert [t.trace_id for t in pane.traces] == ["T9", "T1", "T2"] and not pane.flags["busy"]
 
 
 def test_browsing_never_writes_the_trace_file(no_leaked_widgets, qtbot, make_session, demo_db):
