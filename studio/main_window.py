@@ -626,6 +626,7 @@ class MainWindow(QMainWindow):
         self.left.addWidget(self.resources)
         self.resources.selection_changed.connect(self.set_selection)
         self.resources.hit_activated.connect(self.set_selection)
+        self.resources.selection_lost.connect(self.edits.selection_gone)
         self.resources.texts_shown.connect(self._check_fonts)
         self.selection = Selection()
         for spec in PANES:

@@ -480,12 +480,27 @@ class MemoryEditActions(QObject):
         store, thread_id = session.store, sel.thread_id
 
         def done(exists: bool) -> None:
-            if not exists and self.window.selection.thread_id == thread_id and self._session() is session:
-                self.window.select_thread(Selection(None, None))
-                self._status(f"Thread {thread_id} was deleted; nothing of it is shown any more.")
+            if not exists and self._session() is session:
+                self.selection_gone(Selection(sel.resource_id, thread_id))
 
         session.run(lambda: store.memory.get_thread(thread_id) is not None, on_result=done,
                     key="memory-edit-selection")
+
+    def selection_gone(self, lost: Selection) -> None:
+        """The thread (or, none selected, the resource) ``lost`` is not in the database any more (another program
+        deleted it or forgot its resource): if it is still the one selected, every pane lets go of it and the
+        status bar says why, rather than showing another one in its place."""
+        sel = self.window.selection
+        if lost.thread_id is not None:
+            if sel.thread_id != lost.thread_id:
+                return
+            text = f"Thread {lost.thread_id} was deleted; nothing of it is shown any more."
+        elif sel.thread_id is None and sel.resource_id is not None and sel.resource_id == lost.resource_id:
+            text = f"Resource {lost.resource_id} has no threads in the database any more; nothing of it is shown."
+        else:
+            return
+        self.window.select_thread(Selection(None, None))
+        self._status(text)
 
 
 __all__ = ["MemoryEditActions", "READ_ONLY", "read_only_problem"]
