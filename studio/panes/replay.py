@@ -499,12 +499,12 @@ class ReplayPane(QWidget):
         self._select_thread_in_list(self.state.thread_id or self.state.selection.thread_id)
 
     def _select_thread_in_list(self, thread_id: str | None) -> None:
-        for i in range(self.thread_combo.count()):
-            if self.thread_combo.itemData(i)[1] == thread_id:
-                self._syncing = True
-                self.thread_combo.setCurrentIndex(i)
-                self._syncing = False
-                return
+        """The list's row of ``thread_id``; none when it is not listed (the list could not be read again, or the
+        thread is newer than it), rather than the row of the thread shown before."""
+        found = next((i for i in range(self.thread_combo.count()) if self.thread_combo.itemData(i)[1] == thread_id), -1)
+        self._syncing = True
+        self.thread_combo.setCurrentIndex(found)
+        self._syncing = False
 
     def _thread_picked(self, index: int) -> None:
         data = self.thread_combo.itemData(index)
@@ -614,6 +614,7 @@ class ReplayPane(QWidget):
         self.title.setText("Replay")
         self.subtitle.setText(f"thread {thread_id}")
         self.subtitle.setToolTip("")
+        self._select_thread_in_list(thread_id)  # (the list showed the thread open before)
         self._show_empty(f"Thread {thread_id} could not be read; File > Reload reads it again.")
         message = str(exc) or type(exc).__name__
         self.banner.show_message(message, "error")

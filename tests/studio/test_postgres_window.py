@@ -146,3 +146,56 @@ def test_a_server_that_stops_answering_is_said_above_the_panes(qtbot: Any, make_
     with qtbot.waitSignal(window.session.changed, timeout=10_000):
         window.session.poll()
     qtbot.waitUntil(lambda: not window.file_banner.isVisible(), timeout=10_000)
+
+
+def _refuse_connections(pg_server: Any, url: str, refuse: bool) -> None:
+    """The database stops (or starts again) taking connections, and its open ones are ended: to its clients, a
+    server gone mid-session (the test server itself keeps running for the other tests)."""
+    name = url.split("?")[0].rsplit("/", 1)[1]
+    with pg_server.admin() as conn:
+        conn.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {"false" if refuse else "true"}')
+        if refuse:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+
+
+def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_before(
+        no_leaked_widgets: None, qtbot: Any, make_session: Any, pg_server: Any, pg_url: str, tmp_path: Any) -> None:
+    """Found by the session-31 walk (the Postgres server stopped under a Studio, another thread then picked): the
+    Traces pane kept the previous thread's token total under the new thread's name, and told the user to check
+    that the "trace file" postgresql://… exists; Replay kept the previous turn's context caption ("Context at
+    turn 3 … 536 tokens") and the previous thread in its Thread list."""
+    from studio.panes.traces import TracesPane
+
+    from .replay_panes import pane_preferences, shown_pane
+
+    _traced_turn(pg_url, "Dinner ideas?", "t-dinner")
+    _traced_turn(pg_url, "And dessert?", "t-dessert")
+    session = make_session(pg_url)
+    traces = TracesPane(session)
+    qtbot.addWidget(traces)
+    traces.resize(1200, 800)
+    traces.set_selection(Selection("ada", "t-dinner"))
+    with qtbot.waitSignal(traces.traces_loaded, timeout=20_000):
+        traces.show()
+    qtbot.waitUntil(lambda: "t-dinner" in traces.usage_label.text() and "tokens" in traces.usage_label.text(),
+                    timeout=20_000)
+    replay = shown_pane(qtbot, session, pane_preferences(tmp_path), Selection("ada", "t-dinner"))
+    qtbot.waitUntil(lambda: "t-dinner" in replay.thread_combo.currentText(), timeout=20_000)
+    assert "Context at turn 1" in replay.view.context_caption.text()
+
+    _refuse_connections(pg_server, pg_url, True)
+    try:
+        with qtbot.waitSignal(replay.failed, timeout=30_000):
+            replay.set_selection(Selection("ada", "t-dessert"))
+        traces.set_selection(Selection("ada", "t-dessert"))
+        qtbot.waitUntil(lambda: traces.banner.isVisible() and "could not be read" in traces.banner.label.text(),
+                        timeout=30_000)
+    finally:
+        _refuse_connections(pg_server, pg_url, False)
+    assert traces.subtitle.text() == "thread t-dessert" and not traces.traces
+    assert "t-dinner" not in traces.usage_label.text() and "tokens" not in traces.usage_label.text()
+    assert "trace file" not in traces.banner.label.text()  # a server has none to check
+    assert "Context at turn" not in replay.view.context_caption.text()
+    assert "t-dinner" not in replay.thread_combo.currentText()
+    assert "t-dessert could not be read" in replay.status.text()
