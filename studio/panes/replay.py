@@ -329,7 +329,12 @@ class ReplayPane(QWidget):
         return super().eventFilter(watched, event)
 
     def _on_db_changed(self) -> None:
-        """New turns (an agent writing, a fork, an import): read the thread again, staying on this turn."""
+        """New turns (an agent writing, a fork, an import): read the thread again, staying on this turn. A
+        thread that could not be read (the server was gone) is opened again."""
+        retry = self.state.retry_open()
+        if retry is not None:
+            self.open(retry)
+            return
         source = self.state.source
         if not self.state.wants_reread(self.isVisible()) or source is None:
             return
@@ -608,14 +613,15 @@ class ReplayPane(QWidget):
     def _on_open_error(self, thread_id: str, exc: BaseException) -> None:
         """The thread could not be read: what was shown is the thread open before (stepping, Fork… and
         Re-Run would act on it under the new selection), so it goes, and the error says which thread."""
-        self.state.open_failed()
+        self.state.open_failed(thread_id)
         self.what_if.set_source(None)
         self.rerun.set_source(None)
         self.title.setText("Replay")
         self.subtitle.setText(f"thread {thread_id}")
         self.subtitle.setToolTip("")
         self._select_thread_in_list(thread_id)  # (the list showed the thread open before)
-        self._show_empty(f"Thread {thread_id} could not be read; File > Reload reads it again.")
+        self._show_empty(f"Thread {thread_id} could not be read; it is read again when the database answers "
+                         "(File > Reload tries now).")
         message = str(exc) or type(exc).__name__
         self.banner.show_message(message, "error")
         self.failed.emit(message)

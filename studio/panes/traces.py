@@ -185,6 +185,7 @@ class TracesPane(QWidget):
         self._build()
         self._register_commands()
         session.changed.connect(self.poll)
+        session.server_back.connect(self._server_back)
 
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
@@ -379,6 +380,13 @@ class TracesPane(QWidget):
         if self._dirty:
             self.refresh()
         else:
+            self.poll()
+
+    def _server_back(self) -> None:
+        """The database server answers again: a list read that failed is read again now, not after its back-off
+        (up to 30 s under a red banner while the window's said the server was back)."""
+        if self._retry_s:
+            self._retry_at = 0.0
             self.poll()
 
     def hideEvent(self, event: Any) -> None:  # noqa: N802

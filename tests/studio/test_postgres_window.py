@@ -191,6 +191,8 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
         traces.set_selection(Selection("ada", "t-dessert"))
         qtbot.waitUntil(lambda: traces.banner.isVisible() and "could not be read" in traces.banner.label.text(),
                         timeout=30_000)
+        with qtbot.waitSignal(session.server_lost, timeout=30_000):
+            session.poll()  # (the window's change poll, once a second)
     finally:
         _refuse_connections(pg_server, pg_url, False)
     assert traces.subtitle.text() == "thread t-dessert" and not traces.traces
@@ -199,3 +201,13 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
     assert "Context at turn" not in replay.view.context_caption.text()
     assert "t-dinner" not in replay.thread_combo.currentText()
     assert "t-dessert could not be read" in replay.status.text()
+
+    # The server answers again: both panes read the thread asked for, not at their next back-off (Traces) or
+    # only at File > Reload (Replay).
+    with qtbot.waitSignal(replay.step_shown, timeout=30_000):
+        with qtbot.waitSignal(session.server_back, timeout=30_000):
+            session.poll()
+        assert traces.status.text() == "Reading traces…"  # now, not after up to 30 s
+    assert replay.state.thread_id == "t-dessert" and "t-dessert" in replay.thread_combo.currentText()
+    qtbot.waitUntil(lambda: [t.thread_id for t in traces.traces] == ["t-dessert"], timeout=30_000)
+    assert not traces.banner.isVisible() and "t-dessert" in traces.usage_label.text()
