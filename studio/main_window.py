@@ -981,12 +981,19 @@ class MainWindow(QMainWindow):
             self.presenter.error(self, Problem("Cannot write this file", session.write_refusal,
                                                "Copy the file to a writable folder and open the copy."))
             return
+        if session.store.capabilities.server:  # (a server is opened read-only whoever made it: no file, no owner)
+            text = (f"{session.display_path} is a database server other programs share, so the Studio opens it "
+                    "read-only.")
+            info = ("Allowing writes lets editors (working memory, templates, messages) save into this database. "
+                    "Browsing never writes. Your agents may be writing to it at the same time: a working-memory "
+                    "save that meets their change shows both versions before anything is overwritten.")
+        else:
+            text = f"{session.display_path} was not created by Memory Studio, so it is open read-only."
+            info = ("Allowing writes lets editors (working memory, templates) save into this file. Browsing never "
+                    "writes. Memory Studio will not migrate the file; another program (your Mastra app) may still "
+                    "be using it.")
         self.presenter.confirm(
-            self, "Allow writes?",
-            f"{session.display_path} was not created by Memory Studio, so it is open read-only.",
-            "Allowing writes lets editors (working memory, templates) save into this file. Browsing never "
-            "writes. Memory Studio will not migrate the file; another program (your Mastra app) may still be "
-            "using it.",
+            self, "Allow writes?", text, info,
             "Allow Writes",
             lambda: self.open_database(session.target, allow_writes=True, keep=self.selection),
         )
