@@ -618,6 +618,9 @@ class MainWindow(QMainWindow):
     def _install(self, session: StudioSession, keep: Selection | None) -> None:
         from studio.panes.resources import ResourcesPane
 
+        # The same database again (Reload, Allow Writes…, after a migration): the user stays on the tab they were
+        # on, as on the thread (Allow Writes, asked for by the Working Memory pane's banner, went back to Messages).
+        shown = self.tabs.currentIndex() if keep is not None else -1
         self._close_session()
         self.session = session
         session.pool.busy_changed.connect(lambda n: self._set_busy("session", n))
@@ -633,6 +636,8 @@ class MainWindow(QMainWindow):
             page = PanePage(spec, self)
             self.pages.append(page)
             self.tabs.addTab(page, spec.title)
+        if 0 < shown < self.tabs.count():
+            self.tabs.setCurrentIndex(shown)  # (built here: ``_tab_shown``)
         self.tab_fit.fit()
         self._tab_shown(self.tabs.currentIndex())  # the first tab is shown at once: built now
         messages = self.messages_pane

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from core import Memory, Message, open_store
+from studio.main_window import WORKING_MEMORY
 from studio.selection import Selection
 
 from .conftest import seed_small
@@ -36,6 +37,7 @@ def test_postgres_database_opens_read_only_and_live(qtbot: Any, make_window: Any
         Memory(other).save_messages([Message.user("one more thing", thread_id="t-groceries", resource_id="ada")])
     qtbot.waitUntil(lambda: window.messages_pane.model.rowCount() == shown + 1, timeout=20_000)
 
+    window.show_tab(WORKING_MEMORY)  # whose banner says to choose File > Allow Writes
     window.commands.run("file.allow_writes")
     qtbot.waitUntil(lambda: bool(window.presenter.open), timeout=10_000)
     # Why it is read-only: a server is shared (not "was not created by Memory Studio … this file", which it
@@ -46,6 +48,8 @@ def test_postgres_database_opens_read_only_and_live(qtbot: Any, make_window: Any
     box.property("yesButton").click()
     qtbot.waitUntil(lambda: window.session is not None and not window.session.read_only, timeout=20_000)
     assert pg_url.split("?")[0].rsplit("/", 1)[1] in window.recent.paths[0]
+    assert window.current_pane() is window.pane(WORKING_MEMORY)  # still there (it went back to Messages)
+    qtbot.waitUntil(lambda: window.selection.thread_id == "t-groceries", timeout=20_000)  # (once the tree is read)
 
 
 def test_connect_dialog_builds_a_url_without_password_and_recent_keeps_none(
