@@ -154,6 +154,10 @@ class PromptInspectorPane(QWidget):
         self._key = f"prompt-inspector-{id(self)}"
         self._busy = False
         self._syncing = False
+        # The next message the user typed: the field shows a stored turn's message while one is shown, and gets
+        # this back after (it was left holding that turn's text, which then went, as if typed, into the prompt
+        # of the next thread picked; and what was typed was gone).
+        self._typed = ""
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(DEBOUNCE_MS)
@@ -504,8 +508,14 @@ class PromptInspectorPane(QWidget):
 
     def _mode_changed(self, *, schedule: bool = True) -> None:
         turn = self.turn_radio.isChecked()
+        was_typing = self.message_edit.isEnabled()
         self.message_edit.setEnabled(not turn)
-        if not turn:
+        if turn and was_typing:
+            self._typed = self.message_edit.text()
+        elif not turn and not was_typing:
+            syncing, self._syncing = self._syncing, True
+            self.message_edit.setText(self._typed)  # (not the stored turn's message, shown while it was)
+            self._syncing = syncing
             self.message_edit.setToolTip("")  # (the stored turn's text, while it was shown)
         if schedule and not self._syncing:
             self.schedule()
@@ -603,7 +613,7 @@ class PromptInspectorPane(QWidget):
             when = format_datetime(preview.turn.created_at)
             first = short_id(preview.turn.input.id) if preview.turn.input is not None else "?"
             self.turn_label.setText(f"as of {when} (turn starts at {first})")
-            if preview.turn.input is not None:
+            if preview.turn.input is not None and self.turn_radio.isChecked():  # (not over a message typed since)
                 self._syncing = True
                 self.message_edit.setText(preview.turn.input.text)
                 # From its start (the field is off for a stored turn, so its tail was all one could see),
