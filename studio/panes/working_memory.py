@@ -893,6 +893,9 @@ class WorkingMemoryPane(QWidget):
         self._keep_unsaved()
         self._show_empty("Working memory could not be read.")
         self._on_error(exc)
+        # (not "Something went wrong; nothing was written…": nothing was asked to be written)
+        self.status.setText("Working memory could not be read; it is read again when the database changes or its "
+                            "server answers again (File > Reload tries now).")
 
     def _show_empty(self, text: str) -> None:
         self.snapshot = None

@@ -175,6 +175,7 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
     that the "trace file" postgresql://… exists; Replay kept the previous turn's context caption ("Context at
     turn 3 … 536 tokens") and the previous thread in its Thread list."""
     from studio.panes.traces import TracesPane
+    from studio.panes.working_memory import WorkingMemoryPane
 
     from .replay_panes import pane_preferences, shown_pane
 
@@ -189,6 +190,11 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
         traces.show()
     qtbot.waitUntil(lambda: "t-dinner" in traces.usage_label.text() and "tokens" in traces.usage_label.text(),
                     timeout=20_000)
+    memory = WorkingMemoryPane(session)
+    qtbot.addWidget(memory)
+    memory.show()
+    with qtbot.waitSignal(memory.loaded, timeout=20_000):
+        memory.set_selection(Selection("ada", "t-dinner"))
     replay = shown_pane(qtbot, session, pane_preferences(tmp_path), Selection("ada", "t-dinner"))
     qtbot.waitUntil(lambda: "t-dinner" in replay.thread_combo.currentText(), timeout=20_000)
     assert "Context at turn 1" in replay.view.context_caption.text()
@@ -197,6 +203,8 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
     try:
         with qtbot.waitSignal(replay.failed, timeout=30_000):
             replay.set_selection(Selection("ada", "t-dessert"))
+        with qtbot.waitSignal(memory.failed, timeout=30_000):
+            memory.set_selection(Selection("ada", "t-dessert"))
         traces.set_selection(Selection("ada", "t-dessert"))
         qtbot.waitUntil(lambda: traces.banner.isVisible() and "could not be read" in traces.banner.label.text(),
                         timeout=30_000)
@@ -210,6 +218,7 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
     assert "Context at turn" not in replay.view.context_caption.text()
     assert "t-dinner" not in replay.thread_combo.currentText()
     assert "t-dessert could not be read" in replay.status.text()
+    assert memory.status.text().startswith("Working memory could not be read")  # not "nothing was written"
 
     # The server answers again: both panes read the thread asked for, not at their next back-off (Traces) or
     # only at File > Reload (Replay).
