@@ -915,6 +915,18 @@ class WorkingMemoryPane(QWidget):
         self.badges.setText("")
         self.editor.load("")
         self.editor.setReadOnly(True)
+        # What the editor's text made (``_on_edit``, which does nothing without a draft): the previous owner's
+        # rendering, size, result and problems stayed beside the empty editor.
+        self._preview_timer.stop()
+        self.preview.document().setMarkdown("")
+        self.result_view.load("")
+        self.merge_caption.setText("")
+        self.size_label.setText("")
+        self.size_label.setToolTip("")
+        self.problem_label.hide()
+        self.warning_label.hide()
+        self.editor.mark_error_line(None)
+        self._check = None
         self.version_model.set_rows([])
         self.status.setText(text)
         self._apply_read_only()

@@ -369,3 +369,23 @@ def test_schema_modes_two_sizes_say_which_form_each_counts(qtbot, pane):
     assert md.fmt == "markdown"
     assert "formatted" not in pane.size_label.text() and "compact" not in pane.status.text()
     assert f"{len(md.text):,} chars" in pane.status.text() and "stored" in pane.status.text()
+
+
+def test_nothing_of_the_owner_before_stays_beside_an_empty_editor(qtbot, pane, session):
+    """Found by the session-31 walk (a read that failed, the server gone; the same on selecting nothing, as when the
+    thread shown is deleted): the editor emptied, but the rendering, the size line, a JSON result and its
+    problems still showed the previous owner's working memory."""
+    load(qtbot, pane, Selection("alice", "t1"))
+    assert "Alice" in pane.preview.toPlainText() and "chars" in pane.size_label.text()
+    pane.set_selection(Selection())
+    assert pane.editor.toPlainText() == ""
+    assert pane.preview.toPlainText().strip() == "" and pane.size_label.text() == ""
+
+    load(qtbot, pane, Selection("bob", "t2"))
+    pane.json_mode.setCurrentIndex(pane.json_mode.findData("merge"))
+    pane.editor.replace_all('{"name": 42}')
+    assert pane.problem_label.isVisible() and pane.result_view.toPlainText()
+    pane.set_selection(Selection())
+    assert not pane.problem_label.isVisible() and pane.result_view.toPlainText() == ""
+    assert pane.merge_caption.text() == "" and pane.size_label.text() == ""
+    assert pane.unsaved_edits() == 1  # the edit typed for Bob is kept aside, not lost
