@@ -23,6 +23,7 @@ from studio.commands import CommandRegistry
 from studio.dialogs import Problem, explain
 from studio.logic.edit_history import EditHistory, EditRecord
 from studio.logic.short_ids import short_id
+from studio.logic.thread_labels import shown_title
 from studio.selection import Selection
 
 # The jobs and the dialogs load the engine (SQLAlchemy): the jobs are imported by the worker that
@@ -323,7 +324,7 @@ class MemoryEditActions(QObject):
 
     def _confirm_delete_thread(self, target: edit_jobs.ThreadTarget) -> None:
         session = self._session()  # the database the thread was read from
-        named = f"“{target.title}” ({target.thread_id})" if target.title else target.thread_id
+        named = f"“{shown_title(target.title)}” ({target.thread_id})" if target.title else target.thread_id
         self.window.presenter.confirm(
             self.window, "Delete this thread?",
             f"Delete thread {named} of resource {target.resource_id} with its {target.messages:,} message(s)?",

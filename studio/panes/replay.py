@@ -52,7 +52,7 @@ from studio.logic.replay_layout import (
     turn_facts,
 )
 from studio.logic.replay_state import ReplayMode, ReplayState
-from studio.logic.thread_labels import header_tip, header_title, resource_label
+from studio.logic.thread_labels import header_tip, header_title, resource_label, shown_title
 from studio.preferences import Preferences, preferences_for
 from studio.reads import SourceResolver, load_tree
 from studio.replay_jobs import ReplayThread, StepData, TraceMatch, WhatIfDetail, find_trace
@@ -391,7 +391,8 @@ class ReplayPane(QWidget):
         self._syncing = False
         self.opened.emit(source)
         if not n:
-            self._show_empty(f"Thread {thread.title or thread.id} has no user turns to replay yet.")
+            self._show_empty(f"Thread {shown_title(thread.title) if thread.title else thread.id} has no user turns to "
+                             "replay yet.")
             return
         self.go_to(source.start if index is None else index, call)
 
@@ -499,7 +500,7 @@ class ReplayPane(QWidget):
         for rid in ([resource] if resource else sorted(tree.threads)):
             for summary in tree.threads.get(rid, []):
                 t = summary.thread
-                self.thread_combo.addItem(f"{t.title or t.id} — {rid}", (rid, t.id))
+                self.thread_combo.addItem(f"{shown_title(t.title) if t.title else t.id} — {rid}", (rid, t.id))
         self._syncing = False
         self._select_thread_in_list(self.state.thread_id or self.state.selection.thread_id)
 
@@ -565,7 +566,8 @@ class ReplayPane(QWidget):
                          on_result=alive_only(self, self._on_forked), on_error=alive_only(self, self._on_fork_error))
 
     def _on_forked(self, thread: Any) -> None:
-        self.status.setText(f"Forked into “{thread.title}” ({thread.id}). The original thread is unchanged.")
+        self.status.setText(f"Forked into “{shown_title(thread.title or '')}” ({thread.id}). The original thread is "
+                            "unchanged.")
         self.session.notify_local_write()
         self.forked.emit(thread)
 

@@ -119,3 +119,25 @@ def test_a_selected_thread_another_program_deletes_is_let_go_not_swapped_for_its
     assert window.selection.empty  # not ada, the resource row that took its place
     assert window.resources.current_selection().empty
     assert "Resource li has no threads" in window.status_text.text()
+
+
+def test_a_title_with_a_right_to_left_override_is_named_as_stored_in_the_confirmation_and_replay(
+        qtbot: Any, make_window: Any, small_db: Path) -> None:
+    # Found by the session-31 walk: "\u202eevil" was drawn reversed in Replay's Thread list and status, and in the
+    # Delete Thread confirmation, which must name the thread it deletes as it is stored.
+    from core import Memory
+    from studio.main_window import REPLAY
+
+    with open_store(small_db) as other:
+        Memory(other).save_messages([Message.user("hi", thread_id="t-rtl", resource_id="ada")])
+        other.memory.update_thread("t-rtl", title="\u202eevil title")
+    window = _open(qtbot, make_window, small_db)
+    _select_message(qtbot, window, "ada", "t-rtl", 0)
+    window.commands.run("thread.delete")
+    box = _dialog(qtbot, window, QMessageBox)
+    assert "“\\u202eevil title” (t-rtl)" in box.text() and "\u202e" not in box.text()
+    box.button(QMessageBox.StandardButton.Cancel).click()
+    window.show_tab(REPLAY)
+    replay = window.pane(REPLAY)
+    qtbot.waitUntil(lambda: replay.thread_combo.currentText().startswith("\\u202eevil title — ada"), timeout=20_000)
+    assert all("\u202e" not in replay.thread_combo.itemText(i) for i in range(replay.thread_combo.count()))
