@@ -622,8 +622,8 @@ class ReplayPane(QWidget):
         self.subtitle.setText(f"thread {thread_id}")
         self.subtitle.setToolTip("")
         self._select_thread_in_list(thread_id)  # (the list showed the thread open before)
-        self._show_empty(f"Thread {thread_id} could not be read; it is read again when the database answers "
-                         "(File > Reload tries now).")
+        self._show_empty(f"Thread {thread_id} could not be read; it is read again when the database changes or its "
+                         "server answers again (File > Reload tries now).")
         message = str(exc) or type(exc).__name__
         self.banner.show_message(message, "error")
         self.failed.emit(message)
