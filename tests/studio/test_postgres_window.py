@@ -174,6 +174,7 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
     Traces pane kept the previous thread's token total under the new thread's name, and told the user to check
     that the "trace file" postgresql://… exists; Replay kept the previous turn's context caption ("Context at
     turn 3 … 536 tokens") and the previous thread in its Thread list."""
+    from studio.panes.prompt_inspector import PromptInspectorPane
     from studio.panes.traces import TracesPane
     from studio.panes.working_memory import WorkingMemoryPane
 
@@ -190,6 +191,12 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
         traces.show()
     qtbot.waitUntil(lambda: "t-dinner" in traces.usage_label.text() and "tokens" in traces.usage_label.text(),
                     timeout=20_000)
+    prompt = PromptInspectorPane(session)
+    qtbot.addWidget(prompt)
+    prompt.show()
+    with qtbot.waitSignal(prompt.assembled, timeout=20_000):
+        prompt.set_selection(Selection("ada", "t-dinner"))
+    assert prompt.instructions_edit.text() == "Cook." and prompt.agent_combo.count()
     memory = WorkingMemoryPane(session)
     qtbot.addWidget(memory)
     memory.show()
@@ -205,6 +212,8 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
             replay.set_selection(Selection("ada", "t-dessert"))
         with qtbot.waitSignal(memory.failed, timeout=30_000):
             memory.set_selection(Selection("ada", "t-dessert"))
+        prompt.set_selection(Selection("ada", "t-dessert"))
+        qtbot.waitUntil(lambda: "t-dessert could not be read" in prompt.subtitle.text(), timeout=30_000)
         traces.set_selection(Selection("ada", "t-dessert"))
         qtbot.waitUntil(lambda: traces.banner.isVisible() and "could not be read" in traces.banner.label.text(),
                         timeout=30_000)
@@ -219,6 +228,8 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
     assert "t-dinner" not in replay.thread_combo.currentText()
     assert "t-dessert could not be read" in replay.status.text()
     assert memory.status.text().startswith("Working memory could not be read")  # not "nothing was written"
+    # (the agent, its options and instructions were t-dinner's, kept under t-dessert's header)
+    assert prompt.instructions_edit.text() == "" and prompt.agent_combo.count() == 0
 
     # The server answers again: both panes read the thread asked for, not at their next back-off (Traces) or
     # only at File > Reload (Replay).
@@ -227,5 +238,8 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
             session.poll()
         assert traces.status.text() == "Reading traces…"  # now, not after up to 30 s
     assert replay.state.thread_id == "t-dessert" and "t-dessert" in replay.thread_combo.currentText()
+    qtbot.waitUntil(lambda: prompt.preview is not None and prompt.selection.thread_id == "t-dessert"
+                    and "And dessert?" in str(prompt.preview.prompt.messages), timeout=30_000)
+    assert prompt.instructions_edit.text() == "Cook." and "could not be read" not in prompt.subtitle.text()
     qtbot.waitUntil(lambda: [t.thread_id for t in traces.traces] == ["t-dessert"], timeout=30_000)
     assert not traces.banner.isVisible() and "t-dessert" in traces.usage_label.text()
