@@ -640,6 +640,9 @@ class MainWindow(QMainWindow):
     def _install(self, session: StudioSession, keep: Selection | None) -> None:
         from studio.panes.resources import ResourcesPane
 
+        # The same database again (Reload, Allow Writes…, after a migration): the user stays on the tab they were
+        # on, as on the thread (Allow Writes, asked for by the Working Memory pane's banner, went back to Messages).
+        shown = self.tabs.currentIndex() if keep is not None else -1
         self._close_session()
         self.session = session
         session.pool.busy_changed.connect(lambda n: self._set_busy("session", n))
@@ -648,12 +651,15 @@ class MainWindow(QMainWindow):
         self.left.addWidget(self.resources)
         self.resources.selection_changed.connect(self.set_selection)
         self.resources.hit_activated.connect(self.set_selection)
+        self.resources.selection_lost.connect(self.edits.selection_gone)
         self.resources.texts_shown.connect(self._check_fonts)
         self.selection = Selection()
         for spec in PANES:
             page = PanePage(spec, self)
             self.pages.append(page)
             self.tabs.addTab(page, spec.title)
+        if 0 < shown < self.tabs.count():
+            self.tabs.setCurrentIndex(shown)  # (built here: ``_tab_shown``)
         self.tab_fit.fit()
         self._tab_shown(self.tabs.currentIndex())  # the first tab is shown at once: built now
         messages = self.messages_pane
@@ -1002,12 +1008,19 @@ class MainWindow(QMainWindow):
             self.presenter.error(self, Problem("Cannot write this file", session.write_refusal,
                                                "Copy the file to a writable folder and open the copy."))
             return
+        if session.store.capabilities.server:  # (a server is opened read-only whoever made it: no file, no owner)
+            text = (f"{session.display_path} is a database server other programs share, so the Studio opens it "
+                    "read-only.")
+            info = ("Allowing writes lets editors (working memory, templates, messages) save into this database. "
+                    "Browsing never writes. Your agents may be writing to it at the same time: a working-memory "
+                    "save that meets their change shows both versions before anything is overwritten.")
+        else:
+            text = f"{session.display_path} was not created by Memory Studio, so it is open read-only."
+            info = ("Allowing writes lets editors (working memory, templates) save into this file. Browsing never "
+                    "writes. Memory Studio will not migrate the file; another program (your Mastra app) may still "
+                    "be using it.")
         self.presenter.confirm(
-            self, "Allow writes?",
-            f"{session.display_path} was not created by Memory Studio, so it is open read-only.",
-            "Allowing writes lets editors (working memory, templates) save into this file. Browsing never "
-            "writes. Memory Studio will not migrate the file; another program (your Mastra app) may still be "
-            "using it.",
+            self, "Allow writes?", text, info,
             "Allow Writes",
             lambda: self.open_database(session.target, allow_writes=True, keep=self.selection),
         )

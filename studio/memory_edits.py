@@ -23,6 +23,7 @@ from studio.commands import CommandRegistry
 from studio.dialogs import Problem, explain
 from studio.logic.edit_history import EditHistory, EditRecord
 from studio.logic.short_ids import short_id
+from studio.logic.thread_labels import shown_title
 from studio.selection import Selection
 
 # The jobs and the dialogs load the engine (SQLAlchemy): the jobs are imported by the worker that
@@ -323,7 +324,7 @@ class MemoryEditActions(QObject):
 
     def _confirm_delete_thread(self, target: edit_jobs.ThreadTarget) -> None:
         session = self._session()  # the database the thread was read from
-        named = f"“{target.title}” ({target.thread_id})" if target.title else target.thread_id
+        named = f"“{shown_title(target.title)}” ({target.thread_id})" if target.title else target.thread_id
         self.window.presenter.confirm(
             self.window, "Delete this thread?",
             f"Delete thread {named} of resource {target.resource_id} with its {target.messages:,} message(s)?",
@@ -480,12 +481,27 @@ class MemoryEditActions(QObject):
         store, thread_id = session.store, sel.thread_id
 
         def done(exists: bool) -> None:
-            if not exists and self.window.selection.thread_id == thread_id and self._session() is session:
-                self.window.select_thread(Selection(None, None))
-                self._status(f"Thread {thread_id} was deleted; nothing of it is shown any more.")
+            if not exists and self._session() is session:
+                self.selection_gone(Selection(sel.resource_id, thread_id))
 
         session.run(lambda: store.memory.get_thread(thread_id) is not None, on_result=done,
                     key="memory-edit-selection")
+
+    def selection_gone(self, lost: Selection) -> None:
+        """The thread (or, none selected, the resource) ``lost`` is not in the database any more (another program
+        deleted it or forgot its resource): if it is still the one selected, every pane lets go of it and the
+        status bar says why, rather than showing another one in its place."""
+        sel = self.window.selection
+        if lost.thread_id is not None:
+            if sel.thread_id != lost.thread_id:
+                return
+            text = f"Thread {lost.thread_id} was deleted; nothing of it is shown any more."
+        elif sel.thread_id is None and sel.resource_id is not None and sel.resource_id == lost.resource_id:
+            text = f"Resource {lost.resource_id} has no threads in the database any more; nothing of it is shown."
+        else:
+            return
+        self.window.select_thread(Selection(None, None))
+        self._status(text)
 
 
 __all__ = ["MemoryEditActions", "READ_ONLY", "read_only_problem"]

@@ -49,6 +49,7 @@ class ReplayState:
     loading_step: bool = False  # a turn was asked for and its rebuild has not arrived
     rerun_detail: WhatIfDetail | None = None  # a what-if prompt to re-run once its turn is shown
     notice: str = ""  # said beside the turn shown until the next step (a re-read lost the turn asked for)
+    failed_open: str | None = None  # the thread whose open failed (a server gone): opened again at the next change
 
     # -- what the commands may do ----------------------------------------------------------------
     @property
@@ -108,6 +109,7 @@ class ReplayState:
     def opened(self, source: ReplayThread) -> None:
         self.source = source
         self.step = None
+        self.failed_open = None
 
     def wants_reread(self, visible: bool) -> bool:
         """The file changed: read the open thread again now (visible), or once shown (``stale``)."""
@@ -172,13 +174,22 @@ class ReplayState:
         """Nothing to show (no thread, or a thread without turns)."""
         self.step = None
 
-    def open_failed(self) -> None:
-        """The thread asked for could not be read: the one open before is not shown under it (nor stepped,
-        forked or re-run)."""
+    def open_failed(self, thread_id: str) -> None:
+        """``thread_id`` could not be read: the one open before is not shown under it (nor stepped, forked or
+        re-run), and it is read again at the next change of the database (``retry_open``)."""
         self.source = None
         self.step = None
         self.trace = None
         self.loading_step = False
+        self.failed_open = thread_id
+
+    def retry_open(self) -> str | None:
+        """The database changed (or its server answers again, which the session reports as a change): the
+        thread whose open failed, to open again, if it is still the one selected and nothing else is asked."""
+        if (self.failed_open is not None and self.source is None and self.pending is None
+                and self.selection.thread_id == self.failed_open):
+            return self.failed_open
+        return None
 
     # -- what-if and re-run ----------------------------------------------------------------------
     def rerun_elsewhere(self, detail: WhatIfDetail) -> bool:

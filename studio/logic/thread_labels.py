@@ -43,6 +43,23 @@ SEPARATOR = " · "
 _ID_SEPARATORS = re.compile(r"[-_:./]")
 
 
+# Bidirectional embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069): invisible, they reorder the
+# text after them, so "\u202eevil title" is drawn "eltit live". Marks (U+200E/U+200F) only nudge neutral
+# characters and stay; right-to-left scripts need none of these to be drawn in their order.
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def shown_title(title: str) -> str:
+    """A stored title as the Studio writes it on one line: a bidirectional control and a control character
+    (a line break, a tab, an escape) written as its escape (``\\u202e``, ``\\n``), so what is drawn is what
+    is stored, in its order. Anything else, emoji joiners and right-to-left scripts included, is unchanged."""
+    if not any(c in _BIDI_CONTROLS or c < " " or c == "\x7f" for c in title):
+        return title
+    named = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    return "".join(named.get(c) or (f"\\u{ord(c):04x}" if c in _BIDI_CONTROLS else f"\\x{ord(c):02x}")
+                   if c in _BIDI_CONTROLS or c < " " or c == "\x7f" else c for c in title)
+
+
 def title_key(title: str | None) -> str:
     """What two titles are compared by: "Notes" and "notes " name no thread apart."""
     return " ".join((title or "").split()).casefold()
@@ -88,8 +105,8 @@ def thread_label(title: str | None, thread_id: str, repeated: frozenset[str], sh
     if not (title or "").strip():
         return f"{UNTITLED}{SEPARATOR}{_id_part(thread_id, shared_prefix)}"
     if title_key(title) in repeated:
-        return f"{title}{SEPARATOR}{_id_part(thread_id, shared_prefix)}"
-    return str(title)
+        return f"{shown_title(str(title))}{SEPARATOR}{_id_part(thread_id, shared_prefix)}"
+    return shown_title(str(title))
 
 
 DELEGATION = "(delegation)"
@@ -137,7 +154,7 @@ def header_title(title: str | None, thread_id: str, resource_id: str | None,
     """How a pane's header names a thread: its title; an untitled thread of a delegation (the engine and
     Mastra name none) by the delegation ("ada → helper (delegation)"), not by its raw id; else its id."""
     if (title or "").strip():
-        return str(title)
+        return shown_title(str(title))
     return resource_label(resource_id, known) if resource_id and is_delegation(resource_id, known) else thread_id
 
 
@@ -247,4 +264,4 @@ def delegation_refusal(resource_id: str) -> str | None:
 __all__ = ["ARROW", "DELEGATION", "MIN_KEPT", "NO_DELEGATIONS", "SEPARATOR", "SHORT_DELEGATION", "UNTITLED",
            "Delegations", "delegation_note", "delegation_refusal", "fit_resource_label", "header_tip", "header_title", "is_delegation",
            "repeated_titles", "resource_label", "resource_tip",
-           "shared_id_prefix", "thread_label", "title_key"]
+           "shared_id_prefix", "shown_title", "thread_label", "title_key"]

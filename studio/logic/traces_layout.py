@@ -296,17 +296,20 @@ def store_notice(*, busy: bool, stale: bool, missing: bool, location: str, kind:
     return None
 
 
-def read_error_notice(error: str, *, broken: bool, location: str | None, retry_s: float) -> Notice:
+def read_error_notice(error: str, *, broken: bool, location: str | None, retry_s: float,
+                      server: bool = False) -> Notice:
     """What the banner says when the runs list could not be read (an error, not a busy file): what
     happened, that the pane reads again by itself in ``retry_s`` (it backs off while the error lasts),
-    and what the user can do meanwhile. The pane read no more after such an error until File > Reload."""
+    and what the user can do meanwhile. The pane read no more after such an error until File > Reload.
+    ``server``: the spans are a table of a database server (Postgres), which has no trace file to check:
+    the error (the storage's own sentence) already says what to do about the server."""
     where = f" ({location})" if location else ""
     text = f"Traces could not be read: {error.rstrip('.! ')}."
     if broken:
         # A damaged (or foreign) trace file: say what it holds and how the user gets a working one.
         text += (" The trace file holds traces only (no conversation): the next traced turn moves it aside "
                  "(its name ending in .broken- and the time) and starts a new one; or delete it, then Reload.")
-    else:
+    elif not server:
         text += (f" Check that the trace file{where} exists and can be read by you, and that no other program "
                  "has it open with other settings.")
     text += f" The pane tries again by itself (next in {retry_s:.0f} s); Reload (F5) tries now."

@@ -34,6 +34,7 @@ from studio.logic.thread_labels import (
     repeated_titles,
     resource_label,
     shared_id_prefix,
+    shown_title,
     thread_label,
 )
 from studio.reads import TreeData
@@ -356,7 +357,7 @@ class ResourceTreeModel(QAbstractItemModel):
             from studio.logic.replay_layout import fork_source  # warmed on a worker after first paint (studio.app)
 
             fork = fork_source(s.thread.metadata)
-            return plain_tip(f"{title}\nthread {s.thread.id}\n{s.message_count:,} messages\n"
+            return plain_tip(f"{shown_title(title)}\nthread {s.thread.id}\n{s.message_count:,} messages\n"
                              f"last activity: {date_tooltip(s.last_activity or s.thread.updated_at)}"
                              + (f"\n{fork}" if fork else ""))
         if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:

@@ -81,6 +81,7 @@ from studio.widgets.request_view import RequestPanel
 from studio.widgets.scroll_fit import least_height_at_width, stack_when_narrow
 from studio.widgets.a11y import label_for, named
 
+NO_INSTRUCTIONS = "none — the agent recorded no instructions (type some to add them)"
 DEBOUNCE_MS = 250
 MAX_LINE_CHARS = 2**31 - 1  # QLineEdit's own limit is 32,767 characters
 MIN_FRAGMENT_ROWS = 4  # the fragment table keeps at least this many rows in sight
@@ -154,6 +155,11 @@ class PromptInspectorPane(QWidget):
         self._key = f"prompt-inspector-{id(self)}"
         self._busy = False
         self._syncing = False
+        # The next message the user typed: the field shows a stored turn's message while one is shown, and gets
+        # this back after (it was left holding that turn's text, which then went, as if typed, into the prompt
+        # of the next thread picked; and what was typed was gone).
+        self._typed = ""
+        self._unread: str | None = None  # the thread whose read failed (a server gone): read again at the next change
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(DEBOUNCE_MS)
@@ -193,7 +199,7 @@ class PromptInspectorPane(QWidget):
         mode.addWidget(self.turn_label)
         root.addLayout(mode)
         self.instructions_edit = QLineEdit()
-        self.instructions_edit.setPlaceholderText("none — the agent recorded no instructions (type some to add them)")
+        self.instructions_edit.setPlaceholderText(NO_INSTRUCTIONS)
         # A line edit keeps 32,767 characters unless told otherwise: longer instructions (or a pasted
         # message) were cut silently, and the prompt shown was not the agent's.
         for edit in (self.message_edit, self.instructions_edit):
@@ -441,9 +447,17 @@ class PromptInspectorPane(QWidget):
         self._start = None
         self.title.setText(thread_id or "No thread selected")
         self.title.setToolTip("")
-        self.subtitle.setText(f"thread {thread_id} could not be read; Reassemble (F5) reads it again")
+        self.subtitle.setText(f"thread {thread_id} could not be read; it is read again when the database changes or "
+                              "its server answers again (Reassemble, F5, tries now)")
         self.subtitle.setToolTip("")
         self.options_bar.set_origin("")
+        # (the agents, options and instructions of the thread read before, another agent's maybe, go too)
+        self.options_bar.set_agents([], -1)
+        self._syncing = True
+        self.instructions_edit.setText("")
+        self._syncing = False
+        self.instructions_edit.setPlaceholderText("not known: the thread could not be read")
+        self._unread = thread_id
         self._on_error(exc)
 
     def _on_context(self, ctx: AgentChoice, thread_id: str | None, reset_options: bool) -> None:
@@ -451,6 +465,8 @@ class PromptInspectorPane(QWidget):
             return
         previous_agent = self.agent_combo.currentData() if not reset_options else None
         self._context = ctx
+        self._unread = None
+        self.instructions_edit.setPlaceholderText(NO_INSTRUCTIONS)
         thread = ctx.thread
         resource = thread.resource_id if thread else self.selection.resource_id
         # (a delegation's resource as the tree names it, an untitled delegation thread too; the stored ids on hover)
@@ -504,8 +520,14 @@ class PromptInspectorPane(QWidget):
 
     def _mode_changed(self, *, schedule: bool = True) -> None:
         turn = self.turn_radio.isChecked()
+        was_typing = self.message_edit.isEnabled()
         self.message_edit.setEnabled(not turn)
-        if not turn:
+        if turn and was_typing:
+            self._typed = self.message_edit.text()
+        elif not turn and not was_typing:
+            syncing, self._syncing = self._syncing, True
+            self.message_edit.setText(self._typed)  # (not the stored turn's message, shown while it was)
+            self._syncing = syncing
             self.message_edit.setToolTip("")  # (the stored turn's text, while it was shown)
         if schedule and not self._syncing:
             self.schedule()
@@ -522,6 +544,8 @@ class PromptInspectorPane(QWidget):
     def _on_db_changed(self) -> None:
         if self.selection.thread_id is not None and self._context is not None:
             self._load_context(reset_options=False)
+        elif self.selection.thread_id is not None and self._unread == self.selection.thread_id:
+            self._load_context(reset_options=True)  # (its read failed: the server answers again, or it changed)
 
     # -- assembling ------------------------------------------------------------------------------
     def schedule(self) -> None:
@@ -603,7 +627,7 @@ class PromptInspectorPane(QWidget):
             when = format_datetime(preview.turn.created_at)
             first = short_id(preview.turn.input.id) if preview.turn.input is not None else "?"
             self.turn_label.setText(f"as of {when} (turn starts at {first})")
-            if preview.turn.input is not None:
+            if preview.turn.input is not None and self.turn_radio.isChecked():  # (not over a message typed since)
                 self._syncing = True
                 self.message_edit.setText(preview.turn.input.text)
                 # From its start (the field is off for a stored turn, so its tail was all one could see),

@@ -52,7 +52,7 @@ from studio.logic.replay_layout import (
     turn_facts,
 )
 from studio.logic.replay_state import ReplayMode, ReplayState
-from studio.logic.thread_labels import header_tip, header_title, resource_label
+from studio.logic.thread_labels import header_tip, header_title, resource_label, shown_title
 from studio.preferences import Preferences, preferences_for
 from studio.reads import SourceResolver, load_tree
 from studio.replay_jobs import ReplayThread, StepData, TraceMatch, WhatIfDetail, find_trace
@@ -329,7 +329,12 @@ class ReplayPane(QWidget):
         return super().eventFilter(watched, event)
 
     def _on_db_changed(self) -> None:
-        """New turns (an agent writing, a fork, an import): read the thread again, staying on this turn."""
+        """New turns (an agent writing, a fork, an import): read the thread again, staying on this turn. A
+        thread that could not be read (the server was gone) is opened again."""
+        retry = self.state.retry_open()
+        if retry is not None:
+            self.open(retry)
+            return
         source = self.state.source
         if not self.state.wants_reread(self.isVisible()) or source is None:
             return
@@ -386,7 +391,8 @@ class ReplayPane(QWidget):
         self._syncing = False
         self.opened.emit(source)
         if not n:
-            self._show_empty(f"Thread {thread.title or thread.id} has no user turns to replay yet.")
+            self._show_empty(f"Thread {shown_title(thread.title) if thread.title else thread.id} has no user turns to "
+                             "replay yet.")
             return
         self.go_to(source.start if index is None else index, call)
 
@@ -494,17 +500,17 @@ class ReplayPane(QWidget):
         for rid in ([resource] if resource else sorted(tree.threads)):
             for summary in tree.threads.get(rid, []):
                 t = summary.thread
-                self.thread_combo.addItem(f"{t.title or t.id} — {rid}", (rid, t.id))
+                self.thread_combo.addItem(f"{shown_title(t.title) if t.title else t.id} — {rid}", (rid, t.id))
         self._syncing = False
         self._select_thread_in_list(self.state.thread_id or self.state.selection.thread_id)
 
     def _select_thread_in_list(self, thread_id: str | None) -> None:
-        for i in range(self.thread_combo.count()):
-            if self.thread_combo.itemData(i)[1] == thread_id:
-                self._syncing = True
-                self.thread_combo.setCurrentIndex(i)
-                self._syncing = False
-                return
+        """The list's row of ``thread_id``; none when it is not listed (the list could not be read again, or the
+        thread is newer than it), rather than the row of the thread shown before."""
+        found = next((i for i in range(self.thread_combo.count()) if self.thread_combo.itemData(i)[1] == thread_id), -1)
+        self._syncing = True
+        self.thread_combo.setCurrentIndex(found)
+        self._syncing = False
 
     def _thread_picked(self, index: int) -> None:
         data = self.thread_combo.itemData(index)
@@ -560,7 +566,8 @@ class ReplayPane(QWidget):
                          on_result=alive_only(self, self._on_forked), on_error=alive_only(self, self._on_fork_error))
 
     def _on_forked(self, thread: Any) -> None:
-        self.status.setText(f"Forked into “{thread.title}” ({thread.id}). The original thread is unchanged.")
+        self.status.setText(f"Forked into “{shown_title(thread.title or '')}” ({thread.id}). The original thread is "
+                            "unchanged.")
         self.session.notify_local_write()
         self.forked.emit(thread)
 
@@ -608,13 +615,15 @@ class ReplayPane(QWidget):
     def _on_open_error(self, thread_id: str, exc: BaseException) -> None:
         """The thread could not be read: what was shown is the thread open before (stepping, Fork… and
         Re-Run would act on it under the new selection), so it goes, and the error says which thread."""
-        self.state.open_failed()
+        self.state.open_failed(thread_id)
         self.what_if.set_source(None)
         self.rerun.set_source(None)
         self.title.setText("Replay")
         self.subtitle.setText(f"thread {thread_id}")
         self.subtitle.setToolTip("")
-        self._show_empty(f"Thread {thread_id} could not be read; File > Reload reads it again.")
+        self._select_thread_in_list(thread_id)  # (the list showed the thread open before)
+        self._show_empty(f"Thread {thread_id} could not be read; it is read again when the database changes or its "
+                         "server answers again (File > Reload tries now).")
         message = str(exc) or type(exc).__name__
         self.banner.show_message(message, "error")
         self.failed.emit(message)

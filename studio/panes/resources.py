@@ -107,6 +107,9 @@ class ResourcesPane(QWidget):
     selection_changed = Signal(object)  # Selection (resource, thread) picked in the tree
     hit_activated = Signal(object)  # Selection with message_id: a search hit to open
     texts_shown = Signal(list)  # the thread titles and resource ids a load put in the tree (the font check)
+    # Selection: the current thread (or resource) left the tree at a refresh (another program deleted it). Qt
+    # would make the row's neighbour current, which is not the user's pick: the tree selects nothing instead.
+    selection_lost = Signal(object)
 
     def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -115,6 +118,7 @@ class ResourcesPane(QWidget):
         self.session = session
         self._loaded_once = False
         self._pending: Selection | None = None
+        self._applying = False  # (a row removed by a refresh moves Qt's current row: not a pick of the user's)
 
         self.filter = QLineEdit(self)
         self.filter.setObjectName("treeFilter")
@@ -213,7 +217,16 @@ class ResourcesPane(QWidget):
             self.banner.hide()
         else:  # an empty tree alone looked like a list still loading, or a filter hiding everything
             self.banner.show_message(NO_THREADS, "info")
-        self.model.apply(data)
+        before = self.current_selection()
+        self._applying = True
+        try:
+            self.model.apply(data)
+        finally:
+            self._applying = False
+        if not before.empty and not self.model.index_of(before.resource_id or "", before.thread_id).isValid():
+            self.tree.selectionModel().clearSelection()
+            self.tree.selectionModel().setCurrentIndex(QModelIndex(), QItemSelectionModel.SelectionFlag.NoUpdate)
+            self.selection_lost.emit(before)
         self.session.delegations = data.delegations  # (the panes' headers name resources as the tree does)
         self._size_columns(data)
         if not self._loaded_once and data.resources:  # the first load with data (not an empty file)
@@ -307,7 +320,7 @@ class ResourcesPane(QWidget):
         return Selection(index.data(TreeRoles.RESOURCE_ID), index.data(TreeRoles.THREAD_ID))
 
     def _on_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        if current.isValid():
+        if current.isValid() and not self._applying:
             self.selection_changed.emit(self.current_selection())
 
     def _on_filter(self, text: str) -> None:

@@ -185,6 +185,7 @@ class TracesPane(QWidget):
         self._build()
         self._register_commands()
         session.changed.connect(self.poll)
+        session.server_back.connect(self._server_back)
 
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
@@ -381,6 +382,13 @@ class TracesPane(QWidget):
         else:
             self.poll()
 
+    def _server_back(self) -> None:
+        """The database server answers again: a list read that failed is read again now, not after its back-off
+        (up to 30 s under a red banner while the window's said the server was back)."""
+        if self._retry_s:
+            self._retry_at = 0.0
+            self.poll()
+
     def hideEvent(self, event: Any) -> None:  # noqa: N802
         super().hideEvent(event)
         self._poll_timer.stop()
@@ -471,6 +479,9 @@ class TracesPane(QWidget):
         self.total = None
         self._clear_trace("")
         self.count_label.setText("")
+        self.usage = []  # (the tokens and cost line summed the scope read before: another thread's runs)
+        self.usage_label.setText("")
+        self.usage_label.setToolTip("")
         self.subtitle.setText(self._scope_text())
         self.subtitle.setToolTip(header_tip(self.subtitle.text(), None if f.thread_id else f.resource_id,
                                             self.session.delegations))
@@ -480,7 +491,8 @@ class TracesPane(QWidget):
         self._retry_s = min(self._retry_s * 2, RETRY_MAX_S) if self._retry_s else RETRY_FIRST_S
         self._retry_at = time.monotonic() + self._retry_s
         notice = read_error_notice(str(exc) or type(exc).__name__, broken=is_broken_trace_file_error(exc),
-                                   location=self.source.location if self.source else None, retry_s=self._retry_s)
+                                   location=self.source.location if self.source else None, retry_s=self._retry_s,
+                                   server=self.session.store.capabilities.server)
         self.banner.show_message(notice.text, notice.level, [("Try Now", lambda: self.refresh())])
         self.status.setText("")
 

@@ -10,6 +10,7 @@ write action and says why.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,11 @@ class WorkingMemoryPane(QWidget):
         self._in_conflict = False
         self._conflict_current: str | None = None
         self._stale_warning = False  # the info banner says the stored value changed under the edit
+        # What this pane saved last (owner, text, when), watched until another writer changes it: an agent's turn
+        # that read the memory before the save writes its own value after it, and the pane then showed that value
+        # as if nothing had happened to the edit just saved. ``_replaced`` says so until the owner changes.
+        self._my_save: tuple[Any, str | None, datetime] | None = None
+        self._replaced: str | None = None
         # Unsaved edits of owners the user moved away from (another resource, thread or agent), by owner and
         # format: picking that owner again brings the edit back instead of the stored text replacing it.
         self._kept: dict[tuple[WmTarget, str], tuple[WmDraft, str]] = {}
@@ -461,6 +467,9 @@ class WorkingMemoryPane(QWidget):
         else:
             self._start_draft(snap)
             self._restore_kept(snap)
+        replaced = self._replaced_since_save(snap)
+        if replaced and not self._stale_warning:
+            self.info_banner.show_message(replaced, "warning")
         if snap.target is not None:
             self._kept.pop((snap.target, snap.fmt), None)  # shown (or still in the editor): no longer kept aside
         self.version_model.set_rows(snap.version_rows())
@@ -476,6 +485,23 @@ class WorkingMemoryPane(QWidget):
             history = f"{len(snap.versions)} saved version(s)" if snap.history_available else "no version history"
             self.status.setText(f"{history} · {stored}")
         self.loaded.emit(snap)
+
+    def _replaced_since_save(self, snap: WmSnapshot) -> str | None:
+        """What to say when another writer (an agent's turn, another process) changed the value this pane saved:
+        the user's edit is no longer what is stored, and nothing else would tell them."""
+        mine = self._my_save
+        if mine is None or snap.target is None or snap.target != mine[0]:
+            self._my_save = self._replaced = None
+            return None
+        if self._replaced is None and snap.text != mine[1]:
+            newest = snap.versions[0] if snap.versions else None
+            who = f"by {newest.author}, " if newest is not None and newest.author != "studio" else ""
+            where = ("Your saved version is in History: select it and Restore brings it back."
+                     if snap.history_available else "This database keeps no history, so your version is not kept.")
+            self._replaced = (f"The working memory you saved at {format_datetime(mine[2])} was changed since {who}"
+                              "and what is shown is stored now: your edit may not be in it (an agent's turn that "
+                              f"began before your save writes what it had read). {where}")
+        return self._replaced
 
     def _stored_changed(self, text: str | None) -> None:
         """What is stored now moved under an unsaved edit: show it, and preview the merge on it."""
@@ -705,6 +731,8 @@ class WorkingMemoryPane(QWidget):
         self._end_conflict()
         if self.draft is not None:
             self.draft.baseline = text
+        target = self.snapshot.target if self.snapshot is not None else None
+        self._my_save, self._replaced = ((target, text, datetime.now(timezone.utc)) if target is not None else None), None
         kept = self.snapshot is None or self.snapshot.history_available
         self.snapshot = None  # reload as a fresh view of what is stored now
         self.status.setText("Saved. A new version was recorded." if kept else
@@ -893,6 +921,9 @@ class WorkingMemoryPane(QWidget):
         self._keep_unsaved()
         self._show_empty("Working memory could not be read.")
         self._on_error(exc)
+        # (not "Something went wrong; nothing was written…": nothing was asked to be written)
+        self.status.setText("Working memory could not be read; it is read again when the database changes or its "
+                            "server answers again (File > Reload tries now).")
 
     def _show_empty(self, text: str) -> None:
         self.snapshot = None
@@ -912,6 +943,18 @@ class WorkingMemoryPane(QWidget):
         self.badges.setText("")
         self.editor.load("")
         self.editor.setReadOnly(True)
+        # What the editor's text made (``_on_edit``, which does nothing without a draft): the previous owner's
+        # rendering, size, result and problems stayed beside the empty editor.
+        self._preview_timer.stop()
+        self.preview.document().setMarkdown("")
+        self.result_view.load("")
+        self.merge_caption.setText("")
+        self.size_label.setText("")
+        self.size_label.setToolTip("")
+        self.problem_label.hide()
+        self.warning_label.hide()
+        self.editor.mark_error_line(None)
+        self._check = None
         self.version_model.set_rows([])
         self.status.setText(text)
         self._apply_read_only()

@@ -353,6 +353,7 @@ class TurnView(QSplitter):
             view.load("")
         self.now_diff.set_diff([], empty_text="")
         self.change_label.setText("")
+        self.context_caption.setText("Context at this turn")  # (not the turn cleared away: its number, its tokens)
         self.fragment_header.setText("Fragment")
         self.fragment_sources.setText("")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 
 from core import DatabaseOpenError, Message, SchemaError, open_store
 from core.storage import CorruptDatabaseError, DiskFullError, ReadOnlyFileError
@@ -324,3 +324,15 @@ def test_a_mistake_the_message_explains_shows_no_traceback_and_a_fault_keeps_it(
         assert explain(raised(exc), "/x.db").details == "", exc
     assert "Traceback" in explain(raised(CorruptDatabaseError("/x.db is damaged")), "/x.db").details
     assert "Traceback" in explain(raised(KeyError("surprise")), "/x.db").details
+
+
+def test_tree_rows_and_tooltips_show_a_titles_bidirectional_controls(qapp: Any, small_db: Path) -> None:
+    store = open_store(small_db)
+    store.memory.create_thread(thread_id="t-rtl", resource_id="ada", title="\u202eevil title\u202c\nsecond line")
+    model = ResourceTreeModel()
+    model.apply(queries.load_tree(store))
+    row = model.index_of("ada", "t-rtl")
+    assert row.data() == "\\u202eevil title\\u202c\\nsecond line"
+    assert row.data(Qt.ItemDataRole.ToolTipRole).startswith("\\u202eevil title\\u202c\\nsecond line\nthread t-rtl")
+    assert row.data(TreeRoles.FILTER).startswith("\u202eevil")  # (the filter matches what is stored)
+    store.close()

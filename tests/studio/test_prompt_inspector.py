@@ -165,6 +165,27 @@ def test_a_stored_turns_message_is_shown_from_its_start_and_whole_in_its_tooltip
 
 
 
+def test_a_stored_turns_message_never_becomes_the_next_message_and_what_was_typed_comes_back(qtbot, pane, session):
+    """Found by the session-31 walk: after a stored turn of one thread was shown, picking another thread put that
+    turn's message ("what's the weather in Köln?") in the New message field as if typed, and into the other
+    thread's prompt as its input; a message typed before the stored turn was shown was gone."""
+    Memory(session.store).save_messages([Message.user("Any tips for Porto?", thread_id="t-porto", resource_id="alice",
+                                                      created_at=T0 + timedelta(hours=1), id="p0")])
+    preview = select(qtbot, pane, Selection("alice", "t-lisbon", "m3"))
+    assert pane.message_edit.text() == TURNS[2][1]
+    preview = select(qtbot, pane, Selection("alice", "t-porto"))
+    assert pane.message_edit.text() == "" and pane.message_edit.isEnabled()
+    assert preview.prompt.messages[-1]["content"] == "Any tips for Porto?"  # its own last message, nothing added
+    assert TURNS[2][1] not in json.dumps(preview.prompt.messages)
+
+    with qtbot.waitSignal(pane.assembled, timeout=15_000):
+        pane.message_edit.setText("What wine goes with bacalhau?")
+    select(qtbot, pane, Selection("alice", "t-lisbon", "m3"))
+    assert pane.message_edit.text() == TURNS[2][1]
+    preview = select(qtbot, pane, Selection("alice", "t-lisbon"))
+    assert pane.message_edit.text() == "What wine goes with bacalhau?"
+    assert preview.prompt.messages[-1] == {"role": "user", "content": "What wine goes with bacalhau?"}
+
 def test_a_stored_turns_input_names_its_stored_message(qtbot, pane, session):
     """A stored turn's input fragment said "Not from a stored message: the new input (not stored yet)", with
     Edit Stored Message… off, and so no "edited since" for an input edited after its turn (found by the

@@ -117,3 +117,18 @@ def test_a_resource_mastra_wrote_for_a_delegation_is_labelled_only_with_proof() 
     assert header_title(None, "th-sub-1", "user-42-researcher", known) == "user-42 → researcher (delegation)"
     assert header_title("Sources", "th-sub-1", "user-42-researcher", known) == "Sources"
     assert header_title(None, "t-ah", "alice-helper", known) == "t-ah"
+
+
+def test_a_titles_bidirectional_controls_and_line_breaks_are_shown_not_obeyed() -> None:
+    # Found by the session-31 walk: a title starting with U+202E (right-to-left override) was drawn reversed,
+    # "\u202eevil title" as "eltit live", in the tree, its tooltip and the panes' headers: not what is stored.
+    from studio.logic.thread_labels import header_title, shown_title
+
+    assert shown_title("\u202eevil title\u202c ok") == "\\u202eevil title\\u202c ok"
+    assert shown_title("a\u2066b\u2069c") == "a\\u2066b\\u2069c"  # isolates too
+    assert shown_title("first line\nsecond\tx\x1b[2J") == "first line\\nsecond\\tx\\x1b[2J"
+    for unchanged in ("Weekly sync 2026-03-02", "👩\u200d💻 pair session", "שלום עולם", "مرحبا", "\u200fmark"):
+        assert shown_title(unchanged) == unchanged  # joiners, right-to-left scripts and marks are drawn as stored
+    assert thread_label("\u202eevil", "t1", frozenset()) == "\\u202eevil"
+    assert thread_label("\u202eevil", "t1", frozenset({"\u202eevil"})) == "\\u202eevil · t1"
+    assert header_title("\u202eevil", "t1", "ada") == "\\u202eevil"

@@ -369,3 +369,69 @@ def test_schema_modes_two_sizes_say_which_form_each_counts(qtbot, pane):
     assert md.fmt == "markdown"
     assert "formatted" not in pane.size_label.text() and "compact" not in pane.status.text()
     assert f"{len(md.text):,} chars" in pane.status.text() and "stored" in pane.status.text()
+
+
+def test_nothing_of_the_owner_before_stays_beside_an_empty_editor(qtbot, pane, session):
+    """Found by the session-31 walk (a read that failed, the server gone; the same on selecting nothing, as when the
+    thread shown is deleted): the editor emptied, but the rendering, the size line, a JSON result and its
+    problems still showed the previous owner's working memory."""
+    load(qtbot, pane, Selection("alice", "t1"))
+    assert "Alice" in pane.preview.toPlainText() and "chars" in pane.size_label.text()
+    pane.set_selection(Selection())
+    assert pane.editor.toPlainText() == ""
+    assert pane.preview.toPlainText().strip() == "" and pane.size_label.text() == ""
+
+    load(qtbot, pane, Selection("bob", "t2"))
+    pane.json_mode.setCurrentIndex(pane.json_mode.findData("merge"))
+    pane.editor.replace_all('{"name": 42}')
+    assert pane.problem_label.isVisible() and pane.result_view.toPlainText()
+    pane.set_selection(Selection())
+    assert not pane.problem_label.isVisible() and pane.result_view.toPlainText() == ""
+    assert pane.merge_caption.text() == "" and pane.size_label.text() == ""
+    assert pane.unsaved_edits() == 1  # the edit typed for Bob is kept aside, not lost
+
+
+def test_an_agent_turn_that_began_before_a_save_and_replaced_it_is_said(qtbot, pane, session):
+    """Found by the session-31 walk (a gateway's turn and a hand edit in the Studio on the same memory): a turn
+    reads the working memory, the user saves an edit, the turn's model then calls updateWorkingMemory with what it
+    read, and the edit is no longer stored; the pane reloaded to the agent's value with nothing said, the saved
+    edit looking as if it had never been made. Now it says so, and where the saved version is."""
+    import threading
+
+    from core import Agent, ScriptedModel
+    from core.llm import ScriptedReply, tool_call
+
+    asked, answer = threading.Event(), threading.Event()
+
+    def responder(messages, tools):
+        if messages[-1]["role"] == "tool":
+            return "Noted."
+        asked.set()
+        assert answer.wait(30)
+        return ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": "# User\n- Name: Alice\n- Likes: tea"}),))
+
+    memory = Memory(session.store, MemoryOptions(working_memory={"enabled": True}), name="assistant")
+    agent = Agent("travel-agent", instructions="Help.", model=ScriptedModel(responder), memory=memory, tracer=False)
+    load(qtbot, pane, Selection("alice", "t1"))
+    turn = threading.Thread(target=lambda: agent.generate("I like tea", memory={"resource": "alice", "thread": "t1"}))
+    turn.start()
+    try:
+        assert asked.wait(30)  # the turn has read the memory and waits for its model
+        pane.editor.replace_all("# User\n- Name: Alice\n- Allergy: peanuts")
+        save_and_wait(qtbot, pane, pane.saved)
+        qtbot.waitUntil(lambda: pane.version_model.rowCount() == 2, timeout=10_000)
+        assert not pane.info_banner.isVisible()
+    finally:
+        answer.set()
+        turn.join(30)
+    with qtbot.waitSignal(pane.loaded, timeout=10_000):
+        session.changed.emit()  # what the session's poll emits after the agent's write
+    assert pane.editor.toPlainText().endswith("Likes: tea")  # what is stored now, shown as such
+    banner = pane.info_banner.text()
+    assert pane.info_banner.isVisible() and "The working memory you saved at" in banner
+    assert "changed since by agent" in banner and "History" in banner
+    with qtbot.waitSignal(pane.loaded, timeout=10_000):
+        session.changed.emit()  # another turn anywhere: still said
+    assert "The working memory you saved at" in pane.info_banner.text()
+    load(qtbot, pane, Selection("bob", "t2"))  # another owner: not about it
+    assert "you saved" not in pane.info_banner.text() or not pane.info_banner.isVisible()
