@@ -105,14 +105,19 @@ def strip_nulls_from_optional(schema: Mapping[str, Any], value: Any, root: Mappi
 _EXAMPLE = '{"name": "Ada"}'
 
 
-def parse_patch(patch: Any, *, whole: bool = False) -> dict[str, Any]:
+def parse_patch(patch: Any, *, whole: bool = False, nulls_delete: bool = True) -> dict[str, Any]:
     """A JSON working-memory update as an object: ``patch`` itself, or the JSON text of one (an MCP client's or a
     model's argument may be either). Anything else is refused saying what came in JSON's words (``json_kind``: null,
     an array of 3 items, JSON text that reads as a number) and what to send: the fields to change, or with ``whole``
-    (a write of the whole value) every field."""
+    (a write of the whole value) every field.
+
+    ``nulls_delete``: whether a null in this update deletes its field, so the refusal says what is true for the
+    caller. The model's tool passes False: its nulls are dropped (``strip_nulls_from_optional``), and its tool
+    description says a null never deletes; telling it otherwise was Mastra #14424's oversold null-delete."""
     noun = "JSON working memory" if whole else "JSON working-memory update"
+    keep = "a field set to null is deleted" if nulls_delete else "a field left out is kept"
     wanted = (f"an object of all its fields, such as {_EXAMPLE}" if whole else
-              f"an object of the fields to change, such as {_EXAMPLE} (a field set to null is deleted)")
+              f"an object of the fields to change, such as {_EXAMPLE} ({keep})")
     came = json_kind(patch)
     if isinstance(patch, str):
         try:
