@@ -316,3 +316,27 @@ def test_the_prompt_is_instructions_memory_recall_block_then_the_conversation_by
         ("system", "semantic-recall", "memory"), ("user", "semantic-recall", None),
         ("user", "message-history", None), ("assistant", "message-history", None), ("user", "input", None)]
     assert "I am allergic to peanuts" in prompt.fragments[2].text
+
+
+def test_a_padded_null_inside_an_array_item_is_dropped_like_any_optional_null(store):
+    """Mastra's stripNullsFromOptional maps over arrays with the items' schema: a strict-mode provider pads an item's
+    optional fields with null too (Mastra #20992). Ours stopped at arrays, so a list of people with a padded nickname
+    failed validation and the model's whole update was refused. A required field's null inside an item is kept (and
+    refused by validation, as at the top)."""
+    schema = {"type": "object", "properties": {
+        "people": {"type": "array", "items": {"$ref": "#/$defs/Person"}},
+        "pairs": {"type": "array", "items": [{"type": "string"}, {"type": "object", "properties": {
+            "note": {"type": "string"}}}]}},
+        "$defs": {"Person": {"type": "object", "required": ["name"], "properties": {
+            "name": {"type": "string"}, "nickname": {"type": "string"}}}}}
+    mem = Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": schema}))
+    padded = {"people": [{"name": "Ada", "nickname": None}, {"name": "Bo", "nickname": "B"}],
+              "pairs": ["x", {"note": None}]}
+    result = mem.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": padded})
+    assert result.success, result.message
+    assert mem.get_working_memory(resource_id="u") == {
+        "people": [{"name": "Ada"}, {"name": "Bo", "nickname": "B"}], "pairs": ["x", {}]}
+    refused = mem.apply_working_memory_tool(thread_id=None, resource_id="u",
+                                            args={"memory": {"people": [{"name": None}]}})
+    assert not refused.success and "people" in refused.message
+    assert mem.get_working_memory(resource_id="u")["people"][0] == {"name": "Ada"}
