@@ -340,3 +340,28 @@ def test_a_padded_null_inside_an_array_item_is_dropped_like_any_optional_null(st
                                             args={"memory": {"people": [{"name": None}]}})
     assert not refused.success and "people" in refused.message
     assert mem.get_working_memory(resource_id="u")["people"][0] == {"name": "Ada"}
+
+
+def test_working_memory_given_to_update_thread_is_the_resources_from_then_on(store):
+    """Seed 004 "以编程方式更新 Working Memory": updateThread with metadata.workingMemory, in the default resource
+    scope, is what the agent sees next (Mastra writes it to the resource, as createThread does). Ours stored it in
+    the thread's metadata only, so the agent kept seeing the old value. Spreading the thread's old metadata back (its
+    workingMemory unchanged) leaves the memory the model has written since alone; a value the schema refuses leaves
+    the thread as it was."""
+    mem = Memory(store, MemoryOptions(working_memory={"enabled": True}))
+    thread = mem.create_thread(resource_id="u", thread_id="t", title="Medical Consultation",
+                               metadata={"workingMemory": "# Patient\n- Allergies: Penicillin"})
+    mem.update_thread("t", title=thread.title,
+                      metadata={**thread.metadata, "workingMemory": "# Patient\n- Allergies: Penicillin, Ibuprofen"})
+    assert mem.get_working_memory(thread_id="t", resource_id="u") == "# Patient\n- Allergies: Penicillin, Ibuprofen"
+    text = mem.assemble(thread_id="t", resource_id="u", input="hi").fragments_from("working-memory")[0].text
+    assert "- Allergies: Penicillin, Ibuprofen" in text
+    mem.update_working_memory(thread_id="t", resource_id="u", working_memory="# Patient\n- Blood type: O+")
+    mem.update_thread("t", metadata={**mem.get_thread("t").metadata, "tag": "x"})  # the same workingMemory back
+    assert mem.get_working_memory(thread_id="t", resource_id="u") == "# Patient\n- Blood type: O+"
+
+    schema_mem = Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": SCHEMA}))
+    schema_mem.create_thread(resource_id="v", thread_id="s", title="Before")
+    with pytest.raises(ValueError, match="schema"):
+        schema_mem.update_thread("s", title="After", metadata={"workingMemory": {"name": 5}})
+    assert schema_mem.get_thread("s").title == "Before" and schema_mem.get_working_memory(resource_id="v") is None
