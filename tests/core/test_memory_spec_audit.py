@@ -250,8 +250,30 @@ def test_update_resource_creates_the_row_merges_metadata_and_keeps_memory_not_gi
 def test_a_metadata_filter_value_that_is_an_array_or_object_is_refused(store, value):
     mem = Memory(store)
     mem.create_thread(resource_id="u", thread_id="x", metadata={"team": [1, 2]})
-    with pytest.raises(InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError, match="must be plain JSON values .* 'team' is an (array|object)"):
         mem.list_threads(metadata={"team": value})
+
+
+def test_a_metadata_filter_names_any_key_and_matches_the_json_value_exactly_on_every_engine(store):
+    """Item 50's metadata filter over keys a user may write: on libSQL a key with an apostrophe was pasted into the
+    SQL's JSON path ("near "s": syntax error"), one with a double quote matched nothing, true matched 1 and a null
+    matched nothing, while Postgres compared the JSON values exactly. Both now answer alike."""
+    mem = Memory(store)
+    mem.create_thread(resource_id="u", thread_id="a", metadata={
+        "user's team": "blue", 'say "hi"': "x", "back\\slash": "b", "flag": True, "num": 1, "gone": None})
+    mem.create_thread(resource_id="u", thread_id="b", metadata={"flag": 1, "num": 1.0, "gone": 0})
+    mem.create_thread(resource_id="u", thread_id="c")
+
+    def ids(filters):
+        return sorted(t.id for t in mem.list_threads(metadata=filters))
+
+    assert ids({"user's team": "blue"}) == ["a"]
+    assert ids({'say "hi"': "x"}) == ["a"] and ids({"back\\slash": "b"}) == ["a"]
+    assert ids({"flag": True}) == ["a"] and ids({"flag": 1}) == ["b"] and ids({"flag": False}) == []
+    assert ids({"num": 1}) == ["a", "b"] and ids({"num": "1"}) == []
+    assert ids({"gone": None}) == ["a"] and ids({"gone": 0}) == ["b"]
+    assert ids({"user's team": "blue", "flag": True}) == ["a"] and ids({"user's team": "blue", "num": 2}) == []
+    assert mem.list_threads(resource_id="u", metadata={"num": 1}).total == 2
 
 
 # -- semantic recall order (seed 000 §5.2; spec §2.4 "How {result} is built") ------------------------------
