@@ -445,7 +445,26 @@ class Memory:
     def update_thread(
         self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
     ) -> Thread:
-        return self.store.memory.update_thread(thread_id, title=title, metadata=metadata)
+        """Metadata merges shallowly, an omitted title is kept. A ``workingMemory`` in ``metadata`` is the
+        working memory from now on, as in ``create_thread`` (Mastra's ``updateThread``): in resource scope it
+        is written to the resource, when it differs from the value the thread's metadata holds (a caller
+        spreading the thread's old metadata back does not undo the model's updates since)."""
+        wm_opts = self.options.working_memory
+        given = metadata.get("workingMemory") if isinstance(metadata, Mapping) else None
+        if given is None or not wm_opts.enabled:
+            return self.store.memory.update_thread(thread_id, title=title, metadata=metadata)
+        if wm_opts.schema is not None or wm_opts.scope == "resource":
+            # Checked before anything is written: a refused value leaves the thread as it was.
+            self.working_memory_service._serialize(wm_opts, given)
+        before = self.store.memory.get_thread(thread_id)
+        thread = self.store.memory.update_thread(thread_id, title=title, metadata=metadata)
+        stale = before is not None and (before.metadata or {}).get("workingMemory") == given
+        if wm_opts.scope == "resource" and not stale:
+            self.working_memory_service.write(
+                wm_opts, thread_id=thread.id, resource_id=thread.resource_id, value=given, author="api",
+                note="working memory from thread metadata",
+            )
+        return thread
 
     def delete_thread(self, thread_id: str) -> None:
         self.store.memory.delete_thread(thread_id)

@@ -214,7 +214,7 @@ class WorkingMemoryService:
         """Schema mode: read, deep-merge, validate, write — atomically, across threads and processes."""
         if opts.schema is None:
             raise WorkingMemoryError("merge_working_memory needs schema-based working memory (working_memory.schema).")
-        update = parse_patch(patch)
+        update = parse_patch(patch, nulls_delete=not strip_optional_nulls)
         if strip_optional_nulls:
             update = strip_nulls_from_optional(opts.schema, update)
         scope, owner = self.owner(opts, thread_id, resource_id)
@@ -442,7 +442,7 @@ class WorkingMemoryService:
                 if payload is None:
                     return UpdateResult(True, "No memory data was given; working memory is unchanged.")
                 if stage is not None:
-                    update = strip_nulls_from_optional(opts.schema, parse_patch(payload))
+                    update = strip_nulls_from_optional(opts.schema, parse_patch(payload, nulls_delete=False))
                     text = stage.add(opts, thread_id, resource_id, "merge", update)
                     return UpdateResult(True, "Working memory updated (merged).", text)
                 value = self.merge(

@@ -84,20 +84,31 @@ def strip_nulls_from_optional(schema: Mapping[str, Any], value: Any, root: Mappi
 
     Without this, a provider that fills every optional field with ``null`` would wipe the memory
     (Mastra #20992). A required field set to ``null`` still deletes it. Nested objects given by a
-    local ``$ref`` are followed (``root``: the whole schema, where refs point).
+    local ``$ref`` are followed (``root``: the whole schema, where refs point), and so are the objects
+    inside an array (its ``items``), as Mastra's ``stripNullsFromOptional`` does: a padded item of a list
+    of people would otherwise fail validation and the whole update be refused. A value without a schema
+    of its own has nothing required, so its nulls go too (Mastra recurses with an empty schema).
     """
-    if not isinstance(value, Mapping) or not isinstance(schema, Mapping):
-        return value
+    if not isinstance(schema, Mapping):
+        schema = {}
     root = schema if root is None else root
     schema = resolve_ref(root, schema)
+    if isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, list):  # a tuple's positional schemas (draft 7)
+            return [strip_nulls_from_optional(items[i] if i < len(items) else {}, item, root)
+                    for i, item in enumerate(value)]
+        return [strip_nulls_from_optional(items if isinstance(items, Mapping) else {}, item, root) for item in value]
+    if not isinstance(value, Mapping):
+        return value
     props = schema.get("properties") or {}
     required = set(schema.get("required") or [])
     out: dict[str, Any] = {}
     for key, item in value.items():
         if item is None and key not in required:
             continue
-        sub = props.get(key)
-        out[key] = strip_nulls_from_optional(sub, item, root) if isinstance(sub, Mapping) else item
+        sub = props.get(key) if isinstance(props, Mapping) else None
+        out[key] = strip_nulls_from_optional(sub if isinstance(sub, Mapping) else {}, item, root)
     return out
 
 
@@ -105,14 +116,19 @@ def strip_nulls_from_optional(schema: Mapping[str, Any], value: Any, root: Mappi
 _EXAMPLE = '{"name": "Ada"}'
 
 
-def parse_patch(patch: Any, *, whole: bool = False) -> dict[str, Any]:
+def parse_patch(patch: Any, *, whole: bool = False, nulls_delete: bool = True) -> dict[str, Any]:
     """A JSON working-memory update as an object: ``patch`` itself, or the JSON text of one (an MCP client's or a
     model's argument may be either). Anything else is refused saying what came in JSON's words (``json_kind``: null,
     an array of 3 items, JSON text that reads as a number) and what to send: the fields to change, or with ``whole``
-    (a write of the whole value) every field."""
+    (a write of the whole value) every field.
+
+    ``nulls_delete``: whether a null in this update deletes its field, so the refusal says what is true for the
+    caller. The model's tool passes False: its nulls are dropped (``strip_nulls_from_optional``), and its tool
+    description says a null never deletes; telling it otherwise was Mastra #14424's oversold null-delete."""
     noun = "JSON working memory" if whole else "JSON working-memory update"
+    keep = "a field set to null is deleted" if nulls_delete else "a field left out is kept"
     wanted = (f"an object of all its fields, such as {_EXAMPLE}" if whole else
-              f"an object of the fields to change, such as {_EXAMPLE} (a field set to null is deleted)")
+              f"an object of the fields to change, such as {_EXAMPLE} ({keep})")
     came = json_kind(patch)
     if isinstance(patch, str):
         try:

@@ -174,11 +174,23 @@ class _JsonEquals(ColumnElement[bool]):
 
 @compiles(_JsonEquals)
 def _json_equals_sqlite(element: _JsonEquals, compiler: Any, **kw: Any) -> str:
+    # The key among the document's own members (``json_each``), not in a JSON path: a path is SQL text that a
+    # key with an apostrophe broke ("near s: syntax error") and one with a double quote cannot name. The value is
+    # compared with its JSON type, as Postgres's ``jsonb`` equality does: true is not 1, null matches a stored
+    # null (``json_extract`` gave 1 for true and NULL for both a null and a missing key).
+    col = compiler.process(element.column, **kw)
+    key = compiler.process(sa.literal(element.json_key), **kw)
     value = element.value
-    if isinstance(value, bool):
-        value = 1 if value else 0  # json_extract returns 1/0 for JSON true/false
-    expr = json_path(element.column, element.json_key) == sa.literal(value)
-    return str(compiler.process(expr, **kw))
+    if value is None:
+        match = "j.type = 'null'"
+    elif isinstance(value, bool):
+        match = "j.type = 'true'" if value else "j.type = 'false'"
+    elif isinstance(value, (int, float)):
+        match = f"j.type IN ('integer', 'real') AND j.value = {compiler.process(sa.literal(value), **kw)}"
+    else:
+        match = f"j.type = 'text' AND j.value = {compiler.process(sa.literal(str(value)), **kw)}"
+    doc = f"CASE WHEN typeof({col}) = 'blob' THEN json({col}) ELSE {col} END"
+    return f"EXISTS (SELECT 1 FROM json_each({doc}) AS j WHERE j.key = {key} AND {match})"
 
 
 @compiles(_JsonEquals, POSTGRES)

@@ -14,6 +14,7 @@ from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 
+from core.json_kind import json_kind
 from core.message_size import check_rows
 from core.ids import check_id, check_ids, clipped
 from core.messages import Message
@@ -319,7 +320,8 @@ class MemoryStore:
         for key, value in (metadata_filter or {}).items():
             if isinstance(value, (dict, list)):
                 raise InvalidArgumentError(
-                    f"Metadata filter values must be plain values; {key!r} is a {type(value).__name__}."
+                    f"Metadata filter values must be plain JSON values (a string, a number, true, false or null); "
+                    f"{key!r} is {json_kind(value)}. Only top-level keys holding such a value can be filtered on."
                 )
             conds.append(dialect.json_value_equals(t.threads.c.metadata, str(key), value))
         if conds:

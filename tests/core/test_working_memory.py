@@ -201,8 +201,9 @@ def test_non_object_patch_is_refused(schema_memory, bad):
     assert schema_memory.get_working_memory(resource_id="u") == {"name": "A"}
 
 
+# The model's refusal never says a null deletes: its nulls are dropped, as its tool description says.
 UPDATE_NOT_AN_OBJECT = ('The JSON working-memory update must be an object of the fields to change, such as '
-                        '{{"name": "Ada"}} (a field set to null is deleted), not {came}. Nothing changed.')
+                        '{{"name": "Ada"}} (a field left out is kept), not {came}. Nothing changed.')
 
 
 def test_the_models_json_update_that_is_not_an_object_is_named_in_json_words(schema_memory):
