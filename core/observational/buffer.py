@@ -21,6 +21,11 @@ BACKOFF_BASE = timedelta(seconds=30)
 BACKOFF_MAX = timedelta(minutes=30)
 #: Events kept in the row's metadata for the Studio (newest last).
 MAX_EVENTS = 20
+#: Hint writes kept in a row's metadata (``hints``) for record-less rebuilds: at most this many, and
+#: the oldest dropped while their texts exceed ``MAX_HINT_CHARS`` (the newest is always kept).
+MAX_HINTS = 20
+MAX_HINT_CHARS = 16_000
+_HINT_KEYS = ("currentTask", "suggestedResponse")
 
 
 def activation_count(chunks: Sequence[BufferedChunk], pending_tokens: int, retained_tokens: int, *,
@@ -97,12 +102,14 @@ def with_appended(studio: Mapping[str, Any], active: str, at: str, cursor: str |
 
 
 def chunks_at(studio: Mapping[str, Any], cutoff: str) -> tuple[int, str | None] | None:
-    """(chunks, cursor) of the log just before ``cutoff`` per the ``appended`` marks; None when the
-    row has no marks (older rows, Mastra's: the caller dates chunks by their boundaries)."""
+    """(chunks, cursor) of the log up to ``cutoff`` (a turn's next stored message: a mark at that
+    very millisecond is the turn's own, written in its input phase before its reply was stamped)
+    per the ``appended`` marks; None when the row has no marks (older rows, Mastra's: the caller
+    dates chunks by their boundaries)."""
     marks = [m for m in (studio.get("appended") or []) if isinstance(m, list) and len(m) == 3]
     if not marks:
         return None
-    before = [(int(n), cursor) for n, at, cursor in marks if isinstance(at, str) and at < cutoff]
+    before = [(int(n), cursor) for n, at, cursor in marks if isinstance(at, str) and at <= cutoff]
     return max(before, key=lambda m: m[0]) if before else (0, None)
 
 
@@ -117,6 +124,74 @@ def hints_written_at(studios: Sequence[Mapping[str, Any]], cursor: str) -> str |
     return min(ats) if ats else None
 
 
+def _hint_values(values: Mapping[str, Any] | None) -> dict[str, str]:
+    """The prompt's hints among ``values`` (a thread's ``mastra.om``): the non-blank texts only."""
+    return {k: v for k in _HINT_KEYS
+            if isinstance(values, Mapping) and isinstance(v := values.get(k), str) and v.strip()}
+
+
+def _hint_entries(studio: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [dict(e) for e in (studio.get("hints") or [])
+            if isinstance(e, Mapping) and isinstance(e.get("at"), str) and isinstance(e.get("thread"), str)]
+
+
+def _hint_chars(entry: Mapping[str, Any]) -> int:
+    before = entry.get("before")
+    return sum(len(v) for v in _hint_values(entry).values()) + sum(len(v) for v in _hint_values(before).values())
+
+
+def with_hints(studio: Mapping[str, Any], at: str, thread_id: str, before: Mapping[str, Any] | None,
+               after: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``studio`` metadata noting that at ``at`` an activation or observation left ``thread_id``'s
+    hints (current task, suggested response) as ``after`` (the thread's ``mastra.om`` once written).
+    The first entry a row keeps for a thread also holds the hints it replaced (``before``), so a turn
+    older than every kept entry is still known. Bounded: ``MAX_HINTS`` entries and ``MAX_HINT_CHARS``
+    of text; an entry dropped passes its hints on as the ``before`` of its thread's next entry."""
+    out = dict(studio)
+    entries = _hint_entries(out)
+    entry: dict[str, Any] = {"at": at, "thread": thread_id, **_hint_values(after)}
+    if not any(e["thread"] == thread_id for e in entries):
+        entry["before"] = _hint_values(before)
+    entries.append(entry)
+    while len(entries) > 1 and (len(entries) > MAX_HINTS or sum(map(_hint_chars, entries)) > MAX_HINT_CHARS):
+        dropped = entries.pop(0)
+        following = next((e for e in entries if e["thread"] == dropped["thread"]), None)
+        if following is not None:
+            following["before"] = _hint_values(dropped)
+    out["hints"] = entries
+    return out
+
+
+@dataclass(frozen=True)
+class HintsThen:
+    """A thread's hints at a past time per the rows' ``hints`` entries: ``values`` (``currentTask``,
+    ``suggestedResponse``); ``newest`` the hints the newest entry wrote (what the thread holds unless
+    another program wrote them since); ``last`` whether ``values`` are the newest entry's."""
+
+    values: dict[str, str]
+    newest: dict[str, str]
+    last: bool
+
+
+def hints_then(studios: Sequence[Mapping[str, Any]], thread_id: str, end: str) -> HintsThen | None:
+    """The hints ``thread_id`` had up to ``end`` (a write at ``end`` counts: a turn writes in its
+    input phase, before its reply is stamped, and no later than that stamp), per the ``hints``
+    entries of ``studios`` (the rows of one log). None when no row holds an entry for the thread
+    (rows written before the entries, Mastra's): the caller dates the hints otherwise."""
+    entries = sorted((e for studio in studios for e in _hint_entries(studio) if e["thread"] == thread_id),
+                     key=lambda e: e["at"])
+    if not entries:
+        return None
+    newest = _hint_values(entries[-1])
+    before = [e for e in entries if e["at"] <= end]
+    if before:
+        return HintsThen(_hint_values(before[-1]), newest, len(before) == len(entries))
+    first = entries[0]
+    if not isinstance(first.get("before"), Mapping):
+        return None
+    return HintsThen(_hint_values(first["before"]), newest, False)
+
+
 def events(studio: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(e) for e in (studio.get("events") or []) if isinstance(e, Mapping)]
 
@@ -125,14 +200,19 @@ __all__ = [
     "BACKOFF_BASE",
     "BACKOFF_MAX",
     "MAX_EVENTS",
+    "MAX_HINTS",
+    "MAX_HINT_CHARS",
     "Backoff",
+    "HintsThen",
     "activated_log",
     "activation_count",
     "backoff_of",
     "chunks_at",
     "events",
+    "hints_then",
     "hints_written_at",
     "next_backoff",
     "with_appended",
     "with_event",
+    "with_hints",
 ]

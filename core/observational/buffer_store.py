@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from core.observational.buffer import Backoff, backoff_of, with_appended, with_event
+from core.observational.buffer import Backoff, backoff_of, with_appended, with_event, with_hints
 from core.observational.records import STUDIO_KEY, BufferedChunk, OMRecord, merge_observed_ids, parse_chunks
 from core.observational.store import OM, Cursor, _merge_thread_om, _new_row, _select_key, thread_hints
 from core.observational.store import metadata_with as _metadata_with
@@ -135,6 +135,15 @@ def commit_activation(store: "Store", *, record: OMRecord, thread_id: str, activ
             "kind": "activated", "at": now, "chunks": len(ids), "blocked": activation.blocked,
             "messageTokens": sum(c.message_tokens for c in activation.chunks), "left": len(left)})
         studio = with_appended(studio, activation.active_observations, now, last.last_observed_at)
+        # The hints of the newest activated chunk replace the thread's (stale ones are cleared).
+        hints: dict[str, Any] = {"lastObservedAt": last.last_observed_at, "lastObservedMessageCursor": {
+            "createdAt": last.last_observed_at, "id": last.last_observed_message_id or ""},
+            "currentTask": last.current_task, "suggestedResponse": last.suggested_response}
+        if last.thread_title:
+            hints["threadTitle"] = last.thread_title
+        merged = _merge_thread_om(conn, thread_id, hints, now)
+        if merged is not None:
+            studio = with_hints(studio, now, thread_id, *merged)
         conn.execute(OM.update().where(OM.c.id == record.id).values(
             activeObservations=activation.active_observations, observationTokenCount=activation.observation_tokens,
             lastObservedAt=last.last_observed_at, pendingMessageTokens=activation.pending_after,
@@ -147,13 +156,6 @@ def commit_activation(store: "Store", *, record: OMRecord, thread_id: str, activ
             lastBufferedAtTokens=sum(c.message_tokens for c in left),
             metadata=_metadata_with(head, studio), updatedAt=now,
         ))
-        # The hints of the newest activated chunk replace the thread's (stale ones are cleared).
-        hints: dict[str, Any] = {"lastObservedAt": last.last_observed_at, "lastObservedMessageCursor": {
-            "createdAt": last.last_observed_at, "id": last.last_observed_message_id or ""},
-            "currentTask": last.current_task, "suggestedResponse": last.suggested_response}
-        if last.thread_title:
-            hints["threadTitle"] = last.thread_title
-        _merge_thread_om(conn, thread_id, hints, now)
         return _fresh(conn, record.id)
 
 

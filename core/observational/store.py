@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import sqlalchemy as sa
 
 from core.messages import Message
-from core.observational.buffer import with_appended, with_event
+from core.observational.buffer import with_appended, with_event, with_hints
 from core.observational.records import STUDIO_KEY, OMRecord, lookup_key, merge_observed_ids
 from core.storage import locks
 from core.storage import schema as t
@@ -208,7 +208,17 @@ def commit_observation(
                 return None
             record_id, old_ids, total = record.id, record.observed_message_ids, record.total_tokens_observed
             row = dict(latest)
+        hints: dict[str, Any] = {"lastObservedAt": obs.cursor.created_at,
+                                 "lastObservedMessageCursor": obs.cursor.to_dict()}
+        # A section the observer left out keeps its previous value rather than being wiped.
+        for name, value in (("currentTask", obs.current_task), ("suggestedResponse", obs.suggested_response),
+                            ("threadTitle", obs.thread_title)):
+            if value:
+                hints[name] = value
+        merged = _merge_thread_om(conn, thread_id, hints, now)
         studio = with_appended(row_studio(row), obs.active_observations, now, obs.cursor.created_at)
+        if merged is not None:
+            studio = with_hints(studio, now, thread_id, *merged)
         studio.pop("observerBackoff", None)
         if event is not None:
             studio = with_event(studio, event)
@@ -219,33 +229,28 @@ def commit_observation(
             observedMessageIds=json_text(merge_observed_ids(old_ids, obs.observed_ids)),
             metadata=metadata_with(row, studio), updatedAt=now,
         ))
-        hints: dict[str, Any] = {"lastObservedAt": obs.cursor.created_at,
-                                 "lastObservedMessageCursor": obs.cursor.to_dict()}
-        # A section the observer left out keeps its previous value rather than being wiped.
-        for name, value in (("currentTask", obs.current_task), ("suggestedResponse", obs.suggested_response),
-                            ("threadTitle", obs.thread_title)):
-            if value:
-                hints[name] = value
-        _merge_thread_om(conn, thread_id, hints, now)
         fresh = conn.execute(sa.select(OM).where(OM.c.id == record_id)).mappings().first()
     return OMRecord.from_row(dict(fresh)) if fresh else None
 
 
-def _merge_thread_om(conn: sa.Connection, thread_id: str, om: Mapping[str, Any], now: str) -> None:
-    """Deep-merge into ``metadata.mastra.om``; every other key (``workingMemory``...) is kept."""
+def _merge_thread_om(conn: sa.Connection, thread_id: str, om: Mapping[str, Any],
+                     now: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Deep-merge into ``metadata.mastra.om``; every other key (``workingMemory``...) is kept.
+    Returns the thread's ``mastra.om`` before and after; None when the thread is gone."""
     row = conn.execute(
         sa.select(json_col(t.threads.c.metadata).label("metadata")).where(t.threads.c.id == thread_id)
     ).first()
     if row is None:
-        return  # the thread was deleted meanwhile; its messages went with it
+        return None  # the thread was deleted meanwhile; its messages went with it
     meta = load_json(row.metadata)
     meta = dict(meta) if isinstance(meta, dict) else {}
     mastra = dict(meta.get("mastra") or {}) if isinstance(meta.get("mastra"), dict) else {}
-    current = dict(mastra.get("om") or {}) if isinstance(mastra.get("om"), dict) else {}
-    current.update(om)
+    before = dict(mastra.get("om") or {}) if isinstance(mastra.get("om"), dict) else {}
+    current = {**before, **om}
     mastra["om"] = current
     meta["mastra"] = mastra
     conn.execute(t.threads.update().where(t.threads.c.id == thread_id).values(metadata=dump_json(meta), updatedAt=now))
+    return before, current
 
 
 def commit_reflection(store: "Store", *, record: OMRecord, reflection: str, tokens: int,

@@ -38,7 +38,7 @@ from core.observational.tokens import count_text, messages_tokens
 from core.options import ObservationalMemoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
 from core.processors.message_history import save_turn
-from core.timeutil import to_iso
+from core.timeutil import as_utc, to_iso
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ class ObservationalMemory(BaseProcessor):
                                    attributes={"operationType": "activate", "chunks": len(chunks),
                                                "blocked": blocked}) as span:
             committed = buffer_store.commit_activation(ctx.store, record=record, thread_id=ctx.request.thread_id,
-                                                       activation=activation, now=to_iso(now))
+                                                       activation=activation, now=_written_at(ctx, now))
             if committed is None:
                 span.set_attributes({"conflict": True})
                 ctx.note(self.id, activation="another writer changed the buffer first; reloaded")
@@ -320,8 +320,8 @@ class ObservationalMemory(BaseProcessor):
             )
             committed = om_store.commit_observation(
                 ctx.store, record=record, key=turn.key, scope=opts.scope, thread_id=thread_id,
-                resource_id=req.resource_id, config=self._config(ctx), obs=obs, now=to_iso(now),
-                event={"kind": "observed", "at": to_iso(now), "blocked": blocked, "messages": len(batch),
+                resource_id=req.resource_id, config=self._config(ctx), obs=obs, now=_written_at(ctx, now),
+                event={"kind": "observed", "at": _written_at(ctx, now), "blocked": blocked, "messages": len(batch),
                        "messageTokens": batch_tokens, "thread": thread_id})
             if committed is None:
                 # Another process observed this thread meanwhile; its result stands, ours is dropped.
@@ -382,7 +382,7 @@ class ObservationalMemory(BaseProcessor):
         active = buffer_store.reflected_log(record)
         tokens = count_text(ctx.tokenizer, active)
         committed = buffer_store.commit_generation(ctx.store, record=record, active=active, tokens=tokens,
-                                                   now=to_iso(now), buffered=True, blocked=blocked)
+                                                   now=_written_at(ctx, now), buffered=True, blocked=blocked)
         if committed is None:
             ctx.note(self.id, reflection="another writer changed the log first; reloaded")
             return self._load(ctx, turn.key)
@@ -412,7 +412,7 @@ class ObservationalMemory(BaseProcessor):
                          f"again after {retry_at}", reflectionAttempts=attempts)
                 return turn
             committed = buffer_store.commit_generation(ctx.store, record=record, active=result.observations,
-                                                       tokens=result.tokens, now=to_iso(now), buffered=False,
+                                                       tokens=result.tokens, now=_written_at(ctx, now), buffered=False,
                                                        blocked=blocked)
             if committed is None:
                 span.set_attributes({"conflict": True})
@@ -517,6 +517,16 @@ class ObservationalMemory(BaseProcessor):
                                            lambda token: buffer_observations(job, token),
                                            description=f"observe {key} in the background")
             ctx.note(self.id, bufferingStarted={"unbufferedTokens": unbuffered, "interval": interval})
+
+
+def _written_at(ctx: ProcessorContext, now: datetime) -> str:
+    """When this turn's writes (marks, hint entries, a new generation) are dated: the clock, or the
+    turn's newest input stamp when that is later. Messages stored within one millisecond are each
+    stamped 1 ms after the thread's newest, so stamps can run ahead of the clock; dated by the clock
+    alone, a turn's activation would sort before the previous turn's reply, and a rebuild without a
+    record would show it to that turn. Never after the turn's reply, which is stamped after its input."""
+    newest = max((as_utc(m.created_at) for m in ctx.messages.messages("input")), default=None)
+    return to_iso(newest if newest is not None and newest > as_utc(now) else now)
 
 
 def _wait_for_background(ctx: ProcessorContext, key: str, opts: ObservationalMemoryOptions) -> bool:

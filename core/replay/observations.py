@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from core.messages import Message
-from core.observational.buffer import chunks_at, hints_written_at
+from core.observational.buffer import chunks_at, hints_then, hints_written_at
 from core.observational.records import OMRecord
 from core.observational.store import OM, ThreadHints, thread_hints
 from core.storage.memory_store import MessageQuery
@@ -107,10 +107,10 @@ def as_of(
     rows = _generations(store, key)
     # A reflection started a new generation when its row was written; later ones did not exist yet. A
     # turn reflects (or swaps a buffered reflection in) in its own input phase, after its input was
-    # stamped and before its reply, so a generation written before the turn's end is the one it was shown.
+    # stamped and before its reply, so a generation written by the turn's end is the one it was shown.
     shared_end = resource_id if rows and rows[-1].scope == "resource" else None
     end = _turn_end(store, thread_id, shared_end, turn_input or before) or "\uffff"
-    usable = [r for i, r in enumerate(rows) if i == 0 or r.created_at < end]
+    usable = [r for i, r in enumerate(rows) if i == 0 or r.created_at <= end]
     record = usable[-1] if usable else None
     previous = usable[-2] if len(usable) > 1 else None
     cursor: str | None = None
@@ -155,7 +155,7 @@ def as_of(
     thread = store.memory.get_thread(thread_id)
     # Hints are shown only beside observations: with none at the time, which hints those were does not matter.
     shown = record is not None and bool(record.active_observations.strip())
-    hints = _hints_then(thread_hints(thread.metadata if thread is not None else None), rows, cutoff, end,
+    hints = _hints_then(thread_hints(thread.metadata if thread is not None else None), thread_id, rows, cutoff, end,
                         unknowns if shown else [])
     observed = set(record.observed_message_ids) if record is not None else set()
     rows_before = store.memory.list_messages(MessageQuery(
@@ -167,19 +167,38 @@ def as_of(
     return ObservationState(record, hints, unobserved, unknowns)
 
 
-def _hints_then(hints: ThreadHints, rows: list[OMRecord], cutoff: str, end: str, unknowns: list[str]) -> ThreadHints:
-    """The thread's hints if they are the ones the turn was shown, else none (and said so in
-    ``unknowns``). The thread keeps only the hints of the last activation or observation, which
-    overwrote the turn's if it came after the turn's prompt was built. Its ``appended`` mark says
-    when that was (``end``: the turn's next stored message, as the chunks are dated). Without a mark,
-    the hints' cursor dates them: an observation made in a turn covers the messages stored before
-    it, so its cursor is older than that turn's input but not older than an earlier turn's. That
-    does not hold for buffered observations (a chunk covering old messages can be activated turns
-    later): then nothing dates them."""
+def _hints_then(hints: ThreadHints, thread_id: str, rows: list[OMRecord], cutoff: str, end: str,
+                unknowns: list[str]) -> ThreadHints:
+    """The hints the turn was shown (``end``: the turn's next stored message, as the chunks are
+    dated), else none (and said so in ``unknowns``). Rows written since the ``hints`` entries keep
+    what each activation or observation left the thread (and what the first replaced): the entry in
+    force at ``end`` is exact, unless the thread's hints now differ from the newest entry (another
+    program wrote them; when is unknown). Otherwise the thread keeps only the hints of the last
+    activation or observation, which overwrote the turn's if it came after the turn's prompt was
+    built: its ``appended`` mark says when that was. Without a mark, the hints' cursor dates them:
+    an observation made in a turn covers the messages stored before it, so its cursor is older than
+    that turn's input but not older than an earlier turn's. That does not hold for buffered
+    observations (a chunk covering old messages can be activated turns later): then nothing dates them."""
+    studios = [r.studio for r in rows]
+    then = hints_then(studios, thread_id, end)
+    now_values = {k: v for k, v in (("currentTask", hints.current_task),
+                                    ("suggestedResponse", hints.suggested_response)) if v}
+    if then is not None and not (then.last and then.newest != now_values):
+        if then.values == now_values:
+            return hints
+        return ThreadHints(current_task=then.values.get("currentTask"),
+                           suggested_response=then.values.get("suggestedResponse"))
+    if then is not None:
+        # The newest entry is in force, but the thread now holds other hints: another program
+        # wrote them, before or after this turn.
+        if hints.current_task or hints.suggested_response or then.values:
+            unknowns.append("the current task and suggested response at the time (the thread's were written "
+                            "since by a program that does not date them)")
+        return ThreadHints()
     latest = hints.cursor.created_at if hints.cursor is not None else hints.last_observed_at
-    written = hints_written_at([r.studio for r in rows], latest) if latest is not None else None
+    written = hints_written_at(studios, latest) if latest is not None else None
     if written is not None:
-        kept = written < end
+        kept = written <= end
     elif latest is not None and any(_buffered(r) for r in rows):
         if hints.current_task or hints.suggested_response:
             unknowns.append("the current task and suggested response at the time (observations were buffered and "

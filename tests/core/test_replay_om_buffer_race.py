@@ -123,6 +123,20 @@ def test_a_chunk_the_observer_finished_during_a_turns_model_call_is_not_rebuilt_
 
     with store.db.write() as conn:
         conn.exec_driver_sql("DELETE FROM memory_studio_turns")
+    assert not any(_rebuilds_as_received(journal, sent)), "every turn's hints are known from the rows' hint entries"
+    raced = journal.assemble(as_of=turns[RACED - 1].input_message_id, instructions=INSTRUCTIONS)
+    observations = {f.text for f in raced.fragments if f.role == "system" and f.tag == OM_TAG}
+    assert not any("batch" in text and text not in {m["content"] for m in sent[RACED - 1]} for text in observations)
+    assert not set(_hints(sent[RACED])) & set(_hints(raced.messages)), "turn 6's current task rebuilt into turn 5"
+    # Each activation's row keeps the hints it left the thread: turn 5's task, overwritten by turn 6, is known.
+    assert _hints(raced.messages) == _hints(sent[RACED - 1])
+    assert raced.replay is not None and not any("current task" in u for u in raced.replay.unknowns)
+
+
+def _rebuilds_as_received(journal: Memory, sent: list[list[dict[str, Any]]]) -> list[bool]:
+    """Rebuild every turn (no records): each is what the server received, but for hints it lists as
+    unknown (left out). Returns, per turn, whether its hints were unknown."""
+    unknown: list[bool] = []
     for turn, messages in zip(journal.turns(THREAD), sent):
         assert turn.record is None
         prompt = journal.assemble(as_of=turn.input_message_id, instructions=INSTRUCTIONS)
@@ -135,11 +149,30 @@ def test_a_chunk_the_observer_finished_during_a_turns_model_call_is_not_rebuilt_
         # Everything else is exactly what the server received.
         told = [m for m in messages if not (hints_unknown and m in _hint_messages(messages))]
         assert rebuilt == told, turn.input_text
-    raced = journal.assemble(as_of=turns[RACED - 1].input_message_id, instructions=INSTRUCTIONS)
-    observations = {f.text for f in raced.fragments if f.role == "system" and f.tag == OM_TAG}
-    assert not any("batch" in text and text not in {m["content"] for m in sent[RACED - 1]} for text in observations)
-    assert not set(_hints(sent[RACED])) & set(_hints(raced.messages)), "turn 6's current task rebuilt into turn 5"
-    assert raced.replay is not None and "the current task and suggested response at the time" in raced.replay.unknowns
+        unknown.append(hints_unknown)
+    return unknown
+
+
+def _strip_studio(store: Any, *keys: str) -> None:
+    """Remove ``keys`` from every row's own metadata (rows written before them, or by Mastra)."""
+    with store.db.write() as conn:
+        rows = conn.execute(sa.select(OM.c.id, OM.c.metadata)).all()
+        for row_id, metadata in rows:
+            meta = json.loads(metadata) if isinstance(metadata, str) else dict(metadata)
+            for key in keys:
+                assert meta[STUDIO_KEY].pop(key), key
+            conn.execute(OM.update().where(OM.c.id == row_id).values(metadata=json.dumps(meta)))
+        conn.exec_driver_sql("DELETE FROM memory_studio_turns")
+
+
+def test_rows_without_hint_entries_date_the_hints_by_their_marks_and_list_what_was_overwritten(store: Any) -> None:
+    """Rows written before the hint entries: the thread keeps only the newest hints, dated by the
+    mark of the activation that wrote them; turn 5's were overwritten by turn 6, so turn 5 shows
+    none and lists them."""
+    journal, sent = _conversation(store)
+    _strip_studio(store, "hints")
+    unknown = _rebuilds_as_received(journal, sent)
+    assert unknown[RACED - 1] and not unknown[-1]
 
 
 @pytest.mark.libsql_only
@@ -148,13 +181,7 @@ def test_a_buffered_log_without_activation_marks_says_what_it_cannot_date(store:
     the chunk finished during turn 5's call is dated by the messages it covers, which are older than
     turn 5's input, so it may be shown; the rebuild says so, and shows no current task it cannot date."""
     journal, sent = _conversation(store)
-    with store.db.write() as conn:
-        rows = conn.execute(sa.select(OM.c.id, OM.c.metadata)).all()
-        for row_id, metadata in rows:
-            meta = json.loads(metadata)
-            assert meta[STUDIO_KEY].pop("appended")
-            conn.execute(OM.update().where(OM.c.id == row_id).values(metadata=json.dumps(meta)))
-        conn.exec_driver_sql("DELETE FROM memory_studio_turns")
+    _strip_studio(store, "appended", "hints")
     raced = journal.turns(THREAD)[RACED - 1]
     prompt = journal.assemble(as_of=raced.input_message_id, instructions=INSTRUCTIONS)
     assert prompt.replay is not None
