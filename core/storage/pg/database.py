@@ -181,9 +181,10 @@ class PgDatabase(Database):
 
     def _raise_ours(self, exc: BaseException, *, for_read: bool = False) -> None:
         """A server fault becomes a ``StorageError`` naming the database and what to do, never a raw
-        driver error carrying SQL text and parameters (``from None``: not even chained). ``for_read`` is
-        the libSQL file's (its lock wording); a server's errors read the same in a read and a write."""
-        ours = translate_pg_error(self.location.display, exc)
+        driver error carrying SQL text and parameters (``from None``: not even chained). ``for_read``: it
+        stopped a read (``Database.read()``, ``reads()``), which changes nothing, so the message says so
+        rather than that nothing of it was committed."""
+        ours = translate_pg_error(self.location.display, exc, for_read=for_read)
         if ours is None and self.read_only and not self.is_mastra:  # a writer migrated it when it opened
             ours = _no_memory_tables(self.location.display, exc, empty=self.is_empty)
         if ours is None:
@@ -450,13 +451,14 @@ _UNAVAILABLE_CODES = {"57P01": "the server is shutting down or restarting (admin
                       "40P01": "the transaction was ended to resolve a deadlock"}
 
 
-def translate_pg_error(display: str, exc: BaseException) -> StorageError | None:
+def translate_pg_error(display: str, exc: BaseException, *, for_read: bool = False) -> StorageError | None:
     """Our error for a Postgres fault that is not the statement's own doing (else None).
 
     Connection losses and refusals (a restart, a failover, the network), server shutdowns and
     transactions the server ended (serialization failures, deadlocks) are ``StorageUnavailableError``:
     retryable, nothing of the call was committed. The message holds the server's first line and
-    SQLSTATE, never the statement or its parameters.
+    SQLSTATE, never the statement or its parameters. ``for_read``: the call was a read, which changed
+    nothing (the Studio's reads and change checks, a write's first look), and the message says that instead.
     """
     orig = getattr(exc, "orig", exc)
     if not isinstance(exc, (sa.exc.DBAPIError, psycopg.Error)) or not isinstance(orig, psycopg.Error):
@@ -470,8 +472,8 @@ def translate_pg_error(display: str, exc: BaseException) -> StorageError | None:
     why = _UNAVAILABLE_CODES.get(state, "the connection to the server failed or was closed")
     code = f", SQLSTATE {state}" if state else ""
     error = StorageUnavailableError(
-        f"The Postgres server for {display} could not complete this call: {why} ({first}{code}). Nothing of it "
-        f"was committed. {_what_to_do(first)}")
+        f"The Postgres server for {display} could not complete this call: {why} ({first}{code}). "
+        f"{'Nothing was changed.' if for_read else 'Nothing of it was committed.'} {_what_to_do(first)}")
     error.sqlstate = state  # type: ignore[attr-defined]
     return error
 
