@@ -139,8 +139,8 @@ class RowFusion:
                 assert boosts is not None
                 days, speakers = boosts
                 cand_days, cand_speakers = days[rows], speakers[rows]
-            day = cand_days  # (a period: a range of day numbers, none here)
-            in_period = (day >= 0) & (day > 2**40)
+            lo, hi = 2**40, 2**40 + 6  # (the period the query names, as day numbers: a week no row is in)
+            in_period = (cand_days >= lo) & (cand_days <= hi)
             spoken = self.named[cand_speakers]  # (a table by speaker code, its last entry for -1)
             r = s2 + np.where(nxt >= 0, xs * s2[nxt], 0.0)
             r = r + np.where(in_period, hybrid.DATE_BOOST, 0.0)
