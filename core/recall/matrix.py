@@ -139,6 +139,7 @@ class VectorSet:
         # Each row's thread-order answer (next message, day, speaker), filled by searches and kept right
         # under writes by the order cache's change log (``order_rows``); rows reordered: made again.
         self.order_rows = OrderRows()
+        self.layout = 0  # bumped when rows move (``build_partition``): arrays kept by row elsewhere start over
 
     def row_of(self, message_id: str) -> int | None:
         """The row of a message with exactly one row here (None: none, or several)."""
@@ -454,6 +455,7 @@ class VectorSet:
         self.partition = part
         self._positions = None
         self.order_rows = OrderRows()  # (its rows moved)
+        self.layout += 1
         return part
 
 

@@ -55,6 +55,7 @@ class Rows(Protocol):
 
     n: int
     message_ids: list[str]
+    layout: int  # changes when the rows move (``VectorSet.build_partition``)
 
     def row_of(self, message_id: str) -> int | None: ...
 
