@@ -35,7 +35,7 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence, TypeVar
 
 import numpy as np
 import sqlalchemy as sa
@@ -58,6 +58,7 @@ MAX_TOKENS_KEPT = 4_000_000  # postings kept (8 bytes each), least recently used
 # From this many rows a table is loaded in the background (``KeywordMemory.attach``): ~0.2 s of load at
 # 20,000 messages, ~1 s at 100,000, which the search that needed it used to wait for.
 BACKGROUND_ROWS = 20_000
+_T = TypeVar("_T")
 NO_ROW = -1  # ``search_rows``: the hit's message has no single row in the vector set (a candidate by id)
 _UNKNOWN_ROW = -2
 _OFFSET_BITS = 23  # key of one instance: rowid << 24 | column << 23 | offset
@@ -606,18 +607,15 @@ class KeywordMemory:
         """(message, thread, resource, -bm25) of the best ``limit`` docs of the scope matching any term,
         as ``keyword.search``'s statement ranks them; None when that statement must answer.
         ``exclude_thread``: no doc of that thread."""
-        if not self._answers(conn, terms, weight):
-            return None
-        with self._lock:
-            best = self._best(conn, terms, resource_id, thread_id, limit, weight, exclude_thread)
-            if best is None:
-                return None
-            places, score = best
+
+        def records(places: np.ndarray, score: np.ndarray) -> list[Ranked]:
             # (the fields gathered by numpy: the hits' ids are out of the CPU's caches, evicted by the last
             # vector scan, and numpy's loop waits for many of them at once)
             mid_objs, name_objs = self._objects()
             return list(map(ranked_of, zip(mid_objs[places].tolist(), name_objs[self._threads[places]].tolist(),
                                            name_objs[self._resources[places]].tolist(), score.tolist())))
+
+        return self._ranked(conn, terms, resource_id, thread_id, limit, weight, exclude_thread, records)
 
     def search_rows(self, conn: sa.Connection, terms: list[str], vset: "Rows", *, resource_id: str | None,
                     thread_id: str | None, limit: int, weight: float, exclude_thread: str | None = None,
@@ -626,15 +624,20 @@ class KeywordMemory:
         message has no single row there), its score, and each hit's message id (the same objects as the
         records'), best first; None when the statement must answer. The rows come from an array by doc
         kept for ``vset`` (``_doc_rows``), filled for the docs a search finds and kept as docs are added."""
+
+        def rows(places: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+            return self._rows_of(vset, places), score, self._objects()[0][places].tolist()
+
+        return self._ranked(conn, terms, resource_id, thread_id, limit, weight, exclude_thread, rows)
+
+    def _ranked(self, conn: sa.Connection, terms: list[str], resource_id: str | None, thread_id: str | None, limit: int,
+                weight: float, exclude_thread: str | None, answer: Callable[[np.ndarray, np.ndarray], _T]) -> _T | None:
+        """``answer(places, scores)`` of the best docs (``_best``), under ``_lock``; None: the statement answers."""
         if not self._answers(conn, terms, weight):
             return None
         with self._lock:
             best = self._best(conn, terms, resource_id, thread_id, limit, weight, exclude_thread)
-            if best is None:
-                return None
-            places, score = best
-            mid_objs, _ = self._objects()
-            return self._rows_of(vset, places), score, mid_objs[places].tolist()
+            return answer(*best) if best is not None else None
 
     def _rows_of(self, vset: "Rows", places: np.ndarray) -> np.ndarray:
         """The rows of ``vset`` of these docs (under ``_lock``): from ``_doc_rows``, filled where unknown. A

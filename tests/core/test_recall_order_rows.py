@@ -30,6 +30,18 @@ def save(store, index: RecallIndex, msgs: list[Message]) -> None:  # type: ignor
     assert index.index_messages(msgs).ok
 
 
+def indexed(tmp_path: Path, threads: dict[str, int]):  # type: ignore[no-untyped-def]
+    """A store and its index, with each thread's messages saved and indexed ("Mel: line i" in thread a, else
+    "Jo: other i"), ten minutes apart."""
+    store = open_store(tmp_path / "m.db")
+    index = RecallIndex.for_store(store, HashingEmbedder(16))
+    for thread, n in threads.items():
+        store.memory.create_thread(thread_id=thread, resource_id="u")
+        text = "Mel: line" if thread == "a" else "Jo: other"
+        save(store, index, [msg(i, thread, f"{text} {i}", 10 * i) for i in range(n)])
+    return store, index
+
+
 def check(index: RecallIndex, *, hints: bool = False) -> tuple[VectorSet, list[str]]:
     """Fill every row of the resource's set and compare its answers with a fresh read; returns the set
     and the messages the fill had to ask the order cache to read from the database."""
@@ -60,12 +72,7 @@ def known_of(vset: VectorSet) -> set[str]:
 
 
 def test_rows_follow_appends_edits_and_deletes(tmp_path: Path):
-    store = open_store(tmp_path / "m.db")
-    index = RecallIndex.for_store(store, HashingEmbedder(16))
-    store.memory.create_thread(thread_id="a", resource_id="u")
-    store.memory.create_thread(thread_id="b", resource_id="u")
-    save(store, index, [msg(i, "a", f"Mel: line {i}", 10 * i) for i in range(6)])
-    save(store, index, [msg(i, "b", f"Jo: other {i}", 10 * i) for i in range(4)])
+    store, index = indexed(tmp_path, {"a": 6, "b": 4})
     vset, reads = check(index)
     assert sorted(reads) == sorted(vset.message_ids[: vset.n])
     _, reads = check(index)
@@ -98,10 +105,7 @@ def test_rows_follow_appends_edits_and_deletes(tmp_path: Path):
 
 
 def test_a_change_while_filling_leaves_rows_unknown(tmp_path: Path):
-    store = open_store(tmp_path / "m.db")
-    index = RecallIndex.for_store(store, HashingEmbedder(16))
-    store.memory.create_thread(thread_id="a", resource_id="u")
-    save(store, index, [msg(i, "a", f"Mel: line {i}", 10 * i) for i in range(4)])
+    store, index = indexed(tmp_path, {"a": 4})
     other = open_store(tmp_path / "m.db")
 
     def meanwhile(conn, message_ids, *, labels=False, keys=None):  # type: ignore[no-untyped-def]
@@ -128,10 +132,7 @@ def test_a_database_without_the_change_counter_is_not_kept(tmp_path: Path):
     from core.recall.order_cache import OrderCache
     from core.recall.order_rows import OrderRows
 
-    store = open_store(tmp_path / "m.db")
-    index = RecallIndex.for_store(store, HashingEmbedder(16))
-    store.memory.create_thread(thread_id="a", resource_id="u")
-    save(store, index, [msg(i, "a", f"Mel: line {i}", 10 * i) for i in range(3)])
+    store, index = indexed(tmp_path, {"a": 3})
     with store.db.write() as conn:
         conn.exec_driver_sql("DELETE FROM memory_studio_recall_state WHERE key = 'messages:rewrites'")
     with store.db.read() as conn:
@@ -152,12 +153,7 @@ def marked(index: RecallIndex) -> VectorSet:
 
 
 def test_an_append_to_a_thread_kept_whole_marks_only_the_message_before(tmp_path: Path):
-    store = open_store(tmp_path / "m.db")
-    index = RecallIndex.for_store(store, HashingEmbedder(16))
-    store.memory.create_thread(thread_id="a", resource_id="u")
-    store.memory.create_thread(thread_id="b", resource_id="u")
-    save(store, index, [msg(i, "a", f"Mel: line {i}", 10 * i) for i in range(6)])
-    save(store, index, [msg(i, "b", f"Jo: other {i}", 10 * i) for i in range(4)])
+    store, index = indexed(tmp_path, {"a": 6, "b": 4})
     vset, _ = check(index, hints=True)  # (both threads read whole)
     everyone = set(vset.message_ids[: vset.n])
     save(store, index, [msg(6, "a", "Caroline: at the end", 100)])  # a-5's next message changes
