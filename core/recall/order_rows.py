@@ -78,7 +78,9 @@ class OrderRows:
         self.labels: list[str] = []
         self._label_codes: dict[str, int] = {}
         self._threads: dict[str, int] = {}
-        self._others: dict[int, set[int]] = {}  # by thread code, the rows filled with a message of another role
+        # By thread code, the rows filled with a message of another role (a row filled again stays listed: at
+        # worst it is marked unknown once more; emptied with everything on a rewrite).
+        self._others: dict[int, set[int]] = {}
         self._position: int | None = None  # the order cache's change-log position marked up to (None: never)
 
     def _grow(self, n: int) -> None:
@@ -174,8 +176,6 @@ class OrderRows:
         code = self._threads.get(thread)
         if code is None:
             code = self._threads[thread] = len(self._threads)
-        if not self.ua[row] and self.known[row]:  # (filled before, with a message of another role)
-            self._others.get(int(self.thread[row]), set()).discard(row)
         self.thread[row] = code
         self.ua[row] = ua
         if not ua:

@@ -165,3 +165,33 @@ def test_an_append_to_a_thread_kept_whole_marks_only_the_message_before(tmp_path
     assert known_of(marked(index)) == (everyone | {"a-6"}) - {"b-3"}
     check(index, hints=True)
     store.close()
+
+
+def test_a_row_of_another_role_is_marked_when_its_thread_is_appended_to(tmp_path: Path):
+    # A vector row of a tool message (Mastra's own rows may have them): its next message is read by id, so an
+    # append to its thread, kept whole, marks it as well as the user/assistant message before the appended one.
+    store, index = indexed(tmp_path, {"a": 4})
+    store.memory.save_messages([Message(id="a-t", role="tool", thread_id="a", resource_id="u",
+                                        created_at=T0 + timedelta(minutes=35),
+                                        content={"format": 2, "parts": [{"type": "text", "text": "tool"}]})])
+    ids = ["a-0", "a-1", "a-2", "a-3", "a-t"]
+    vset = VectorSet.of_rows(4, "m", np.eye(5, 4, dtype=np.float32), ids, ["a"] * 5, ["u"] * 5, [None] * 5)
+    rows = np.arange(5)
+
+    def filled() -> dict[str, object]:
+        with store.db.read() as conn:
+            assert vset.order_rows.fill(conn, index.order, vset, rows, reader=pipeline.thread_order,
+                                        threads=lambda: dict.fromkeys(ids, "a"))
+            got = vset.order_rows.answers(vset, rows)
+            assert got is not None
+            assert {ids[r]: a for r, a in got.items()} == pipeline.thread_order(conn, ids, labels=True)
+            return {ids[r]: a[0] for r, a in got.items()}
+
+    assert filled()["a-t"] is None  # (the tool message is after every user/assistant message)
+    store.memory.save_messages([msg(4, "a", "Mel: after the tool", 40)])
+    with store.db.read() as conn:
+        index.order.sync(conn)
+        vset.order_rows.mark(index.order, vset)
+    assert [ids[r] for r in range(5) if not vset.order_rows.known[r]] == ["a-3", "a-t"]
+    assert filled()["a-t"] == "a-4"
+    store.close()
