@@ -17,7 +17,9 @@ rotating), thread CPU: the engine's vector search, the engine's hybrid search, t
 every step on rows ("all rows": the keyword memory answering with rows, ``keyword_rows``, and the date and
 speaker boosts applied by row from arrays of each row's day and speaker), and the same with the candidates' next
 messages, days and speakers read from the order cache in the search and mapped to rows ("order read": the route
-without the order cache's arrays by row, the part hardest to keep right under writes); then each in blocks of
+without the order cache's arrays by row, the part hardest to keep right under writes), and every step on rows
+from the engine's own built pieces ("built": ``KeywordMemory.search_rows`` and the vector set's ``OrderRows``,
+kept right under writes by the order cache's change log, filled in each search); then each in blocks of
 the 200 queries as ``recall_speed.py``'s "best of 5" line does; then the fusion's steps alone, on rows against
 the engine's on records (``steps``: what the arrays cost once fed rows; the same steps on arrays fed the
 engine's records and maps were slower than its loops, ARCHITECTURE's s30-rows row); last, each step of the
@@ -26,8 +28,7 @@ by row for the whole set costs (the price of keeping them right by rebuilding th
 
 Left out, so only a resource of ``recall_speed.py``'s kind is searched (one thread, no speaker labels,
 no period named, every candidate with a vector): a keyword hit without a vector, messages with several
-vectors, keeping the arrays by row up to date under writes (what the order cache does for its maps), the
-playground's explanation and Postgres. The boosts are applied (their cost counted) but never change an answer
+vectors (both by id in the engine's pieces), the playground's explanation and Postgres. The boosts are applied (their cost counted) but never change an answer
 here: no query names a period or a speaker.
 """
 
