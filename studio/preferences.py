@@ -46,6 +46,12 @@ KEY_SOURCES: dict[KeySource, str] = {
     "none": "No key (local server)",
 }
 SCRIPTED_NAME = "Scripted (offline)"
+#: The choices of an endpoint's ``self_hosted`` in Preferences, as shown: None first (the default).
+SELF_HOSTED_CHOICES: tuple[tuple[str, bool | None], ...] = (
+    ("Auto: decided from the base URL", None),
+    ("Self-hosted: on your machine or network", True),
+    ("Hosted API", False),
+)
 SETTINGS_ENDPOINTS = "models/endpoints"
 SETTINGS_DEFAULT = "models/default"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -72,15 +78,30 @@ class Endpoint:
     key_source: KeySource = "env"
     key_name: str = "OPENAI_API_KEY"
     timeout: float = 60.0
+    #: Whether the server runs on your machine or network (True) or is a hosted API (False); None: decided from
+    #: the base URL (``core.llm.yielding.self_hosted``). Passed to the model as ``OpenAICompatibleModel(self_hosted=)``.
+    self_hosted: bool | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Endpoint":
+        """An endpoint as saved. A ``self_hosted`` that is not True, False, null or one of the words
+        ``parse_self_hosted`` takes (a settings file edited by hand) is read as None (decided from the base URL),
+        with a warning in the log saying so; the rest of the endpoint is kept."""
+        from core.llm.yielding import parse_self_hosted
+
         source = data.get("key_source", "env")
+        name = str(data.get("name", "")).strip()
+        try:
+            said = parse_self_hosted(data.get("self_hosted"), what=f"self_hosted of model {name!r}")
+        except ValueError as exc:
+            logger.warning("%s It is decided from the base URL until you choose in Preferences.", exc)
+            said = None
         return cls(
-            name=str(data.get("name", "")).strip(), base_url=str(data.get("base_url", "")).strip(),
+            name=name, base_url=str(data.get("base_url", "")).strip(),
             model=str(data.get("model", "")).strip(),
             key_source=source if source in KEY_SOURCES else "env",
             key_name=str(data.get("key_name", "") or "").strip(), timeout=float(data.get("timeout", 60.0) or 60.0),
+            self_hosted=said,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,7 +232,7 @@ class ModelChoice:
             ep.model, base_url=ep.base_url, timeout=ep.timeout, environ=environ,
             api_key_env=ep.key_name if ep.key_source == "env" else None,
             keyring_service=DEFAULT_KEYRING_SERVICE if ep.key_source == "keyring" else None,
-            keyring_username=ep.key_name if ep.key_source == "keyring" else None,
+            keyring_username=ep.key_name if ep.key_source == "keyring" else None, self_hosted=ep.self_hosted,
         )
 
 

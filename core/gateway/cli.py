@@ -1,7 +1,8 @@
 """``memory-studio serve --agents package.module:agents [--host] [--port] [--token] [--tokens-file PATH]``
 ``[--default-resource]
 ``[--allowed-host NAME]... [--allow-origin ORIGIN]... [--max-body-mb MB]``, or ``memory-studio serve
---model provider/model [--name] [--instructions] [--db] [--max-tokens] [--context-window] [--model-timeout]``: one
+--model provider/model [--name] [--instructions] [--db] [--max-tokens] [--context-window] [--model-timeout]
+[--self-hosted auto|yes|no]``: one
 agent with a default memory, its model named as ``Agent(model=...)`` takes it (``core.llm.providers``)."""
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--model-timeout", type=float, metavar="SECONDS",
                    help="with --model: how long to wait for the model server's reply (default 60); a local model "
                         "on a CPU may need longer for a long reply")
+    p.add_argument("--self-hosted", metavar="auto|yes|no",
+                   help="with --model: whether the model server runs on your machine or network (yes: a turn whose "
+                        "client leaves closes its connection, so llama.cpp or Ollama stops generating) or is a hosted "
+                        "API (no: its reply is waited for, its tokens being paid for); default auto, decided from the "
+                        "base URL (localhost, *.local, a private address or a name resolving to one)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     add_guard_arguments(p, token_env=TOKEN_ENV, tokens_file_env=TOKENS_FILE_ENV)
@@ -66,6 +72,7 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from core.gateway.app import check_settings, create_app
     from core.gateway.registry import load_agents
     from core.gateway.server import bind, serve
+    from core.llm.yielding import parse_self_hosted
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}.")
@@ -75,7 +82,8 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         given = [flag for flag, value in (("--db", args.db), ("--name", args.name),
                                           ("--instructions", args.instructions), ("--max-tokens", args.max_tokens),
                                           ("--context-window", args.context_window),
-                                          ("--model-timeout", args.model_timeout))
+                                          ("--model-timeout", args.model_timeout),
+                                          ("--self-hosted", args.self_hosted))
                  if value is not None]
         if given:
             raise ValueError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --model only: with "
@@ -87,6 +95,7 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise ValueError(f"--context-window must be a positive number of tokens, got {args.context_window}.")
     if args.model_timeout is not None and not 0 < args.model_timeout < float("inf"):
         raise ValueError(f"--model-timeout must be a positive number of seconds, got {args.model_timeout:g}.")
+    self_hosted = parse_self_hosted(args.self_hosted, what="--self-hosted") if args.self_hosted is not None else None
     check_settings(default_resource=args.default_resource, max_concurrency=args.max_concurrency,
                    stream_write_timeout=args.stream_write_timeout, flags=True)
     idempotency = idempotency_from_args(args)
@@ -104,7 +113,7 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 args.model, name=args.name if args.name is not None else "assistant",
                 instructions=args.instructions if args.instructions is not None else "You are a helpful assistant.",
                 db=args.db, max_tokens=args.max_tokens, context_window=args.context_window,
-                timeout=args.model_timeout)
+                timeout=args.model_timeout, self_hosted=self_hosted)
         app = create_app(agents, policy=policy, default_resource=args.default_resource,
                          max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout,
                          idempotency=idempotency)
@@ -142,11 +151,12 @@ def idempotency_from_args(args: argparse.Namespace) -> Any:
 
 def model_agent(model: str, *, name: str, instructions: str, db: str | None,
                 max_tokens: int | None = None, context_window: int | None = None,
-                timeout: float | None = None) -> dict[str, Any]:
+                timeout: float | None = None, self_hosted: bool | None = None) -> dict[str, Any]:
     """``--model``: one agent on the named model with a default memory (an unknown provider or a
     missing key is a ``ConfigurationError`` now, before the server starts); ``max_tokens`` caps its
     replies (``--max-tokens``), ``context_window`` is the server's context size, which the agent fits
-    each prompt into (``--context-window``), ``timeout`` how long a model call may take (``--model-timeout``)."""
+    each prompt into (``--context-window``), ``timeout`` how long a model call may take (``--model-timeout``),
+    ``self_hosted`` whether its server is self-hosted (``--self-hosted``; None: from the base URL)."""
     from core.agent import Agent
     from core.cli_store import open_cli_store
     from core.memory import Memory
@@ -156,7 +166,8 @@ def model_agent(model: str, *, name: str, instructions: str, db: str | None,
     # An unknown provider or a missing key is refused before the database is opened: a misspelt name
     # left a new, empty database file behind.
     settings: dict[str, Any] = {key: value for key, value in (("context_window", context_window),
-                                                               ("timeout", timeout)) if value is not None}
+                                                               ("timeout", timeout),
+                                                               ("self_hosted", self_hosted)) if value is not None}
     chat_model = resolve_model(model, what=f"model of agent {name!r}", **settings)
     # As every command opens it: another program's database is refused before the server starts (each
     # request failed with 500 on its first read of a table it does not have).

@@ -323,6 +323,22 @@ def self_hosted(model: Any) -> bool:
     return bool(addresses) and all(_private(a) for a in addresses)
 
 
+#: How a user writes ``self_hosted`` in text (``memory-studio serve --self-hosted``, the Studio's saved models).
+SELF_HOSTED_WORDS: dict[str, bool | None] = {"auto": None, "yes": True, "true": True, "no": False, "false": False}
+
+
+def parse_self_hosted(value: object, *, what: str = "self_hosted") -> bool | None:
+    """A ``self_hosted`` setting as a user gives it: True/False/None as they are, or the words ``auto`` (None:
+    decided from the base URL by ``self_hosted``), ``yes``/``true`` or ``no``/``false`` (any case). Anything else
+    raises ``ValueError`` naming ``what`` and the words it takes."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().casefold() in SELF_HOSTED_WORDS:
+        return SELF_HOSTED_WORDS[value.strip().casefold()]
+    raise ValueError(f"{what} must be auto (decided from the base URL), yes (the model server runs on your machine "
+                     f"or network) or no (a hosted API), got {value!r}.")
+
+
 _SHARED = ipaddress.ip_network("100.64.0.0/10")  # RFC 6598: carrier-grade NAT, Tailscale's addresses
 
 
@@ -388,6 +404,6 @@ _CURRENT: contextvars.ContextVar[BackgroundCall | None] = contextvars.ContextVar
                                                                                  default=None)
 TRAFFIC = ServerTraffic()
 
-__all__ = ["KEPT_CANNOT_STOP", "KEPT_TURN_WAITS", "TRAFFIC", "BackgroundCall", "CallYielded", "ServerTraffic",
-           "TurnCall", "YieldChoice", "background_call", "current_call", "gives_way", "self_hosted",
+__all__ = ["KEPT_CANNOT_STOP", "KEPT_TURN_WAITS", "SELF_HOSTED_WORDS", "TRAFFIC", "BackgroundCall", "CallYielded", "ServerTraffic",
+           "TurnCall", "YieldChoice", "background_call", "current_call", "gives_way", "parse_self_hosted", "self_hosted",
            "server_addresses", "server_of", "stops_background_calls", "yields_by_default"]

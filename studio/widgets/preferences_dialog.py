@@ -36,6 +36,7 @@ from studio.preferences import (
     KEY_SOURCES,
     PRESETS,
     SCRIPTED_NAME,
+    SELF_HOSTED_CHOICES,
     ConnectionResult,
     Endpoint,
     KeyStatus,
@@ -188,9 +189,20 @@ class PreferencesDialog(QDialog):
         self.timeout_spin = QDoubleSpinBox()
         self.timeout_spin.setRange(1, 600)
         self.timeout_spin.setSuffix(" s")
+        # core.llm.yielding.self_hosted: where a stopped call's connection is closed (the server stops generating)
+        # and background calls give way to turns (yield_to_turns="auto").
+        self.hosting_combo = QComboBox()
+        for text, value in SELF_HOSTED_CHOICES:
+            self.hosting_combo.addItem(text, value)
+        self.hosting_combo.setToolTip(
+            "Self-hosted (llama.cpp, Ollama, vLLM on your machine or network): background calls give way to your "
+            "turns and a stopped call's connection is closed, so the server stops generating. Hosted API: calls run "
+            "side by side; a cancelled call's tokens are paid for. Auto: self-hosted when the base URL's host is "
+            "localhost, *.local, or is or resolves to a private address.")
         form.addRow("Name", self.name_edit)
         form.addRow("Model name", string_row)
         form.addRow("Base URL", self.url_edit)
+        form.addRow("Server", named(self.hosting_combo, "Server"))
         form.addRow("Model", self.model_edit)
         form.addRow("Key from", named(self.source_combo, "Key from"))
         form.addRow(self.key_name_label, self.key_name_edit)
@@ -202,6 +214,7 @@ class PreferencesDialog(QDialog):
             edit.textEdited.connect(self._form_edited)
         self.source_combo.currentIndexChanged.connect(self._form_edited)
         self.timeout_spin.valueChanged.connect(self._form_edited)
+        self.hosting_combo.currentIndexChanged.connect(self._form_edited)
         self.store_key_btn.clicked.connect(self.store_key)
         self.model_string_btn.clicked.connect(self.fill_from_model_string)
         self.model_string_edit.returnPressed.connect(self.fill_from_model_string)
@@ -220,7 +233,7 @@ class PreferencesDialog(QDialog):
             self.problems.setText(str(exc))
             return False
         row = self.list.currentRow()
-        self.endpoints[row - 1] = replace(filled, timeout=ep.timeout)
+        self.endpoints[row - 1] = replace(filled, timeout=ep.timeout, self_hosted=ep.self_hosted)
         self._show_row(row)
         self.problems.setText("")
         return True
@@ -263,6 +276,7 @@ class PreferencesDialog(QDialog):
         self.source_combo.setCurrentIndex(max(0, self.source_combo.findData(ep.key_source)))
         self.key_name_edit.setText(ep.key_name)
         self.timeout_spin.setValue(ep.timeout)
+        self.hosting_combo.setCurrentIndex(max(0, [v for _t, v in SELF_HOSTED_CHOICES].index(ep.self_hosted)))
         self._syncing = False
         self._update_key_widgets()
 
@@ -307,7 +321,8 @@ class PreferencesDialog(QDialog):
             self.key_name_edit.setText(key_name)
             self._syncing = False
         new = Endpoint(self.name_edit.text().strip(), self.url_edit.text().strip(), self.model_edit.text().strip(),
-                       source, "" if source == "none" else key_name, self.timeout_spin.value())
+                       source, "" if source == "none" else key_name, self.timeout_spin.value(),
+                       self.hosting_combo.currentData())
         self.endpoints[row - 1] = new
         if self.default == old.name:
             self.default = new.name

@@ -227,6 +227,8 @@ def test_serve_refuses_model_flags_it_would_ignore_with_agents(tmp_path, monkeyp
     assert code == 1 and "--max-tokens goes with --model only" in err
     code, err = serve_cli("--agents", "gw_some_agents:agents", "--context-window", "4096", "--model-timeout", "300")
     assert code == 1 and "--context-window, --model-timeout go with --model only" in err
+    code, err = serve_cli("--agents", "gw_some_agents:agents", "--self-hosted", "yes")
+    assert code == 1 and "--self-hosted goes with --model only" in err
 
 
 def test_serve_refuses_a_reply_cap_that_is_not_a_positive_number(tmp_path, monkeypatch):
@@ -237,7 +239,10 @@ def test_serve_refuses_a_reply_cap_that_is_not_a_positive_number(tmp_path, monke
     assert not (tmp_path / "m.db").exists()  # refused before anything was opened
     for args, said in ((("--context-window", "0"), "--context-window must be a positive number of tokens, got 0"),
                        (("--model-timeout", "0"), "--model-timeout must be a positive number of seconds, got 0"),
-                       (("--model-timeout", "inf"), "--model-timeout must be a positive number of seconds, got inf")):
+                       (("--model-timeout", "inf"), "--model-timeout must be a positive number of seconds, got inf"),
+                       (("--self-hosted", "maybe"), "--self-hosted must be auto (decided from the base URL), yes "
+                                                    "(the model server runs on your machine or network) or no "
+                                                    "(a hosted API), got 'maybe'")):
         code, err = serve_cli("--model", "ollama/llama3.1", *args, "--db", str(tmp_path / "m.db"))
         assert code == 1 and said in err, err
         assert not (tmp_path / "m.db").exists()
@@ -373,6 +378,11 @@ def test_serve_model_fits_a_thread_that_outgrew_the_servers_context_and_waits_as
         sent = upstream.chat_requests()[-1]["messages"]
         assert runaway not in json.dumps(sent)  # the oldest memory dropped to fit, the new question kept
         assert sent[-1] == {"role": "user", "content": "And its colour?"}
+        # --self-hosted: the loopback server counts as self-hosted by its address unless told otherwise.
+        from core.llm.yielding import self_hosted
+        assert self_hosted(fitted["assistant"].model)
+        told = model_agent("llamacpp/smollm2", name="assistant", instructions="Be brief.", db=db, self_hosted=False)
+        assert told["assistant"].model.self_hosted is False and not self_hosted(told["assistant"].model)
         hasty = model_agent("llamacpp/smollm2", name="assistant", instructions="Be brief.", db=db, timeout=0.5)
         upstream.stall_next()  # the server holds the next request until released: past any timeout
         try:

@@ -114,6 +114,34 @@ def test_an_unknown_default_or_broken_value_falls_back_to_the_offline_model(tmp_
         prefs.save([ollama(name="")])
 
 
+def test_self_hosted_is_saved_read_back_and_given_to_the_model(tmp_path: Path, qapp: Any,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    # A self-hosted server behind a public name, and a hosted API reached on a private address (a LiteLLM proxy in
+    # front of OpenAI): the base URL alone decides each the wrong way, which only the endpoint's setting corrects.
+    from core.llm.yielding import self_hosted
+
+    path = tmp_path / "prefs.ini"
+    prefs = Preferences(QSettings(str(path), QSettings.Format.IniFormat))
+    public = ollama(name="Own GPU", base_url="https://llm.example.com/v1", self_hosted=True)
+    proxy = ollama(name="Proxy", base_url="http://10.0.0.7:4000/v1", self_hosted="no")
+    prefs.save([ollama(), public, proxy])
+    again = Preferences(QSettings(str(path), QSettings.Format.IniFormat))
+    assert [e.self_hosted for e in again.endpoints] == [None, True, False]
+    built = [again.model(name).build() for name in ("Ollama", "Own GPU", "Proxy")]  # type: ignore[union-attr]
+    assert [m.self_hosted for m in built] == [None, True, False]
+    assert [self_hosted(m) for m in built] == [True, True, False]  # localhost by its URL; the other two as said
+
+    # A value edited by hand into the settings file: the model is kept, decided from its URL, and the log says why.
+    settings = QSettings(str(path), QSettings.Format.IniFormat)
+    settings.setValue("models/endpoints", again.state.to_json().replace("false", '"maybe"'))
+    settings.sync()
+    with caplog.at_level("WARNING", logger="studio.preferences"):
+        edited = Preferences(QSettings(str(path), QSettings.Format.IniFormat))
+    assert [e.name for e in edited.endpoints] == ["Ollama", "Own GPU", "Proxy"]
+    assert edited.endpoints[2].self_hosted is None
+    assert "self_hosted of model 'Proxy' must be auto" in caplog.text and "'maybe'" in caplog.text
+
+
 def test_key_status_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
     ep = Endpoint("R", "https://api.example.com/v1", "m", "env", "MY_KEY")
     shown = key_status(ep, environ={"MY_KEY": SECRET})
@@ -176,6 +204,28 @@ def test_dialog_adds_edits_and_saves(qtbot: Any, prefs: Preferences, no_leaked_w
     assert dialog.problems.text() == ""
     assert prefs.endpoints[0].model == "qwen2.5"
     assert prefs.default_model().name == "Ollama"
+
+
+def test_dialog_sets_whether_the_server_is_self_hosted(qtbot: Any, prefs: Preferences,
+                                                      no_leaked_widgets: None) -> None:
+    dialog = PreferencesDialog(prefs)
+    qtbot.addWidget(dialog)
+    dialog.add_endpoint("vLLM")
+    assert dialog.hosting_combo.currentData() is None  # auto, from the base URL
+    dialog.hosting_combo.setCurrentIndex(dialog.hosting_combo.findData(False))
+    dialog.model_string_edit.setText("vllm/served-model")
+    assert dialog.fill_from_model_string()  # filling in the URL and model keeps the choice
+    assert dialog.hosting_combo.currentData() is False
+    dialog.save()
+    assert dialog.problems.text() == "" and prefs.endpoints[0].self_hosted is False
+
+    reopened = PreferencesDialog(prefs)
+    qtbot.addWidget(reopened)
+    reopened.list.setCurrentRow(1)
+    assert reopened.hosting_combo.currentText() == "Hosted API"
+    reopened.hosting_combo.setCurrentIndex(reopened.hosting_combo.findData(True))
+    reopened.save()
+    assert prefs.endpoints[0].self_hosted is True
 
 
 def test_dialog_refuses_to_save_a_broken_endpoint(qtbot: Any, prefs: Preferences, no_leaked_widgets: None) -> None:
