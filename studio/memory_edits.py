@@ -212,7 +212,8 @@ class MemoryEditActions(QObject):
         session = self._session()  # the database the message was read from
         self.window.presenter.confirm(
             self.window, "Delete this message?",
-            f"Delete the {target.message.role} message “{preview or '(no text)'}” from thread {target.thread_id}?",
+            f"Delete the {target.message.role} message “{preview or '(no text)'}” from thread "
+            f"{shown_title(target.thread_id)}?",
             "Its recall vector and keyword doc go with it, and the next message's passage is rebuilt. Turns that "
             "ran before keep what their model saw. Edit > Undo Memory Edit brings it back.",
             "Delete", lambda: self._delete(target, session))
@@ -324,10 +325,12 @@ class MemoryEditActions(QObject):
 
     def _confirm_delete_thread(self, target: edit_jobs.ThreadTarget) -> None:
         session = self._session()  # the database the thread was read from
-        named = f"“{shown_title(target.title)}” ({target.thread_id})" if target.title else target.thread_id
+        named = (f"“{shown_title(target.title)}” ({shown_title(target.thread_id)})" if target.title
+                 else shown_title(target.thread_id))
         self.window.presenter.confirm(
             self.window, "Delete this thread?",
-            f"Delete thread {named} of resource {target.resource_id} with its {target.messages:,} message(s)?",
+            f"Delete thread {named} of resource {shown_title(target.resource_id)} with its {target.messages:,} "
+            "message(s)?",
             "Its messages, their edit history, its turn records, its own working memory and observations and its "
             "recall vectors go with it; the resource's other threads, its resource-scoped memory and the traces of "
             "the thread's runs stay (Forget Resource… removes those too). This cannot be undone (File > Export "
@@ -346,7 +349,7 @@ class MemoryEditActions(QObject):
                 self.window.select_thread(Selection(deleted.resource_id, None))
             session.notify_local_write()
             self.window.commands.refresh_enabled()
-            self._status(f"Deleted thread {deleted.thread_id} and its {deleted.messages:,} message(s).")
+            self._status(f"Deleted thread {shown_title(deleted.thread_id)} and its {deleted.messages:,} message(s).")
             self.thread_deleted.emit(deleted)
 
         session.run(lambda: _jobs().delete_thread(store, factory, target), on_result=done, on_error=self._problem)
@@ -358,7 +361,7 @@ class MemoryEditActions(QObject):
         if session is None or not resource_id or not self._writable():
             return
         store = session.store
-        self._status(f"Counting what is stored about {resource_id}…")
+        self._status(f"Counting what is stored about {shown_title(resource_id)}…")
         session.run(lambda: _jobs().preview_forget(store, resource_id), on_result=self._open_forget,
                     on_error=self._problem)
 
@@ -367,7 +370,7 @@ class MemoryEditActions(QObject):
         if session is None:
             return
         if not preview.found:
-            self._status(f"Nothing is stored about resource {preview.resource_id}.")
+            self._status(f"Nothing is stored about resource {shown_title(preview.resource_id)}.")
             return
         from studio.widgets.forget_dialog import ForgetDialog
 
@@ -392,7 +395,7 @@ class MemoryEditActions(QObject):
                 self.window.select_thread(Selection())
             session.notify_local_write()
             self.window.commands.refresh_enabled()
-            self._status(f"Forgot resource {resource_id}: {report.total:,} row(s) removed.")
+            self._status(f"Forgot resource {shown_title(resource_id)}: {report.total:,} row(s) removed.")
             if shiboken6.isValid(dialog):
                 dialog.show_done(report)
             self.forgotten.emit(report)
@@ -495,9 +498,10 @@ class MemoryEditActions(QObject):
         if lost.thread_id is not None:
             if sel.thread_id != lost.thread_id:
                 return
-            text = f"Thread {lost.thread_id} was deleted; nothing of it is shown any more."
+            text = f"Thread {shown_title(lost.thread_id)} was deleted; nothing of it is shown any more."
         elif sel.thread_id is None and sel.resource_id is not None and sel.resource_id == lost.resource_id:
-            text = f"Resource {lost.resource_id} has no threads in the database any more; nothing of it is shown."
+            text = (f"Resource {shown_title(lost.resource_id or '')} has no threads in the database any more; nothing "
+                    "of it is shown.")
         else:
             return
         self.window.select_thread(Selection(None, None))

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QCheckBox, QDialog, QDialogButtonBox, QFileDialog,
 from core.terminal_text import printable
 from studio.commands import CommandRegistry
 from studio.dialogs import Problem, explain
+from studio.logic.thread_labels import shown_title
 from studio.widgets.pane_header import alive_only
 
 # core.transfer (and the export dialog, which uses it) load SQLAlchemy: they are imported by the jobs
@@ -60,8 +61,9 @@ def describe(store: Store, kind: str, item_id: str) -> ExportDetails:
         if thread is None:
             return ExportDetails("This thread no longer exists.", has_turns)
         n = store.memory.count_messages(item_id)
-        title = f"“{thread.title}” · " if thread.title else ""
-        return ExportDetails(f"{title}resource {thread.resource_id} · {n} message{'s' if n != 1 else ''}", has_turns)
+        title = f"“{shown_title(thread.title)}” · " if thread.title else ""
+        return ExportDetails(f"{title}resource {shown_title(thread.resource_id)} "
+                             f"· {n} message{'s' if n != 1 else ''}", has_turns)
     summaries = store.memory.thread_summaries(item_id)
     messages = sum(s.message_count for s in summaries)
     return ExportDetails(f"{len(summaries)} thread{'s' if len(summaries) != 1 else ''} · {messages} messages",

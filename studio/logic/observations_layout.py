@@ -21,7 +21,7 @@ from core.observational.records import Chunk, split_chunks
 from core.observational.resource_scope import chunk_thread
 from core.timeutil import parse_iso
 from studio.logic.dates import format_datetime
-from studio.logic.thread_labels import NO_DELEGATIONS, Delegations, resource_label
+from studio.logic.thread_labels import NO_DELEGATIONS, Delegations, resource_label, shown_title
 from studio.selection import Selection
 
 EMPTY_TEXT = ("No observational memory for this thread: the agent that writes it runs with observational memory "
@@ -258,7 +258,7 @@ def chunk_source(text: str, titles: Mapping[str, str] | None = None) -> str | No
     if thread is None:
         return None
     title = (titles or {}).get(thread)
-    return f"thread {thread} ({title})" if title else f"thread {thread}"
+    return f"thread {shown_title(thread)} ({shown_title(title)})" if title else f"thread {shown_title(thread)}"
 
 
 def log_paragraphs(active_observations: str, thread_titles: Mapping[str, str] | None = None,
@@ -359,7 +359,7 @@ def subtitle(lookup: Lookup | None, history: Sequence[OMRecord], known: Delegati
     """The pane's header line; a delegation's resource named as the tree names it (``resource_label``)."""
     if lookup is None or not history:
         return ""
-    what = (f"thread {lookup.thread_id}" if lookup.scope == "thread"
+    what = (f"thread {shown_title(lookup.thread_id or '')}" if lookup.scope == "thread"
             else f"resource {resource_label(lookup.resource_id or '', known)}")
     n = len(history)
     return f"{what} · {lookup.scope} scope · {n} generation{'s' if n != 1 else ''}"

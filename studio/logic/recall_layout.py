@@ -12,6 +12,7 @@ from typing import Any, Collection, Literal, Mapping
 
 from core.recall.explain import LISTS, Candidate, Explanation, Inspection, ListName
 from core.recall.explain import score_text as exact_score
+from studio.logic.thread_labels import shown_title
 from studio.selection import Selection
 
 Scope = Literal["resource", "thread"]
@@ -218,7 +219,7 @@ def preview(ins: Inspection, message_id: str, limit: int = 160) -> str:
 
 def thread_label(ins: Inspection, message_id: str) -> str:
     shown = ins.messages.get(message_id)
-    return (shown.thread_id or "") if shown is not None else ""
+    return shown_title(shown.thread_id or "") if shown is not None else ""
 
 
 def fused_text(c: Candidate) -> str:
@@ -253,7 +254,7 @@ def _exact(value: float | None) -> str:
 
 def candidate_tooltip(ins: Inspection, c: Candidate, unreadable: Collection[str] = ()) -> str:
     """A row's Message tooltip; its status as the Status cell says it (``unreadable``: ``status_text``)."""
-    lines = [f"{c.message_id} · thread {thread_label(ins, c.message_id) or '?'}",
+    lines = [f"{shown_title(c.message_id)} · thread {thread_label(ins, c.message_id) or '?'}",
              f"cosine {_exact(c.vector_score)} · {ins.keyword_scoring} {_exact(c.keyword_score)}"]
     if c.combined is not None:
         lines.append(f"fused {fused_before_text(c)} before the re-rank, {score_text(c.score)} after "
@@ -308,8 +309,8 @@ def explanation_html(e: Explanation, ins: Inspection) -> str:
     out = [f"<p><b style='color:{colour}'>{esc(title)}</b><br>{esc(e.summary)}</p>"]
     if e.message is not None:
         text = e.message.text if len(e.message.text) <= 500 else e.message.text[:499] + "…"
-        out.append(f"<p><code>{esc(e.message_id)}</code> · {esc(e.message.role)} · thread "
-                   f"{esc(e.message.thread_id or '?')}<br><i>{esc(text)}</i></p>")
+        out.append(f"<p><code>{esc(shown_title(e.message_id))}</code> · {esc(e.message.role)} · thread "
+                   f"{esc(shown_title(e.message.thread_id or '?'))}<br><i>{esc(text)}</i></p>")
     if e.placements:
         out.append("<table cellspacing='0' cellpadding='3'>"
                    "<tr><th align='left'>List</th><th align='right'>Rank</th><th align='right'>Score</th>"

@@ -52,7 +52,10 @@ _BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u20
 def shown_title(title: str) -> str:
     """A stored title as the Studio writes it on one line: a bidirectional control and a control character
     (a line break, a tab, an escape) written as its escape (``\\u202e``, ``\\n``), so what is drawn is what
-    is stored, in its order. Anything else, emoji joiners and right-to-left scripts included, is unchanged."""
+    is stored, in its order. Anything else, emoji joiners and right-to-left scripts included, is unchanged.
+    The same for any other stored short text the Studio shows as a label (a thread's, resource's or message's
+    id, an agent's name): whatever program wrote it, none of it reorders or breaks the line it is drawn in.
+    Prose (a message's text, an observation) is drawn as stored: such controls may be meant there."""
     if not any(c in _BIDI_CONTROLS or c < " " or c == "\x7f" for c in title):
         return title
     named = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -94,8 +97,8 @@ def shared_id_prefix(ids: Iterable[str]) -> str:
 
 def _id_part(thread_id: str, prefix: str) -> str:
     if prefix and thread_id.startswith(prefix) and len(thread_id) > len(prefix):
-        return "…" + short_id(thread_id[len(prefix):])
-    return short_id(thread_id)
+        return "…" + short_id(shown_title(thread_id[len(prefix):]))
+    return short_id(shown_title(thread_id))
 
 
 def thread_label(title: str | None, thread_id: str, repeated: frozenset[str], shared_prefix: str = "") -> str:
@@ -119,11 +122,17 @@ NO_DELEGATIONS: Delegations = MappingProxyType({})
 _MAX_DEPTH = 64  # (a chain of proven Mastra delegations cannot loop, ids being distinct; a guard all the same)
 
 
-def _delegation_chain(resource_id: str, known: Delegations = NO_DELEGATIONS, depth: int = 0) -> list[str] | None:
+def _delegation_chain(resource_id: str, known: Delegations = NO_DELEGATIONS) -> list[str] | None:
     """``["alice", "helper"]`` for ``delegation:alice:helper``; a nested delegation's whole chain
     (``["alice", "helper", "checker"]``); the same for a delegation Mastra wrote that ``known`` proves
     (``alice-helper``: ``known["alice-helper"] == ("alice", "helper")``); None for any other id, a malformed
     delegation one included."""
+    chain = _raw_chain(resource_id, known)
+    return None if chain is None else [shown_title(name) for name in chain]
+
+
+def _raw_chain(resource_id: str, known: Delegations = NO_DELEGATIONS, depth: int = 0) -> list[str] | None:
+    """``_delegation_chain`` as stored (the names not yet made safe to draw)."""
     pair = delegation_parent(resource_id)
     if pair is None and not resource_id.startswith(DELEGATION_PREFIX):
         pair = known.get(resource_id)
@@ -131,7 +140,7 @@ def _delegation_chain(resource_id: str, known: Delegations = NO_DELEGATIONS, dep
         return None
     parent, agent = pair
     nested = parent.startswith(DELEGATION_PREFIX) or parent in known
-    above = _delegation_chain(parent, known, depth + 1) if nested else [parent or "(no resource)"]
+    above = _raw_chain(parent, known, depth + 1) if nested else [parent or "(no resource)"]
     return None if above is None else [*above, agent]
 
 
@@ -140,13 +149,14 @@ def resource_label(resource_id: str, known: Delegations = NO_DELEGATIONS) -> str
     resource who delegated to whom: "alice → helper (delegation)" (a nested one: "alice → helper → checker
     (delegation)"); a Mastra-written one (``alice-helper``) only when ``known`` proves it."""
     chain = _delegation_chain(resource_id, known)
-    return resource_id if chain is None else f"{ARROW.join(chain)} {DELEGATION}"
+    return shown_title(resource_id) if chain is None else f"{ARROW.join(chain)} {DELEGATION}"
 
 
 def resource_tip(resource_id: str, known: Delegations = NO_DELEGATIONS) -> str:
     """What a header that names a resource by ``resource_label`` says on hover: the stored id (what filters,
     the CLI and the API take); "" when the label is the id."""
-    return "" if resource_label(resource_id, known) == resource_id else f"resource id: {resource_id}"
+    shown = shown_title(resource_id)
+    return "" if resource_label(resource_id, known) == shown else f"resource id: {shown}"
 
 
 def header_title(title: str | None, thread_id: str, resource_id: str | None,
@@ -155,7 +165,8 @@ def header_title(title: str | None, thread_id: str, resource_id: str | None,
     Mastra name none) by the delegation ("ada → helper (delegation)"), not by its raw id; else its id."""
     if (title or "").strip():
         return shown_title(str(title))
-    return resource_label(resource_id, known) if resource_id and is_delegation(resource_id, known) else thread_id
+    return (resource_label(resource_id, known) if resource_id and is_delegation(resource_id, known)
+            else shown_title(thread_id))
 
 
 def header_tip(text: str, resource_id: str | None, known: Delegations = NO_DELEGATIONS) -> str:
@@ -239,7 +250,7 @@ def delegation_note(resource_id: str, known: Delegations = NO_DELEGATIONS) -> st
             f"thread is one delegation (its prompt and reply; the reply is also in the delegating thread). "
             f"Forgetting {above[0]} forgets it too.")
     if resource_id in known and not resource_id.startswith(DELEGATION_PREFIX):
-        parent, _ = known[resource_id]
+        parent = shown_title(known[resource_id][0])
         note += (f"\nMastra named it <resource>-<agent>, as a user's own id could be named: it is shown as a "
                  f"delegation because {parent}'s threads hold the results of its agent-{agent} calls, which name "
                  "this resource and each of its threads.")

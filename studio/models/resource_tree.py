@@ -331,7 +331,8 @@ class ResourceTreeModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             wm = "has working memory" if s.has_working_memory else "no working memory"
             note = delegation_note(s.id, self.delegations)
-            return plain_tip(f"Resource {s.id}\n{s.thread_count} threads · {s.message_count:,} messages · {wm}\n"
+            return plain_tip(f"Resource {shown_title(s.id)}\n{s.thread_count} threads · {s.message_count:,} "
+                             f"messages · {wm}\n"
                              f"last activity: {date_tooltip(s.last_activity)}" + (f"\n{note}" if note else ""))
         if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -357,7 +358,7 @@ class ResourceTreeModel(QAbstractItemModel):
             from studio.logic.replay_layout import fork_source  # warmed on a worker after first paint (studio.app)
 
             fork = fork_source(s.thread.metadata)
-            return plain_tip(f"{shown_title(title)}\nthread {s.thread.id}\n{s.message_count:,} messages\n"
+            return plain_tip(f"{shown_title(title)}\nthread {shown_title(s.thread.id)}\n{s.message_count:,} messages\n"
                              f"last activity: {date_tooltip(s.last_activity or s.thread.updated_at)}"
                              + (f"\n{fork}" if fork else ""))
         if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:

@@ -45,7 +45,7 @@ from studio.chat_runner import AgentRun, ChatRequest, ModelOption, TurnOutcome
 from studio.commands import Command, CommandRegistry
 from studio.logic import chat_layout as lay
 from studio.logic.prompt_layout import EmbedderHolder
-from studio.logic.thread_labels import delegation_refusal, header_tip, resource_label
+from studio.logic.thread_labels import delegation_refusal, header_tip, resource_label, shown_title
 from studio.reads import last_messages
 from studio.selection import Selection
 from studio.theme import readable_html
@@ -417,10 +417,11 @@ class ChatPane(QWidget):
         on_thread = self.thread_radio.isChecked() and sel.thread_id is not None
         thread = self.context.thread if self.context is not None else None
         if on_thread:
-            title = (thread.title if thread is not None and thread.id == sel.thread_id else "") or sel.thread_id
+            thread_id = sel.thread_id or ""
+            title = shown_title((thread.title if thread is not None and thread.id == thread_id else "") or thread_id)
             resource = thread.resource_id if thread is not None and thread.id == sel.thread_id else sel.resource_id
             named = resource_label(resource, self.session.delegations) if resource else "?"
-            self.subtitle.setText(f"{title} · thread {sel.thread_id} · resource {named}")
+            self.subtitle.setText(f"{title} · thread {shown_title(thread_id)} · resource {named}")
             self.subtitle.setToolTip(header_tip(self.subtitle.text(), resource, self.session.delegations))
         else:
             self.subtitle.setText(f"a new thread for resource {self.resource_edit.text().strip() or '?'}")

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 from studio import reads as queries
 from studio.commands import Command
 from studio.logic.message_format import DETAIL_CSS, ROLE_COLOURS, MessageRow, format_time, message_html
-from studio.logic.thread_labels import resource_label
+from studio.logic.thread_labels import resource_label, shown_title
 from studio.models.messages_model import MessageListModel, MessageRoles
 from studio.selection import Selection
 from studio.session import StudioSession
@@ -316,7 +316,7 @@ class MessagesPane(QWidget):
         # (ids are user data: escaped, so one cannot restyle the header; the stored ids whole on hover)
         self.header.setText(f"<b>{n:,}</b> message{'s' if n != 1 else ''}  ·  thread <code>{html.escape(tid)}</code>  ·  "
                             f"resource {named}")
-        self.header.setToolTip(plain_tip(f"thread {tid}\nresource {resource}"))
+        self.header.setToolTip(plain_tip(f"thread {shown_title(tid)}\nresource {shown_title(resource)}"))
 
     def jump_to(self, message_id: str) -> None:
         row = self.model.find_loaded(message_id)

@@ -38,7 +38,7 @@ from studio.logic.observations_layout import (
     token_bars,
 )
 from studio.logic.dates import date_tooltip
-from studio.logic.thread_labels import header_tip, resource_label
+from studio.logic.thread_labels import header_tip, resource_label, shown_title
 from studio.reads import OMView, load_observations
 from studio.selection import Selection
 from studio.session import StudioSession
@@ -247,7 +247,7 @@ class ObservationsPane(QWidget):
         # Edit… / Delete… would act on that selection's lines.
         self._apply(OMView(self.selection))
         sel = self.selection
-        owner = (f"thread {sel.thread_id}" if sel.thread_id
+        owner = (f"thread {shown_title(sel.thread_id)}" if sel.thread_id
                  else f"resource {resource_label(sel.resource_id or '', self.session.delegations)}")
         self.empty_label.setText(f"The observational memory of {owner} could not be read (the reason is below). "
                                  "Nothing was changed; Reload (F5) reads it again.")

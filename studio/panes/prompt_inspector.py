@@ -60,7 +60,7 @@ from studio.logic.dates import format_datetime
 from studio.logic.replay_layout import call_labels
 from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows
 from studio.logic.short_ids import short_id
-from studio.logic.thread_labels import header_tip, header_title, resource_label, resource_tip
+from studio.logic.thread_labels import header_tip, header_title, resource_label, resource_tip, shown_title
 from studio.reads import assemble_preview
 from studio.logic.checks_layout import PinTarget
 from studio.logic.edit_marks import changed_since, edited_note, sources_note
@@ -114,7 +114,7 @@ RECALLED_SAMPLES = {"Message": "…2d46ecda", "Score": "0.000", "Vector": "0.000
                     "Role": "assistant"}
 RECALLED_COLUMNS: list[Column[RecalledRow]] = [
     Column("Message", lambda r: short_id(r.message_id),
-           tooltip=lambda r: f"message {r.message_id}\nthread {r.thread_id or '?'}"),
+           tooltip=lambda r: f"message {shown_title(r.message_id)}\nthread {shown_title(r.thread_id or '?')}"),
     Column("Found as", lambda r: r.found_as, tooltip=lambda r: r.found_tip,
            foreground=lambda r: None if r.hit else "#8A8F98"),
     Column("Score", lambda r: fmt_score(r.score), RIGHT,
@@ -445,10 +445,10 @@ class PromptInspectorPane(QWidget):
             return
         self._context = None
         self._start = None
-        self.title.setText(thread_id or "No thread selected")
+        self.title.setText(shown_title(thread_id) if thread_id else "No thread selected")
         self.title.setToolTip("")
-        self.subtitle.setText(f"thread {thread_id} could not be read; it is read again when the database changes or "
-                              "its server answers again (Reassemble, F5, tries now)")
+        self.subtitle.setText(f"thread {shown_title(thread_id or '')} could not be read; it is read again when the "
+                              "database changes or its server answers again (Reassemble, F5, tries now)")
         self.subtitle.setToolTip("")
         self.options_bar.set_origin("")
         # (the agents, options and instructions of the thread read before, another agent's maybe, go too)
@@ -473,10 +473,10 @@ class PromptInspectorPane(QWidget):
         known = self.session.delegations
         self.title.setText(header_title(thread.title if thread else None, thread_id or "", resource, known))
         named = resource_label(resource, known) if resource else "?"
-        self.subtitle.setText(f"thread {thread_id} · resource {named}")
+        self.subtitle.setText(f"thread {shown_title(thread_id or '')} · resource {named}")
         self.subtitle.setToolTip(header_tip(self.subtitle.text(), resource, known))
         tip = resource_tip(resource or "", known)
-        self.title.setToolTip(f"{self.title.text()}\nthread id: {thread_id}\n{tip}" if tip else "")
+        self.title.setToolTip(f"{self.title.text()}\nthread id: {shown_title(thread_id or '')}\n{tip}" if tip else "")
         items: list[tuple[str, Any]] = [(f"Agent '{a.name}'", a.name) for a in ctx.agents] + [(DEFAULTS_LABEL, None)]
         wanted = previous_agent if previous_agent is not None else (ctx.agent.name if ctx.agent else None)
         names = [data for _text, data in items]

@@ -43,7 +43,7 @@ from studio.commands import Command
 from studio.logic import recall_layout as lay
 from studio.logic.message_format import MessageRow
 from studio.logic.prompt_layout import EmbedderHolder
-from studio.logic.thread_labels import header_tip, resource_label
+from studio.logic.thread_labels import header_tip, resource_label, shown_title
 from studio.reads import RecallView, explain_recall, inspect_recall, last_messages
 from studio.selection import Selection
 from studio.session import StudioSession
@@ -501,7 +501,7 @@ class RecallPlaygroundPane(QWidget):
         if self.resource_id:  # (a delegation's as the tree names it; the stored id on hover)
             parts.append(f"resource {resource_label(self.resource_id, self.session.delegations)}")
         if sel.thread_id:
-            parts.append(f"thread {sel.thread_id}")
+            parts.append(f"thread {shown_title(sel.thread_id)}")
         return " · ".join(parts) or "pick a resource or thread in the tree"
 
     def _load_thread_messages(self, thread_id: str) -> None:

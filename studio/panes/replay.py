@@ -378,8 +378,9 @@ class ReplayPane(QWidget):
         name = header_title(thread.title, thread.id, thread.resource_id, known)
         self.title.setText(f"Replay · {name if len(name) <= 40 else name[:39] + '…'}")  # never widens the pane
         fork = fork_source(thread.metadata)
-        self.subtitle.setText(f"thread {thread.id} · resource {resource_label(thread.resource_id, known)} · "
-                              f"options from {source.agent}" + (f" · {fork}" if fork else ""))
+        self.subtitle.setText(f"thread {shown_title(thread.id)} · resource {resource_label(thread.resource_id, known)}"
+                              " · "
+                              f"options from {shown_title(source.agent or '')}" + (f" · {fork}" if fork else ""))
         self.subtitle.setToolTip(header_tip(self.subtitle.text(), thread.resource_id, known) or self.subtitle.text())
         self._select_thread_in_list(thread.id)
         self.what_if.set_source(source)
@@ -391,7 +392,7 @@ class ReplayPane(QWidget):
         self._syncing = False
         self.opened.emit(source)
         if not n:
-            self._show_empty(f"Thread {shown_title(thread.title) if thread.title else thread.id} has no user turns to "
+            self._show_empty(f"Thread {shown_title(thread.title or thread.id)} has no user turns to "
                              "replay yet.")
             return
         self.go_to(source.start if index is None else index, call)
@@ -500,7 +501,7 @@ class ReplayPane(QWidget):
         for rid in ([resource] if resource else sorted(tree.threads)):
             for summary in tree.threads.get(rid, []):
                 t = summary.thread
-                self.thread_combo.addItem(f"{shown_title(t.title) if t.title else t.id} — {rid}", (rid, t.id))
+                self.thread_combo.addItem(f"{shown_title(t.title or t.id)} — {shown_title(rid)}", (rid, t.id))
         self._syncing = False
         self._select_thread_in_list(self.state.thread_id or self.state.selection.thread_id)
 
@@ -619,11 +620,11 @@ class ReplayPane(QWidget):
         self.what_if.set_source(None)
         self.rerun.set_source(None)
         self.title.setText("Replay")
-        self.subtitle.setText(f"thread {thread_id}")
+        self.subtitle.setText(f"thread {shown_title(thread_id)}")
         self.subtitle.setToolTip("")
         self._select_thread_in_list(thread_id)  # (the list showed the thread open before)
-        self._show_empty(f"Thread {thread_id} could not be read; it is read again when the database changes or its "
-                         "server answers again (File > Reload tries now).")
+        self._show_empty(f"Thread {shown_title(thread_id)} could not be read; it is read again when the database "
+                         "changes or its server answers again (File > Reload tries now).")
         message = str(exc) or type(exc).__name__
         self.banner.show_message(message, "error")
         self.failed.emit(message)

@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 from studio import reads as queries
 from studio.logic.dates import format_datetime
 from studio.logic.message_format import format_time, snippet
-from studio.logic.thread_labels import thread_label
+from studio.logic.thread_labels import shown_title, thread_label
 from studio.reads import SearchFound, SearchHit, TreeData, search_note, search_summary
 from studio.models.resource_tree import ResourceTreeModel, TreeRoles, make_tree_proxy
 from studio.selection import Selection
@@ -78,8 +78,8 @@ class SearchResultsModel(QAbstractListModel):
         if role == self.HIT:
             return hit
         if role == Qt.ItemDataRole.ToolTipRole:  # the row's text whole (the list cuts its lines with "…")
-            return plain_tip(f"{self._text(hit)}\n\nresource {hit.resource_id}\nthread {hit.thread_id}\n"
-                             f"message {hit.message_id}")
+            return plain_tip(f"{self._text(hit)}\n\nresource {shown_title(hit.resource_id)}\n"
+                             f"thread {shown_title(hit.thread_id)}\nmessage {shown_title(hit.message_id)}")
         return None
 
     def _text(self, hit: SearchHit) -> str:

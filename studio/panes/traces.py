@@ -62,7 +62,7 @@ from studio.logic.traces_layout import (
 )
 from studio.logic.dates import date_tooltip, format_datetime
 from studio.logic.pricing import CostEstimate, Price, dump_prices, estimate, load_prices, usage_summary
-from studio.logic.thread_labels import header_tip, resource_label, resource_tip
+from studio.logic.thread_labels import header_tip, resource_label, resource_tip, shown_title
 from studio.reads import SourceResolver, TracePage, TraceSource, load_traces_page, load_usage, traces_fingerprint
 from studio.selection import Selection
 from studio.theme import readable_html
@@ -442,7 +442,7 @@ class TracesPane(QWidget):
     def _scope_text(self) -> str:
         f = self.filters()
         if f.thread_id:
-            return f"thread {f.thread_id}"
+            return f"thread {shown_title(f.thread_id)}"
         if f.resource_id:  # (a delegation's as the tree names it; the stored id on hover)
             return f"resource {resource_label(f.resource_id, self.session.delegations)}"
         return "all threads"

@@ -88,23 +88,40 @@ def test_a_turn_that_waited_is_marked(no_leaked_widgets, qtbot, make_session, tm
     assert "waited for the observer" in pane.buffer_panel.status_label.text()
 
 
-def test_resource_scoped_chunks_name_the_thread_they_came_from(no_leaked_widgets, qtbot, make_session, tmp_path):
-    db = tmp_path / "resource.db"
+def resource_scoped_log(db: Path, title: str) -> None:
+    """A resource-scoped observation log at ``db``: resource ada, one chunk from thread "trip" titled ``title``."""
     store = open_store(db)
     memory = Memory(store, MemoryOptions(observational_memory={"scope": "resource", "message_tokens": 60}),
                     observer_model=ScriptedModel(lambda m, t: "<observations>\nDate: Jan 1, 2026\n* 🔴 (10:00) User "
                                                               "plans a trip to Oslo.\n</observations>", name="observer"),
                     tokenizer=EstimatingTokenizer())
-    memory.create_thread(resource_id="ada", thread_id="trip", title="Oslo trip")
+    memory.create_thread(resource_id="ada", thread_id="trip", title=title)
     agent = Agent("a", instructions="x", model=ScriptedModel(lambda m, t: "Noted " * 10), memory=memory, tracer=False)
     for i in range(3):
         agent.generate(f"Oslo plans {i} " + "w " * 20, memory={"resource": "ada", "thread": "trip"})
     store.close()
+
+
+def test_resource_scoped_chunks_name_the_thread_they_came_from(no_leaked_widgets, qtbot, make_session, tmp_path):
+    db = tmp_path / "resource.db"
+    resource_scoped_log(db, "Oslo trip")
     pane = observations(qtbot, make_session, db, Selection("ada"))
     assert pane.stack.currentIndex() == PAGE_CONTENT and "resource scope" in pane.subtitle.text()
     text = pane.log_view.toPlainText()
     assert "from thread trip (Oslo trip)" in text and "plans a trip to Oslo" in text
     assert '<thread id="trip">' not in text  # the attribution is the heading, not the raw tag
+
+
+def test_a_chunks_thread_title_with_bidi_controls_or_a_line_break_is_shown_as_stored(no_leaked_widgets, qtbot,
+                                                                                      make_session, tmp_path):
+    # Left open by the session-31 walk: the tree and headers wrote such a title's controls as escapes, but the log's
+    # "from thread … (title)" heading drew "\u202eOslo" reversed and broke the heading's line at its newline.
+    db = tmp_path / "resource.db"
+    resource_scoped_log(db, "\u202eOslo trip\nday 1")
+    pane = observations(qtbot, make_session, db, Selection("ada"))
+    assert pane.stack.currentIndex() == PAGE_CONTENT
+    text = pane.log_view.toPlainText()
+    assert "from thread trip (\\u202eOslo trip\\nday 1)" in text and "\u202e" not in text
 
 
 def test_generated_titles_show_in_the_thread_list(no_leaked_widgets, qtbot, make_window, tmp_path):

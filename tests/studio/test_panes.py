@@ -74,6 +74,24 @@ def test_full_text_search_across_threads_opens_the_hit(qtbot: Any, make_session:
     assert all("上海出差" in pane.results.index(i).data() for i in range(2))
 
 
+def test_a_search_hit_names_its_thread_as_stored_not_reordered(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    # Left open by the session-31 walk: a title holding a right-to-left override or a line break, escaped in the
+    # tree, was to be checked in every other list that names a thread, the search results first.
+    from core import Memory
+
+    with open_store(small_db) as writer:  # (an id may hold such controls too: any program can write one)
+        Memory(writer).save_messages([Message.user("pistachios please", thread_id="t-\u202ertl", resource_id="ada",
+                                                   created_at=at(31))])
+        writer.memory.update_thread("t-\u202ertl", title="\u202eevil title\nsecond line")
+    pane = _resources(qtbot, make_session(small_db))
+    pane.search("pistachios")
+    qtbot.waitUntil(lambda: pane.results.rowCount() == 1, timeout=10_000)
+    text = pane.results.index(0).data()
+    assert text.startswith("\\u202eevil title\\nsecond line  ·  user") and "\u202e" not in text
+    tip = pane.results.index(0).data(Qt.ItemDataRole.ToolTipRole)
+    assert "thread t-\\u202ertl" in tip and "\u202e" not in tip
+
+
 def test_tree_refresh_keeps_selection(qtbot: Any, make_session: Any, small_db: Path) -> None:
     session = make_session(small_db)
     pane = _resources(qtbot, session)

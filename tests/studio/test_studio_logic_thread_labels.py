@@ -132,3 +132,20 @@ def test_a_titles_bidirectional_controls_and_line_breaks_are_shown_not_obeyed() 
     assert thread_label("\u202eevil", "t1", frozenset()) == "\\u202eevil"
     assert thread_label("\u202eevil", "t1", frozenset({"\u202eevil"})) == "\\u202eevil · t1"
     assert header_title("\u202eevil", "t1", "ada") == "\\u202eevil"
+
+
+def test_ids_and_names_shown_as_labels_are_escaped_too() -> None:
+    # Any program writing the database can put a bidi control in an id: where the Studio shows one as a label
+    # (a resource's row and headers, an untitled thread's short id, a delegation's names) it is written out.
+    from studio.logic.thread_labels import delegation_note, header_title, resource_label, resource_tip
+    from studio.logic.observations_layout import chunk_source
+
+    assert resource_label("\u202eada") == "\\u202eada"
+    assert resource_tip("\u202eada") == ""  # the label is the id, as shown
+    assert resource_label("delegation:\u202eada:help\ner") == "\\u202eada → help\\ner (delegation)"
+    assert resource_tip("delegation:\u202eada:helper") == "resource id: delegation:\\u202eada:helper"
+    assert "\u202e" not in (delegation_note("delegation:\u202eada:helper") or "x\u202e")
+    assert thread_label(None, "t\u202e1", frozenset()) == "(untitled) · t\\u202e1"
+    assert header_title(None, "t\u202e1", "ada") == "t\\u202e1"
+    assert chunk_source('<thread id="t\u202e1">\n* x\n</thread>', {"t\u202e1": "a\u2067b"}) == \
+        "thread t\\u202e1 (a\\u2067b)"
