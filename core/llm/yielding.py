@@ -404,6 +404,6 @@ _CURRENT: contextvars.ContextVar[BackgroundCall | None] = contextvars.ContextVar
                                                                                  default=None)
 TRAFFIC = ServerTraffic()
 
-__all__ = ["KEPT_CANNOT_STOP", "KEPT_TURN_WAITS", "SELF_HOSTED_WORDS", "TRAFFIC", "BackgroundCall", "CallYielded", "ServerTraffic",
-           "TurnCall", "YieldChoice", "background_call", "current_call", "gives_way", "parse_self_hosted", "self_hosted",
-           "server_addresses", "server_of", "stops_background_calls", "yields_by_default"]
+__all__ = ["KEPT_CANNOT_STOP", "KEPT_TURN_WAITS", "SELF_HOSTED_WORDS", "TRAFFIC", "BackgroundCall", "CallYielded",
+           "ServerTraffic", "TurnCall", "YieldChoice", "background_call", "current_call", "gives_way",
+           "parse_self_hosted", "self_hosted", "server_addresses", "server_of", "stops_background_calls", "yields_by_default"]
