@@ -34,7 +34,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
     from core.tokens import Tokenizer
 
-_STRUCTURE = re.compile(r"^\s*(--- message boundary \(.*\) ---|Date:.*|</?[a-z-]+>)\s*$")
+# A tag line may carry attributes: a resource-scoped log's ``<thread id="…">`` (``observational.resource_scope``)
+# is structure, not an observation the user can edit or delete.
+_STRUCTURE = re.compile(r'^\s*(--- message boundary \(.*\) ---|Date:.*|</?[a-z-]+(\s+[a-z-]+="[^"]*")*\s*>)\s*$')
 
 
 class ObservationConflictError(InvalidArgumentError):

@@ -371,3 +371,15 @@ def test_an_edit_that_would_leave_a_message_empty_is_refused_and_changes_nothing
         resource_id="ada")
     memory.save_messages([call])
     assert memory.edit_message(call.id, resource_id="ada", text="").text == ""
+
+
+def test_a_resource_scoped_logs_thread_tags_are_structure_not_observations() -> None:
+    """A resource-scoped log wraps each thread's chunk in ``<thread id="…">`` … ``</thread>``; the opening tag
+    carries an attribute, and was taken for an observation the user could edit or delete (the Studio's
+    Observations pane listed it among the editable lines)."""
+    from core.edits.observations import is_observation_line
+    from core.observational.resource_scope import attributed
+
+    log = "Date: Mar 3, 2025\n" + attributed("trip-1", "* 🔴 (09:00) Ada booked the ferry.")
+    assert [ln for ln in log.splitlines() if is_observation_line(ln)] == ["* 🔴 (09:00) Ada booked the ferry."]
+    assert not is_observation_line('  <thread id="a b" >  ') and is_observation_line('<thread id="x"> said hi')

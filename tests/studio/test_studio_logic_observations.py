@@ -180,3 +180,12 @@ def test_a_reflection_whose_generation_before_is_not_stored_says_so_and_that_its
                                   "recorded: its first chunk) · replaced generation 2, which is not stored here")
     # An earlier generation that is not the one just before (one lost between) is not taken for it.
     assert "not stored" in reflection_of(after, record(generationCount=1)).replaced  # type: ignore[union-attr]
+
+
+def test_a_resource_scoped_logs_thread_tags_are_not_editable_lines() -> None:
+    """The pane's editable lines leave out the ``<thread id="…">`` tags a resource-scoped log is made of."""
+    from core.observational.resource_scope import attributed
+    from studio.logic.observations_layout import observation_lines
+
+    log = "Date: Mar 3, 2025\n" + attributed("trip-1", "* 🔴 (09:00) Ada booked the ferry.\n* 🟡 (09:05) Ferry at 7.")
+    assert observation_lines(log) == ("* 🔴 (09:00) Ada booked the ferry.", "* 🟡 (09:05) Ferry at 7.")
