@@ -112,21 +112,35 @@ class WorkingMemoryTooLargeError(WorkingMemoryError):
         self.limit = limit
 
 
+#: Why working memory holding a NUL is refused (``nul_refused``; import's check of a file, ``holds_nul``).
+NUL_HELD = ("holds a NUL character (U+0000, the escape \\u0000 in JSON), which working memory cannot store "
+            "(PostgreSQL stores no NUL in text)")
+NUL_FIX = "Remove it, or write what it stands for as text."
+
+
+def holds_nul(text: str, *, as_json: bool) -> bool:
+    """Whether working memory stored as ``text`` holds a NUL character: a raw one anywhere, or, when ``text`` is a
+    schema memory's JSON (``as_json``), the escape ``\\u0000`` in a string or key (the text ``\\u0000`` in
+    Markdown is kept: it is six characters, no NUL). JSON text that does not parse is looked at for raw NULs only."""
+    if "\x00" in text:
+        return True
+    if not as_json or "\\u0000" not in text:
+        return False
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return first_in_strings(data, _nul_at) is not None
+
+
 def nul_refused(opts: WorkingMemoryOptions, text: str) -> None:
     """Refuse working memory holding a NUL character (U+0000), on every backend: Postgres stores none, in a text
     column (Markdown, a resource's value, a version) or in the JSON of a thread's metadata, and failed there with
     the driver's "cannot contain NUL (0x00) bytes" (an HTTP client got a 500), while libSQL kept it; a value one
     backend takes and the other refuses would also stop an export of it from importing. ``text``: the value as
     stored (JSON text for schema working memory, where a NUL in a string is written ``\\u0000``)."""
-    if opts.schema is None:
-        found = "\x00" in text
-    else:
-        found = "\\u0000" in text and first_in_strings(json.loads(text), _nul_at) is not None
-    if found:
-        raise WorkingMemoryError(
-            "The working memory holds a NUL character (U+0000, the escape \\u0000 in JSON), which working memory "
-            "cannot store (PostgreSQL stores no NUL in text). Remove it, or write what it stands for as text. "
-            "Nothing changed.")
+    if holds_nul(text, as_json=opts.schema is not None):
+        raise WorkingMemoryError(f"The working memory {NUL_HELD}. {NUL_FIX} Nothing changed.")
 
 
 def _nul_at(text: str) -> int | None:
