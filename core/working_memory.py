@@ -304,10 +304,10 @@ class WorkingMemoryService:
         """The model's tool names a thread that is not stored yet: it is made, owned by ``resource_id``, in the
         transaction of the write (undone with it), as Mastra's tool makes it (``createThread``) and as the save
         of a turn makes it (no title, empty metadata). Without it a thread-scoped update outside a turn's save
-        (``Memory.apply_working_memory_tool``, a session's tool running before its first items are saved) was
-        refused ("Thread … not found"), and a resource-scoped one claimed no thread. Without a resource id
-        nothing is made (no owner to give it). Taken before the owner's lock: threads before resources
-        (``locks.in_lock_order``)."""
+        (``Memory.apply_working_memory_tool`` in an application's own loop, before it saved the thread's first
+        messages) was refused ("Thread … not found"), and a resource-scoped one claimed no thread. Without a
+        resource id nothing is made (no owner to give it). Taken before the owner's lock: threads before
+        resources (``locks.in_lock_order``)."""
         if not thread_id or not resource_id:
             return
         self.store.db.lock(conn, locks.thread_key(thread_id))

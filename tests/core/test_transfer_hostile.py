@@ -298,7 +298,8 @@ NUL_WORDS = (r"is refused: its working memory holds a NUL character \(U\+0000, t
     # Thread-scoped memory lives in the thread's metadata (JSON): the raw character, and the escape in its JSON.
     (lambda d: d["threads"][1].update(metadata={"workingMemory": "# Notes\n- a\x00b\n"}),
      r"threads\[1\] \(id 't-party'\) "),
-    (lambda d: d["threads"][1].update(metadata=json.dumps({"workingMemory": '{"a": "\\u0000"}'})), r"threads\[1\] \(id 't-party'\) "),
+    (lambda d: d["threads"][1].update(metadata=json.dumps({"workingMemory": '{"a": "\\u0000"}'})),
+     r"threads\[1\] \(id 't-party'\) "),
     # A version says which it is: a JSON version's escape (restoring it would be refused).
     (lambda d: d["workingMemory"][0]["versions"][0].update(working_memory='{"a": "\\u0000"}', format="json"),
      r"workingMemoryVersions\[0\] \(owner_id 'ada'\) "),
