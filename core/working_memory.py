@@ -112,21 +112,35 @@ class WorkingMemoryTooLargeError(WorkingMemoryError):
         self.limit = limit
 
 
+#: Why working memory holding a NUL is refused (``nul_refused``; import's check of a file, ``holds_nul``).
+NUL_HELD = ("holds a NUL character (U+0000, the escape \\u0000 in JSON), which working memory cannot store "
+            "(PostgreSQL stores no NUL in text)")
+NUL_FIX = "Remove it, or write what it stands for as text."
+
+
+def holds_nul(text: str, *, as_json: bool) -> bool:
+    """Whether working memory stored as ``text`` holds a NUL character: a raw one anywhere, or, when ``text`` is a
+    schema memory's JSON (``as_json``), the escape ``\\u0000`` in a string or key (the text ``\\u0000`` in
+    Markdown is kept: it is six characters, no NUL). JSON text that does not parse is looked at for raw NULs only."""
+    if "\x00" in text:
+        return True
+    if not as_json or "\\u0000" not in text:
+        return False
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return first_in_strings(data, _nul_at) is not None
+
+
 def nul_refused(opts: WorkingMemoryOptions, text: str) -> None:
     """Refuse working memory holding a NUL character (U+0000), on every backend: Postgres stores none, in a text
     column (Markdown, a resource's value, a version) or in the JSON of a thread's metadata, and failed there with
     the driver's "cannot contain NUL (0x00) bytes" (an HTTP client got a 500), while libSQL kept it; a value one
     backend takes and the other refuses would also stop an export of it from importing. ``text``: the value as
     stored (JSON text for schema working memory, where a NUL in a string is written ``\\u0000``)."""
-    if opts.schema is None:
-        found = "\x00" in text
-    else:
-        found = "\\u0000" in text and first_in_strings(json.loads(text), _nul_at) is not None
-    if found:
-        raise WorkingMemoryError(
-            "The working memory holds a NUL character (U+0000, the escape \\u0000 in JSON), which working memory "
-            "cannot store (PostgreSQL stores no NUL in text). Remove it, or write what it stands for as text. "
-            "Nothing changed.")
+    if holds_nul(text, as_json=opts.schema is not None):
+        raise WorkingMemoryError(f"The working memory {NUL_HELD}. {NUL_FIX} Nothing changed.")
 
 
 def _nul_at(text: str) -> int | None:
@@ -181,7 +195,7 @@ class WorkingMemoryService:
     def write(
         self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, value: Any,
         author: str = "api", note: str | None = None, expected: str | None | object = ...,
-        writes: Sequence[Any] = (),
+        writes: Sequence[Any] = (), create_thread: bool = False,
     ) -> WorkingMemoryValue:
         """Replace the stored value (Markdown), or set the whole object (schema mode, validated).
 
@@ -189,10 +203,13 @@ class WorkingMemoryService:
         the Studio's guard against silently overwriting an agent's concurrent change. ``writes``: staged
         writes committed in the same transaction (``commit_value(conn, value)`` with the value written, when
         they have it, else ``commit(conn)``), such as an idempotency key's outcome; one that raises undoes it.
+        ``create_thread``: the model's tool, which makes a missing thread (``_thread_for_tool``).
         """
         scope, owner = self.owner(opts, thread_id, resource_id)
         text = self._serialize(opts, value)
         with _lock_for(f"{scope}-{owner}"), self.store.db.write() as conn:
+            if create_thread:
+                self._thread_for_tool(conn, thread_id, resource_id)
             self.store.db.lock(conn, locks.owner_key(scope, owner))
             current = self._read(conn, scope, owner)
             if expected is not ... and current != expected:
@@ -209,9 +226,10 @@ class WorkingMemoryService:
 
     def merge(
         self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, patch: Any,
-        author: str = "api", strip_optional_nulls: bool = False,
+        author: str = "api", strip_optional_nulls: bool = False, create_thread: bool = False,
     ) -> WorkingMemoryValue:
-        """Schema mode: read, deep-merge, validate, write — atomically, across threads and processes."""
+        """Schema mode: read, deep-merge, validate, write — atomically, across threads and processes.
+        ``create_thread``: as ``write``'s."""
         if opts.schema is None:
             raise WorkingMemoryError("merge_working_memory needs schema-based working memory (working_memory.schema).")
         update = parse_patch(patch, nulls_delete=not strip_optional_nulls)
@@ -219,6 +237,8 @@ class WorkingMemoryService:
             update = strip_nulls_from_optional(opts.schema, update)
         scope, owner = self.owner(opts, thread_id, resource_id)
         with _lock_for(f"{scope}-{owner}"), self.store.db.write() as conn:
+            if create_thread:
+                self._thread_for_tool(conn, thread_id, resource_id)
             self.store.db.lock(conn, locks.owner_key(scope, owner))
             text = self._merged(opts, self._read(conn, scope, owner), update)
             self._store(conn, scope, owner, text, opts, thread_id, resource_id)
@@ -279,6 +299,21 @@ class WorkingMemoryService:
         conn.execute(
             t.threads.update().where(t.threads.c.id == owner).values(metadata=dump_json(meta), updatedAt=iso_now())
         )
+
+    def _thread_for_tool(self, conn: sa.Connection, thread_id: str | None, resource_id: str | None) -> None:
+        """The model's tool names a thread that is not stored yet: it is made, owned by ``resource_id``, in the
+        transaction of the write (undone with it), as Mastra's tool makes it (``createThread``) and as the save
+        of a turn makes it (no title, empty metadata). Without it a thread-scoped update outside a turn's save
+        (``Memory.apply_working_memory_tool`` in an application's own loop, before it saved the thread's first
+        messages) was refused ("Thread … not found"), and a resource-scoped one claimed no thread. Without a
+        resource id nothing is made (no owner to give it). Taken before the owner's lock: threads before
+        resources (``locks.in_lock_order``)."""
+        if not thread_id or not resource_id:
+            return
+        self.store.db.lock(conn, locks.thread_key(thread_id))
+        if self.store.memory.thread_owner(thread_id, conn) is None:
+            self.store.memory.create_thread(thread_id=thread_id, resource_id=resource_id, title="", metadata={},
+                                            conn=conn)
 
     def _check_thread_owner(self, conn: sa.Connection, thread_id: str, resource_id: str) -> None:
         row = conn.execute(sa.select(t.threads.c.resourceId).where(t.threads.c.id == thread_id)).first()
@@ -447,7 +482,7 @@ class WorkingMemoryService:
                     return UpdateResult(True, "Working memory updated (merged).", text)
                 value = self.merge(
                     opts, thread_id=thread_id, resource_id=resource_id, patch=payload, author="agent",
-                    strip_optional_nulls=True,
+                    strip_optional_nulls=True, create_thread=True,
                 )
                 return UpdateResult(True, "Working memory updated (merged).", value.text)
             memory_text = args.get("memory") if isinstance(args, Mapping) else None
@@ -478,7 +513,8 @@ class WorkingMemoryService:
             if stage is not None:
                 text = stage.add(opts, thread_id, resource_id, "replace", memory_text)
                 return UpdateResult(True, "Working memory updated.", text)
-            value = self.write(opts, thread_id=thread_id, resource_id=resource_id, value=memory_text, author="agent")
+            value = self.write(opts, thread_id=thread_id, resource_id=resource_id, value=memory_text, author="agent",
+                               create_thread=True)
             return UpdateResult(True, "Working memory updated.", value.text)
         except (WorkingMemoryError, OptionsError, NotFoundError, ThreadOwnershipError) as exc:
             return UpdateResult(False, str(exc))

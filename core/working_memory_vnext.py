@@ -128,7 +128,7 @@ def apply(service: "WorkingMemoryService", opts: WorkingMemoryOptions, *, thread
     for _attempt in range(3):
         try:  # written only if nobody changed the memory since it was read; else planned again
             value = service.write(opts, thread_id=thread_id, resource_id=resource_id, value=text, author="agent",
-                                  note=note(reason, why), expected=current)
+                                  note=note(reason, why), expected=current, create_thread=True)
             return UpdateResult(True, why, value.text, reason=reason)
         except ConcurrentUpdateError as exc:
             current = exc.current

@@ -10,6 +10,13 @@ from core.working_memory import WorkingMemoryValue, instruction, tool_definition
 from core.working_memory_schema import WorkingMemoryError
 
 
+#: Why a call without a thread id shows no thread-scoped working memory (nor its tool), and what to do.
+NO_THREAD_FOR_THREAD_SCOPE = (
+    "working memory is thread-scoped and this call gives no thread id, so there is no memory to show and none the "
+    "model could update: no instruction and no update tool were added. Give the call a thread id, or set "
+    "working_memory.scope to 'resource' to keep one memory per resource")
+
+
 def shown_value(ctx: ProcessorContext, opts: WorkingMemoryOptions, processor_id: str) -> tuple[WorkingMemoryValue, str | None]:
     """The working memory a turn shows, and a note when it is a past turn's: a recorded turn's
     version, a replayed turn's value as of its time, or the current value (noting for the turn record
@@ -58,6 +65,11 @@ def value_to_show(
         return None
     if not req.thread_id and not req.resource_id:
         ctx.skip(processor_id, "neither a thread id nor a resource id was given")
+        return None
+    if opts.scope == "thread" and not req.thread_id:
+        # Mastra shows its instruction with empty data here and offers the tool, whose every call then fails
+        # ("Thread ID is required"): the model is told to keep notes it cannot keep. Neither is shown.
+        ctx.skip(processor_id, NO_THREAD_FOR_THREAD_SCOPE)
         return None
     try:
         value, as_of_note = shown_value(ctx, opts, noted_as or processor_id)

@@ -34,7 +34,7 @@ from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.messages import MessageFormatError, normalize_content
 from core.observational.records import OMRecord, lookup_key
 from core.timeutil import stored_form_problem
-from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
+from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES, NUL_FIX, NUL_HELD, holds_nul
 from core.transfer.errors import ExportFormatError, TransferError
 from core.terminal_text import printable
 from core.transfer.report import register_kind
@@ -255,9 +255,13 @@ def _thread_rule(row: Row, index: FileIndex) -> str | None:
     if row.get("title") is not None and not isinstance(row.get("title"), str):
         return f"its title must be text, not {json_kind(row.get('title'))}"
     metadata = row.get("metadata")  # thread-scoped working memory is kept in the thread's metadata
+    problem = times_problem(row, ("createdAt", "updatedAt")) or _metadata_problem(metadata)
+    if problem is not None:
+        return problem
+    if isinstance(metadata, str):  # JSON text (an older export's form), as the importer parses it
+        metadata = json.loads(metadata)
     value = metadata.get("workingMemory") if isinstance(metadata, Mapping) else None
-    return times_problem(row, ("createdAt", "updatedAt")) or _metadata_problem(metadata) \
-        or _working_memory_problem(value, index)
+    return _working_memory_problem(value, index)
 
 
 def _metadata_problem(value: Any) -> str | None:
@@ -274,14 +278,29 @@ def _metadata_problem(value: Any) -> str | None:
 
 
 def _working_memory_problem(value: Any, index: FileIndex) -> str | None:
-    """A current working memory over the size limit the API holds every write to."""
-    if value is None or index.max_working_memory_bytes is None:
+    """A current working memory the API would not write: over its size limit, or holding a NUL (``nul_problem``)."""
+    if value is None:
         return None
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if (problem := nul_problem(text, as_json=True)) is not None:
+        return problem
+    if index.max_working_memory_bytes is None:
+        return None
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > index.max_working_memory_bytes:
         return (f"its working memory is {size:,} bytes, over the working-memory size limit of "
                 f"{index.max_working_memory_bytes:,} bytes (every later prompt of its owner would carry it)")
+    return None
+
+
+def nul_problem(text: Any, *, as_json: bool) -> str | None:
+    """Working memory holding a NUL, refused as every write of the API refuses it (``working_memory.holds_nul``): in
+    Postgres the import failed whole with the driver's words; in libSQL the value was kept, and then every later
+    merge of a schema memory was refused. A current value is looked at as JSON too (``as_json``): the file does not
+    say whether its memory has a schema, and the target's may (a Markdown memory that is itself JSON text with the
+    escape is refused with it); a version says which (its ``format``)."""
+    if isinstance(text, str) and holds_nul(text, as_json=as_json):
+        return f"its working memory {NUL_HELD}; {NUL_FIX[0].lower()}{NUL_FIX[1:-1]}"
     return None
 
 
@@ -373,7 +392,7 @@ def text_problem(row: Row, required: tuple[str, ...] = (), optional: tuple[str, 
 def _version_rule(row: Row, index: FileIndex) -> str | None:
     # The table's columns, as the importer binds them (it sorts the rows by id and keeps a free id).
     return integer_id_problem(row, "id") or text_problem(row, ("format", "author"), ("working_memory", "note")) \
-        or times_problem(row, ("createdAt",))
+        or times_problem(row, ("createdAt",)) or nul_problem(row.get("working_memory"), as_json=row["format"] == "json")
 
 
 def _working_memory_entry_rule(row: Row, index: FileIndex) -> str | None:

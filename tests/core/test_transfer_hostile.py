@@ -286,6 +286,53 @@ def test_rows_breaking_the_api_rules_refuse_the_file(exported, target, change, m
     refused(target, data, match, overwrite=True)
 
 
+NUL_WORDS = (r"is refused: its working memory holds a NUL character \(U\+0000, the escape \\u0000 in JSON\), which "
+             r"working memory cannot store \(PostgreSQL stores no NUL in text\); remove it, or write what it stands "
+             r"for as text\. Nothing was imported; fix or remove that row\.")
+
+
+@pytest.mark.parametrize("change, where", [
+    # A schema memory's JSON text with the escape: libSQL kept it, and every later merge of ada's memory was refused.
+    (lambda d: d["resources"][0].update(workingMemory='{"name": "Ada\\u0000"}'), r"resources\[0\] \(id 'ada'\) "),
+    (lambda d: d["resources"][0].update(workingMemory='{"notes": [{"w\\u0000": 1}]}'), r"resources\[0\] \(id 'ada'\) "),
+    # Thread-scoped memory lives in the thread's metadata (JSON): the raw character, and the escape in its JSON.
+    (lambda d: d["threads"][1].update(metadata={"workingMemory": "# Notes\n- a\x00b\n"}),
+     r"threads\[1\] \(id 't-party'\) "),
+    (lambda d: d["threads"][1].update(metadata=json.dumps({"workingMemory": '{"a": "\\u0000"}'})),
+     r"threads\[1\] \(id 't-party'\) "),
+    # A version says which it is: a JSON version's escape (restoring it would be refused).
+    (lambda d: d["workingMemory"][0]["versions"][0].update(working_memory='{"a": "\\u0000"}', format="json"),
+     r"workingMemoryVersions\[0\] \(owner_id 'ada'\) "),
+])
+def test_working_memory_holding_a_nul_is_refused_as_the_api_refuses_it(exported, target, change, where):
+    data = copy.deepcopy(exported)
+    change(data)
+    refused(target, data, where + NUL_WORDS)
+    refused(target, data, where + NUL_WORDS, overwrite=True)
+    with open_store(target) as store:
+        with pytest.raises(ExportFormatError, match=NUL_WORDS):
+            preview_import(store, data)
+
+
+def test_working_memory_text_spelling_the_escape_is_no_nul_and_imports(exported, target):
+    """Markdown holding the six characters \\u0000 (no NUL), and a version in Markdown spelling it, import as the API
+    writes them; a schema memory without a NUL imports and merges afterwards."""
+    data = copy.deepcopy(exported)
+    data["resources"][0]["workingMemory"] = '# Notes\n- the escape is written \\u0000 in JSON\n'
+    data["workingMemory"][0]["versions"][0]["working_memory"] = '{"a": "\\u0000"}'  # format: markdown
+    data["threads"][1]["metadata"] = {"workingMemory": '{"name": "Ada", "note": "\\\\u0000 is the escape"}'}
+    with open_store(target) as store:
+        import_data(store, data)
+        memory = Memory(store, {"working_memory": {"enabled": True, "scope": "resource"}})
+        assert memory.get_working_memory(resource_id="ada") == data["resources"][0]["workingMemory"]
+        schema = {"type": "object", "properties": {"name": {"type": "string"}, "note": {"type": "string"},
+                                                   "city": {"type": "string"}}}
+        thread_memory = Memory(store, {"working_memory": {"enabled": True, "scope": "thread", "schema": schema}})
+        thread_memory.merge_working_memory(patch={"city": "Paris"}, thread_id="t-party", resource_id="ada")
+        assert thread_memory.get_working_memory(thread_id="t-party", resource_id="ada") == {
+            "name": "Ada", "note": "\\u0000 is the escape", "city": "Paris"}
+
+
 def test_legacy_rows_mastra_wrote_still_import(exported, target):
     # A v1 row holding AI SDK "core" parts as a JSON list, and one holding plain text: both readable.
     data = copy.deepcopy(exported)

@@ -516,6 +516,69 @@ def test_read_only_shows_data_without_tool(md_memory):
     assert m.working_memory_tool({"read_only": True}) is None
 
 
+def test_thread_scope_without_a_thread_id_shows_no_memory_offers_no_tool_and_says_why(store):
+    # Mastra shows its instruction with empty data and offers the tool here, whose every call then fails ("Thread
+    # ID is required"): we show neither (ARCHITECTURE, "Where we differ from Mastra on purpose").
+    m = Memory(store, MemoryOptions(working_memory={"enabled": True, "scope": "thread"}))
+    m.create_thread(resource_id="u", thread_id="t")
+    m.update_working_memory(thread_id="t", resource_id="u", working_memory="# Notes\n- kept in t\n")
+    without = m.assemble(thread_id=None, resource_id="u", input="hi")
+    assert without.fragments_from("working-memory") == [] and without.tools == []
+    assert not any("working_memory" in str(message.get("content")) for message in without.messages)
+    assert without.skipped["working-memory"].startswith("working memory is thread-scoped and this call gives no "
+                                                         "thread id")
+    assert "Give the call a thread id, or set working_memory.scope to 'resource'" in without.skipped["working-memory"]
+    state = Memory(store, MemoryOptions(working_memory={"enabled": True, "scope": "thread", "use_state_signals": True}))
+    assert state.assemble(thread_id=None, resource_id="u", input="hi").tools == []
+    # A model that calls the tool anyway is told why nothing was written.
+    refused = m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": "# Notes\n- x\n"})
+    assert not refused.success and "needs a thread id" in refused.message
+    with_thread = m.assemble(thread_id="t", resource_id="u", input="hi")
+    assert "- kept in t" in with_thread.fragments_from("working-memory")[0].text
+    assert [tool["function"]["name"] for tool in with_thread.tools] == ["updateWorkingMemory"]
+
+
+@pytest.mark.parametrize("scope", ["thread", "resource"])
+@pytest.mark.parametrize("kind", ["markdown", "schema", "vnext"])
+def test_the_models_tool_makes_the_thread_it_names_when_it_is_not_stored(store, scope, kind):
+    """As Mastra's tool (``createThread`` when the thread is missing): outside a turn's save (a direct call, a
+    session's tool before its first items are saved) a thread-scoped update was refused "Thread new not found",
+    and a resource-scoped one claimed no thread, which another resource could then take."""
+    wm: dict = {"enabled": True, "scope": scope}
+    args: dict = {"memory": "# Notes\n- likes tea\n"}
+    if kind == "schema":
+        wm["schema"], args = SCHEMA, {"memory": {"name": "Ada"}}
+    if kind == "vnext":
+        wm["version"], args = "vnext", {"newMemory": "- likes tea", "updateReason": "append-new-memory"}
+    m = Memory(store, MemoryOptions(working_memory=wm))
+    result = m.apply_working_memory_tool(thread_id="new", resource_id="u", args=args)
+    assert result.success, result.message
+    thread = m.get_thread("new")
+    assert thread is not None and thread.resource_id == "u" and thread.title == ""
+    stored = m.get_working_memory(thread_id="new", resource_id="u")
+    assert stored == {"name": "Ada"} if kind == "schema" else "likes tea" in stored
+    assert ("workingMemory" in thread.metadata) == (scope == "thread")
+    with pytest.raises(Exception, match="belongs to resource"):  # the thread is u's from then on
+        m.save_messages([Message.user("mine now", thread_id="new", resource_id="bob")])
+    m.save_messages([Message.user("hello", thread_id="new", resource_id="u")])
+    # Refused updates make nothing (the thread is made in the write's own transaction), nor does a call naming no
+    # resource (no owner to give the thread).
+    bad = {"memory": {"age": "old"}} if kind == "schema" else {"memory": 5} if kind == "markdown" else {
+        "newMemory": "x", "updateReason": "clarify-existing-memory"}
+    assert not m.apply_working_memory_tool(thread_id="other", resource_id="u", args=bad).success
+    assert not m.apply_working_memory_tool(thread_id="third", resource_id=None, args=args).success
+    assert m.get_thread("other") is None and m.get_thread("third") is None
+
+
+def test_the_apis_thread_scoped_write_still_needs_a_stored_thread(store):
+    # Mastra's Memory.updateWorkingMemory throws "Thread … not found" (only its tool makes the thread): the API,
+    # the gateway and MCP write into threads that exist.
+    m = Memory(store, MemoryOptions(working_memory={"enabled": True, "scope": "thread"}))
+    with pytest.raises(Exception, match="Thread new not found"):
+        m.update_working_memory(thread_id="new", resource_id="u", working_memory="# Notes\n")
+    assert m.get_thread("new") is None
+
+
 def test_instruction_structure_markdown_and_json():
     from core.options import WorkingMemoryOptions
 
