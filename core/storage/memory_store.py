@@ -215,7 +215,6 @@ _ON_CONFLICT_MESSAGE = (
     '"resourceId" = excluded."resourceId"'
 )
 
-# Title and metadata are read as blobs on libSQL (see _MESSAGE_SELECT); filled in per dialect.
 # Per thread a max() the engine answers from the end of the thread's index; a statement that
 # compared every message's resourceId would read the resource's whole history.
 _NEWEST_IN_RESOURCE = (
@@ -224,6 +223,8 @@ _NEWEST_IN_RESOURCE = (
     'FROM mastra_threads th WHERE th."resourceId" = coalesce(?, (SELECT o."resourceId" FROM mastra_threads o '
     'WHERE o.id = ?))) AS newest_of_each'
 )
+
+# Title and metadata are read as blobs on libSQL (see _MESSAGE_SELECT); filled in per dialect.
 _GET_THREAD = 'SELECT id, "resourceId", {title} AS title, {metadata} AS metadata, "createdAt", "updatedAt" FROM mastra_threads WHERE id = ?'
 
 _THREAD_COLS = (

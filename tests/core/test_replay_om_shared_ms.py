@@ -216,3 +216,20 @@ def test_a_write_in_the_millisecond_of_the_turns_reply_is_the_turns_own() -> Non
     assert then is not None and then.values == {"currentTask": "Writing batch 1."}
     earlier = hints_then([studio], THREAD, "2026-03-02T09:00:00.006Z")
     assert earlier is not None and earlier.values == {}
+
+
+@pytest.mark.libsql_only
+def test_a_turns_stamp_reads_the_resources_threads_by_index_not_every_thread(store: Any) -> None:
+    """Every turn runs this statement: on libSQL (migration ``0030_threads_by_resource``) it finds the
+    resource's threads by the index Postgres always had, and each thread's newest by its messages
+    index, never scanning every thread or message row."""
+    from core.storage.memory_store import _NEWEST_IN_RESOURCE
+
+    Memory(store).save_messages([Message.user("hello", thread_id="t-a", resource_id=RESOURCE)])
+    with store.db.read() as conn:
+        plan = [str(row[-1]) for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {_NEWEST_IN_RESOURCE}",
+                                                             ("t-a", RESOURCE, "t-a"))]
+        assert store.memory.newest_in_resource("t-b", RESOURCE, conn) is not None  # another thread of the resource
+        assert store.memory.newest_in_resource("t-b", "someone-else", conn) is None
+    assert any("mastra_threads_resourceid_createdat_idx" in step for step in plan), plan
+    assert not any(step.startswith("SCAN") for step in plan), plan
