@@ -201,10 +201,12 @@ class TurnAssembler:
         now = to_ms(ctx.services.clock.now())
         start = now + timedelta(milliseconds=1)
         if req.thread_id and req.as_of is None:
-            # A new turn sorts after everything already stored, even when turns follow each other
-            # within a millisecond (or the clock is behind another writer's).
+            # A new turn sorts after everything already stored in its resource, even when turns follow
+            # each other within a millisecond (or the clock is behind another writer's): a reader of the
+            # resource (resource-scoped recall, observational or working memory, whoever runs it) dates
+            # the other threads' messages and writes by these stamps.
             with store.db.read() as conn:
-                newest = store.memory.newest_message_times([req.thread_id], conn).get(req.thread_id)
+                newest = store.memory.newest_in_resource(req.thread_id, req.resource_id, conn)
             if newest is not None and newest >= start:
                 start = newest + timedelta(milliseconds=1)
         ctx_msgs = [m if isinstance(m, Message) else Message.user(str(m)) for m in context]

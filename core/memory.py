@@ -573,9 +573,10 @@ class Memory:
         must_exist = {w.thread_id for w in _writes if isinstance(w, ThreadMustStillExist)}
         with self.store.db.write() as conn:
             self._ensure_threads(prepared, conn, must_exist)
-            newest = self.store.memory.newest_message_times(
-                {m.thread_id for m in prepared if not m.created_at_given and m.thread_id}, conn
-            )
+            # An unstamped message goes after the newest stored in its thread's resource (as a turn's input
+            # does, ``prepare_input``), and after the one before it of its thread in this call.
+            newest = {tid: self.store.memory.newest_in_resource(tid, None, conn)
+                      for tid in {m.thread_id for m in prepared if not m.created_at_given and m.thread_id}}
             last_at: dict[str, datetime] = {}
             for i, msg in enumerate(prepared):
                 tid = msg.thread_id or ""

@@ -215,6 +215,15 @@ _ON_CONFLICT_MESSAGE = (
     '"resourceId" = excluded."resourceId"'
 )
 
+# Per thread a max() the engine answers from the end of the thread's index; a statement that
+# compared every message's resourceId would read the resource's whole history.
+_NEWEST_IN_RESOURCE = (
+    'SELECT max(newest) FROM (SELECT max("createdAt") AS newest FROM mastra_messages WHERE thread_id = ? '
+    'UNION ALL SELECT (SELECT max(m."createdAt") FROM mastra_messages m WHERE m.thread_id = th.id) '
+    'FROM mastra_threads th WHERE th."resourceId" = coalesce(?, (SELECT o."resourceId" FROM mastra_threads o '
+    'WHERE o.id = ?))) AS newest_of_each'
+)
+
 # Title and metadata are read as blobs on libSQL (see _MESSAGE_SELECT); filled in per dialect.
 _GET_THREAD = 'SELECT id, "resourceId", {title} AS title, {metadata} AS metadata, "createdAt", "updatedAt" FROM mastra_threads WHERE id = ?'
 
@@ -479,6 +488,17 @@ class MemoryStore:
                 if value:
                     out[tid] = parse_iso(value)
         return out
+
+    def newest_in_resource(self, thread_id: str, resource_id: str | None, conn: sa.Connection) -> datetime | None:
+        """Newest stored createdAt of the thread and of every thread of ``resource_id`` (None: the
+        thread's stored owner), in one statement: a new turn's stamps go after it, so the messages of
+        a resource sort in the order they were written, whichever of its threads they are in (what a
+        resource-scoped reader dates by: recall, observational memory, working memory).
+
+        Each thread's newest is read from its (thread_id, createdAt) index; the resource's threads are
+        the thread rows that name it."""
+        value = driver_sql.scalar(conn, _NEWEST_IN_RESOURCE, (thread_id, resource_id, thread_id))
+        return parse_iso(value) if value else None
 
     def list_messages_page(self, thread_id: str, offset: int, limit: int) -> MessageRows:
         """Chronological slice in the engine's (createdAt, id) order (``Memory.recall`` pages).

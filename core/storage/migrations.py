@@ -70,6 +70,12 @@ MIGRATIONS: list[Migration] = [
         schema.IDEMPOTENCY_DDL,
         postgres=pg_ddl.idempotency_ddl(),
     ),
+    Migration(
+        "0030_threads_by_resource",
+        "Threads found by their resource on libSQL (a turn is stamped after its resource's newest message)",
+        schema.THREADS_BY_RESOURCE_DDL,
+        postgres=(),  # Postgres has had this index since its first migration (pg_ddl.MASTRA_MEMORY_DDL)
+    ),
 ]
 
 

@@ -165,6 +165,13 @@ MASTRA_MEMORY_DDL = [
     'ON mastra_messages (thread_id, "resourceId", "createdAt")',
 ]
 
+# The index Postgres's tables have had from the start (Mastra's name): the threads of a resource, read
+# by every turn's stamp (``MemoryStore.newest_in_resource``), resource-scoped observational memory
+# and thread lists, without a scan of every thread.
+THREADS_BY_RESOURCE_DDL = [
+    'CREATE INDEX IF NOT EXISTS mastra_threads_resourceid_createdat_idx ON mastra_threads ("resourceId", "createdAt" DESC)',
+]
+
 OBSERVATIONAL_MEMORY_DDL = [
     'CREATE TABLE IF NOT EXISTS mastra_observational_memory ("id" TEXT NOT NULL PRIMARY KEY, '
     '"lookupKey" TEXT NOT NULL, "scope" TEXT NOT NULL, "resourceId" TEXT, "threadId" TEXT, '
