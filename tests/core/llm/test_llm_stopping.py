@@ -126,10 +126,12 @@ def test_a_delegated_sub_agents_model_call_is_stopped_with_its_supervisors_turn(
                     list(events)
             else:
                 boss.generate("book a table", memory=where, stop=stop)
+        # (Before the release: a held request whose client hung up is noted abandoned when the server next looks,
+        # and a release that came first would answer it into the closed connection instead.)
+        wait_until(lambda: upstream.abandoned, "the server to see the helper's connection closed")
     finally:
         stopper.join()
         upstream.release()  # (a call that was not stopped ends now, so a failing test does not hang)
-    wait_until(lambda: upstream.abandoned, "the server to see the helper's connection closed")
     assert [r.body["messages"][-1]["content"] for r in upstream.abandoned] == ["find a table"]
     assert boss_calls == [1]  # the supervisor did not call its model again after the stop
     assert memory.get_thread("t1") is None
