@@ -13,8 +13,6 @@ script measures another tree (a ``git archive`` of main) too:
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,23 +24,7 @@ from core import Memory, MemoryOptions, open_store
 from core.agent import Agent
 from core.gateway import GatewayServer, create_app
 from core.llm import OpenAICompatibleModel, RetryPolicy
-
-# The launcher bench/llm_requests.py uses, read from beside this file (not imported: ``core`` must come from
-# PYTHONPATH, whichever tree that is).
-LAUNCHER = (Path(__file__).parent / "llm_requests.py").read_text().split('LAUNCHER = """', 1)[1].split('"""', 1)[0]
-
-
-def start_llama(python: str, gguf: str) -> tuple[subprocess.Popen[str], int]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    proc = subprocess.Popen([python, "-c", LAUNCHER, gguf, str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    if "ready" not in proc.stdout.readline():
-        proc.terminate()
-        raise SystemExit(f"llama-server did not start (exit {proc.wait()})")
-    return proc, port
+from llm_requests import start_llama  # (this folder is first on the path; it imports no ``core`` at its top)
 
 
 def main() -> int:
