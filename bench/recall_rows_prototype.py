@@ -12,12 +12,14 @@ order of floating-point operations, on arrays indexed by the vector set's row: t
 scores as they come, the keyword hits mapped to rows, each row's thread code, and each row's next
 user/assistant message as a row (here read once from the store: the order cache's answer kept as an
 array by row, which the engine does not have). It checks its top 10 against the engine's answer for every
-query (ids and score bits) and stops if one differs, then times query by query (the five in turn, the order
+query (ids and score bits) and stops if one differs, then times query by query (the six in turn, the order
 rotating), thread CPU: the engine's vector search, the engine's hybrid search, the prototype, the prototype with
 every step on rows ("all rows": the keyword memory answering with rows, ``keyword_rows``, and the date and
 speaker boosts applied by row from arrays of each row's day and speaker), and the same with the candidates' next
 messages, days and speakers read from the order cache in the search and mapped to rows ("order read": the route
-without the order cache's arrays by row, the part hardest to keep right under writes); then each in blocks of
+without the order cache's arrays by row, the part hardest to keep right under writes), and every step on rows
+from the engine's own built pieces ("built": ``KeywordMemory.search_rows`` and the vector set's ``OrderRows``,
+kept right under writes by the order cache's change log, filled in each search); then each in blocks of
 the 200 queries as ``recall_speed.py``'s "best of 5" line does; then the fusion's steps alone, on rows against
 the engine's on records (``steps``: what the arrays cost once fed rows; the same steps on arrays fed the
 engine's records and maps were slower than its loops, ARCHITECTURE's s30-rows row); last, each step of the
@@ -26,8 +28,7 @@ by row for the whole set costs (the price of keeping them right by rebuilding th
 
 Left out, so only a resource of ``recall_speed.py``'s kind is searched (one thread, no speaker labels,
 no period named, every candidate with a vector): a keyword hit without a vector, messages with several
-vectors, keeping the arrays by row up to date under writes (what the order cache does for its maps), the
-playground's explanation and Postgres. The boosts are applied (their cost counted) but never change an answer
+vectors (both by id in the engine's pieces), the playground's explanation and Postgres. The boosts are applied (their cost counted) but never change an answer
 here: no query names a period or a speaker.
 """
 
@@ -52,6 +53,8 @@ import recall_speed as rs  # noqa: E402  (puts its own checkout first on the pat
 
 from core.recall import hybrid  # noqa: E402
 from core.recall.keyword import CONTEXT_WEIGHT  # noqa: E402
+from core.recall.keyword_memory import NO_ROW  # noqa: E402
+from core.recall.order_rows import NEXT_BY_ID  # noqa: E402
 from core.recall import search as pipeline  # noqa: E402
 from core.recall.search import today  # noqa: E402
 from core.recall.text import query_dates  # noqa: E402
@@ -197,12 +200,26 @@ def main() -> None:
     mid_objs = vset._id_columns()[0]  # type: ignore[union-attr]
     first, second = itemgetter(0), itemgetter(1)
 
-    def prototype(text: str, all_rows: bool = False, order_read: bool = False) -> list[SearchHit] | None:
+    orows = vset.order_rows  # type: ignore[union-attr]
+    rows.named = np.zeros(max(len(rows.named), len(orows.labels) + 2, 1024), dtype=bool)  # (OrderRows' codes too)
+
+    def prototype(text: str, all_rows: bool = False, order_read: bool = False, built: bool = False,
+                  ) -> list[SearchHit] | None:
         """The engine's statements and lists, then the fusion on rows; None: not covered (no keyword hit, or a
         keyword hit without a vector). ``all_rows``: the keyword list as rows too (``keyword_rows``) and the date
         and speaker boosts applied by row (``RowFusion.top``'s ``boosts``); ``order_read``: the candidates' next
         messages, days and speakers read from the order cache in the search (as the engine does), mapped to rows,
-        not taken from arrays by row."""
+        not taken from arrays by row. ``built``: every step on rows with the engine's own pieces as built (s31-rows3):
+        the keyword list from ``KeywordMemory.search_rows`` and each candidate's next message, day and speaker from
+        the vector set's ``OrderRows`` (``fill`` for the unknown ones, then three gathers)."""
+
+        def built_read(cand: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            orows.fill(conn, index.order, vset, cand, reader=pipeline.thread_order, synced=True)
+            nxt = orows.next_row[cand].astype(np.int64)
+            by_id = np.flatnonzero(nxt == NEXT_BY_ID)
+            for i in by_id.tolist():  # (a next message without a single row: none here)
+                nxt[i] = at.get(orows.next_ids[int(cand[i])], -1)
+            return nxt, orows.day[cand], orows.label[cand]
 
         def read(cand: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             ids = mid_objs[cand].tolist()
@@ -217,7 +234,13 @@ def main() -> None:
             terms, _ = index.keywords.terms(conn, text)
             index.backlog(conn)
             index.order.sync(conn)
-            if all_rows:
+            if built:
+                got = memory.search_rows(conn, terms, vset, resource_id="u", thread_id=None, limit=kw_depth,
+                                         weight=CONTEXT_WEIGHT) if terms else None
+                if got is None or not len(got[0]) or (got[0] == NO_ROW).any():
+                    return None
+                krows, kscore = got[0], got[1]
+            elif all_rows:
                 if not terms:
                     return None
                 krows, kscore = keyword_rows(memory, conn, terms, kw_depth, doc_row)
@@ -234,7 +257,7 @@ def main() -> None:
                            dtype=np.float32)[0]
             pos, cos = index.vector_set(conn, "u", None).search(q, depth)
             picked, scores = rows.top(pos, cos, krows, kscore, q, 10, (days, speakers) if all_rows else None,
-                                      read if order_read else None)
+                                      built_read if built else read if order_read else None)
             query_dates(text, today())
             return [SearchHit(rows.mids[p], "t", "u", s, "hybrid", None, None)
                     for p, s in zip(picked.tolist(), scores.tolist())]
@@ -245,31 +268,32 @@ def main() -> None:
         if got is None:
             continue
         want = [(h.message_id, h.score) for h in index.search(text, resource_id="u", mode="hybrid", top_k=10).hits]
-        also, read_too = prototype(text, True), prototype(text, True, True)
-        if [(h.message_id, h.score) for h in got] != want or also != got or read_too != got:
+        also, read_too, built = prototype(text, True), prototype(text, True, True), prototype(text, built=True)
+        if [(h.message_id, h.score) for h in got] != want or also != got or read_too != got or built != got:
             raise SystemExit(f"the prototype's top 10 differs from the engine's for {text!r}")
         covered += 1
     print(f"fusion {args.fusion} (keyword share {fusion.keyword_share}, depth {depth} / {kw_depth}): the prototype's "
           f"top 10 equals the engine's (ids and score bits) for {covered} of {len(queries)} queries "
           "(the others have no keyword hit or one without a vector)")
-    cpu: dict[str, list[int]] = {"vector": [], "hybrid": [], "prototype": [], "rows": [], "read": []}
+    cpu: dict[str, list[int]] = {"vector": [], "hybrid": [], "prototype": [], "rows": [], "read": [], "built": []}
     turns = list(cpu)
     for r in range(args.rounds):
         for i, text in enumerate(queries):
             shift = (i + r) % len(turns)
             for mode in turns[shift:] + turns[:shift]:
                 t = time.thread_time_ns()
-                if mode in ("prototype", "rows", "read"):
-                    prototype(text, mode != "prototype", mode == "read")
+                if mode in ("prototype", "rows", "read", "built"):
+                    prototype(text, mode in ("rows", "read"), mode == "read", mode == "built")
                 else:
                     index.search(text, resource_id="u", mode=mode, top_k=10)
                 cpu[mode].append(time.thread_time_ns() - t)
     p50 = {mode: statistics.median(v) / 1000 for mode, v in cpu.items()}
-    print(f"thread CPU p50 per search, {args.rounds} x {len(queries)} queries, the five in turn: vector "
+    print(f"thread CPU p50 per search, {args.rounds} x {len(queries)} queries, the six in turn: vector "
           f"{p50['vector']:.0f} µs, hybrid {p50['hybrid']:.0f} µs (x{p50['hybrid'] / p50['vector']:.2f}), prototype "
           f"{p50['prototype']:.0f} µs (x{p50['prototype'] / p50['vector']:.2f}), all rows {p50['rows']:.0f} µs "
           f"(x{p50['rows'] / p50['vector']:.2f}), all rows but the order read in the search {p50['read']:.0f} µs "
-          f"(x{p50['read'] / p50['vector']:.2f})")
+          f"(x{p50['read'] / p50['vector']:.2f}), all rows from the engine's built pieces {p50['built']:.0f} µs "
+          f"(x{p50['built'] / p50['vector']:.2f})")
     # As ``recall_speed.py``'s "best of 5, modes in turn": each mode's 200 searches in a row (vector-only ones then
     # find the scan's copy of the matrix still in the CPU's last-level cache), each mode's best round's p50.
     best = {mode: float("inf") for mode in turns}
@@ -278,8 +302,8 @@ def main() -> None:
             block = []
             for text in queries:
                 t = time.thread_time_ns()
-                if mode in ("prototype", "rows", "read"):
-                    prototype(text, mode != "prototype", mode == "read")
+                if mode in ("prototype", "rows", "read", "built"):
+                    prototype(text, mode in ("rows", "read"), mode == "read", mode == "built")
                 else:
                     index.search(text, resource_id="u", mode=mode, top_k=10)
                 block.append(time.thread_time_ns() - t)
@@ -287,7 +311,8 @@ def main() -> None:
     print(f"the same in blocks of {len(queries)}, each mode's best of {args.rounds}: vector {best['vector']:.0f} µs, "
           f"hybrid {best['hybrid']:.0f} µs (x{best['hybrid'] / best['vector']:.2f}), prototype {best['prototype']:.0f} µs "
           f"(x{best['prototype'] / best['vector']:.2f}), all rows {best['rows']:.0f} µs (x{best['rows'] / best['vector']:.2f}), "
-          f"order read {best['read']:.0f} µs (x{best['read'] / best['vector']:.2f})")
+          f"order read {best['read']:.0f} µs (x{best['read'] / best['vector']:.2f}), built {best['built']:.0f} µs "
+          f"(x{best['built'] / best['vector']:.2f})")
     steps(index, store, rows, at, queries, fusion, depth, kw_depth, args.rounds)
     row_steps(index, store, rows, at, queries, fusion, depth, kw_depth, args.rounds, doc_row, (days, speakers))
     store.close()

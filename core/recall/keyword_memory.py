@@ -33,8 +33,9 @@ import math
 import sys
 import re
 import threading
+import weakref
 from collections import OrderedDict
-from typing import Any, Callable, ContextManager, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence, TypeVar
 
 import numpy as np
 import sqlalchemy as sa
@@ -48,12 +49,18 @@ from core.storage.catalog import has_table, virtual_table_sql
 from core.storage.database import read_token
 from core.storage.scratch import scratch_connection
 
+if TYPE_CHECKING:  # pragma: no cover
+    from core.recall.order_rows import Rows
+
 FTS_REWRITES = "fts:rewrites"  # state key: updates and deletes of keyword docs (migration 0023)
 MAX_ROWS = 500_000  # above this many keyword rows the FTS5 statement answers (memory stays bounded)
 MAX_TOKENS_KEPT = 4_000_000  # postings kept (8 bytes each), least recently used dropped first
 # From this many rows a table is loaded in the background (``KeywordMemory.attach``): ~0.2 s of load at
 # 20,000 messages, ~1 s at 100,000, which the search that needed it used to wait for.
 BACKGROUND_ROWS = 20_000
+_T = TypeVar("_T")
+NO_ROW = -1  # ``search_rows``: the hit's message has no single row in the vector set (a candidate by id)
+_UNKNOWN_ROW = -2
 _OFFSET_BITS = 23  # key of one instance: rowid << 24 | column << 23 | offset
 _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
 _STRUCTURE_ID, _AVERAGES_ID = 10, 1  # FTS5's structure and averages records in its %_data table
@@ -254,6 +261,9 @@ class KeywordMemory:
         self._kept = 0
         self._complete = False  # every token's postings are kept (else read per token on first use)
         self._avg: tuple[int, int] = (0, 0)
+        # Per vector set (``search_rows``): [its ``layout``, its ``n`` when last looked at, each doc's row there
+        # (by place; ``NO_ROW``: none single, ``_UNKNOWN_ROW``: not looked up)]; dropped with the docs' places.
+        self._doc_rows: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 
     # -- staying equal to the stored index ----------------------------------------------------------
     def _usable_on(self, conn: sa.Connection) -> bool:
@@ -597,59 +607,121 @@ class KeywordMemory:
         """(message, thread, resource, -bm25) of the best ``limit`` docs of the scope matching any term,
         as ``keyword.search``'s statement ranks them; None when that statement must answer.
         ``exclude_thread``: no doc of that thread."""
-        if not terms or weight < 0 or float(weight).as_integer_ratio()[1] > 1024 or not self.sync(conn):
+
+        def records(places: np.ndarray, score: np.ndarray) -> list[Ranked]:
+            # (the fields gathered by numpy: the hits' ids are out of the CPU's caches, evicted by the last
+            # vector scan, and numpy's loop waits for many of them at once)
+            mid_objs, name_objs = self._objects()
+            return list(map(ranked_of, zip(mid_objs[places].tolist(), name_objs[self._threads[places]].tolist(),
+                                           name_objs[self._resources[places]].tolist(), score.tolist())))
+
+        return self._ranked(conn, terms, resource_id, thread_id, limit, weight, exclude_thread, records)
+
+    def search_rows(self, conn: sa.Connection, terms: list[str], vset: "Rows", *, resource_id: str | None,
+                    thread_id: str | None, limit: int, weight: float, exclude_thread: str | None = None,
+                    ) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
+        """``search``'s hits as rows of ``vset`` (a ``matrix.VectorSet``): each hit's row (``NO_ROW``: its
+        message has no single row there), its score, and each hit's message id (the same objects as the
+        records'), best first; None when the statement must answer. The rows come from an array by doc
+        kept for ``vset`` (``_doc_rows``), filled for the docs a search finds and kept as docs are added."""
+
+        def rows(places: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+            return self._rows_of(vset, places), score, self._objects()[0][places].tolist()
+
+        return self._ranked(conn, terms, resource_id, thread_id, limit, weight, exclude_thread, rows)
+
+    def _ranked(self, conn: sa.Connection, terms: list[str], resource_id: str | None, thread_id: str | None, limit: int,
+                weight: float, exclude_thread: str | None, answer: Callable[[np.ndarray, np.ndarray], _T]) -> _T | None:
+        """``answer(places, scores)`` of the best docs (``_best``), under ``_lock``; None: the statement answers."""
+        if not self._answers(conn, terms, weight):
             return None
         with self._lock:
-            phrases = self._phrases(conn, terms)
-            if phrases is None:
-                return None
-            if not any(len(p[0]) for p in phrases):
-                return []
-            if any(p[3] is None for p in phrases):
-                return None  # a row without a size: not as loaded
-            # Each phrase's contribution to each row it is in, phrase after phrase; ``bincount`` adds them
-            # up per row in that order, as bm25() does (a phrase absent from a row adds 0 there).
-            at = np.concatenate([p[3] for p in phrases])
-            parts = np.concatenate([self._parts_of(p, weight) for p in phrases])
-            # Summed per row over the whole table (a row's parts in the same order as one sum per matching
-            # row): cheaper than sorting the matches.
-            dense = np.bincount(at, weights=parts, minlength=len(self._rowids))
-            found = np.zeros(len(self._rowids), dtype=bool)  # (a mask of 1 byte a row: read faster than the sums)
-            found[at] = True
-            places = np.flatnonzero(found)
-            # One comparison per scope (a row without a doc, code -1, is never returned: the statement's
-            # join; an unknown scope's code, -3, matches no row).
-            if resource_id is not None:
-                keep = self._resources[places] == self._codes.get(resource_id, -3)
-                if thread_id is not None:
-                    keep &= self._threads[places] == self._codes.get(thread_id, -3)
-            elif thread_id is not None:
-                keep = self._threads[places] == self._codes.get(thread_id, -3)  # (a row without a doc has -1)
+            best = self._best(conn, terms, resource_id, thread_id, limit, weight, exclude_thread)
+            return answer(*best) if best is not None else None
+
+    def _rows_of(self, vset: "Rows", places: np.ndarray) -> np.ndarray:
+        """The rows of ``vset`` of these docs (under ``_lock``): from ``_doc_rows``, filled where unknown. A
+        doc without a single row is looked up again once ``vset`` has grown (its message may have one now);
+        a set whose rows moved (``VectorSet.layout``) starts over."""
+        kept = self._doc_rows.get(vset)
+        docs = len(self._mids)
+        if kept is None or kept[0] != vset.layout:
+            kept = [vset.layout, vset.n, np.full(docs, _UNKNOWN_ROW, dtype=np.int64)]
+            self._doc_rows[vset] = kept
+        seen: int = kept[1]
+        rows: np.ndarray = kept[2]
+        if len(rows) < docs:
+            rows = kept[2] = np.concatenate([rows, np.full(docs - len(rows), _UNKNOWN_ROW, dtype=np.int64)])
+        if seen != vset.n:
+            # (a message given another row makes its doc's row wrong: looked up again, every doc, in that rare case)
+            if any(len(vset.positions_of(m)) > 1 for m in vset.message_ids[seen : vset.n]):
+                rows[:] = _UNKNOWN_ROW
             else:
-                keep = self._resources[places] != -1
-            if exclude_thread is not None:
-                keep &= self._threads[places] != self._codes.get(exclude_thread, -3)
-            places = places[keep]
-            score = dense[places]
-            if len(score) > limit:
-                cut = np.partition(score, len(score) - limit)[len(score) - limit]
-                best = np.flatnonzero(score >= cut)  # every tie at the cut: broken by message id below
-                places, score = places[best], score[best]
-            mids = self._mids
-            names = self._names
-            keys = self._keys_of_mids()
-            if keys is not None:  # sorted by (-score, message id, place) as below, in numpy
-                order = np.lexsort((places, keys[places], -score))[:limit]
-                places, score = places[order], score[order]
-                # (the fields gathered by numpy: the hits' ids are out of the CPU's caches, evicted by the last
-                # vector scan, and numpy's loop waits for many of them at once)
-                mid_objs, name_objs = self._objects()
-                return list(map(ranked_of, zip(mid_objs[places].tolist(), name_objs[self._threads[places]].tolist(),
-                                               name_objs[self._resources[places]].tolist(), score.tolist())))
-            picked = sorted(zip((-score).tolist(), [mids[p] or "" for p in places.tolist()], places.tolist()))[:limit]
-            at = np.array([p for _, _, p in picked], dtype=np.int64)
-            return [Ranked(mid, names[t] if t >= 0 else None, names[r] if r >= 0 else None, -neg)
-                    for (neg, mid, _), t, r in zip(picked, self._threads[at].tolist(), self._resources[at].tolist())]
+                rows[rows == NO_ROW] = _UNKNOWN_ROW
+            kept[1] = vset.n
+        got: np.ndarray = rows[places]
+        unknown = np.flatnonzero(got == _UNKNOWN_ROW)
+        if len(unknown):
+            mids, row_of = self._mids, vset.row_of
+            for i, place in zip(unknown.tolist(), places[unknown].tolist()):
+                mid = mids[place]
+                row = row_of(mid) if mid is not None else None
+                got[i] = NO_ROW if row is None else row
+                if mid is not None:  # (a doc not added yet is looked up again)
+                    rows[place] = got[i]
+        return got
+
+    def _answers(self, conn: sa.Connection, terms: list[str], weight: float) -> bool:
+        """Whether these terms and column weight can be answered here, synced first (False: the statement answers)."""
+        return bool(terms) and weight >= 0 and float(weight).as_integer_ratio()[1] <= 1024 and self.sync(conn)
+
+    def _best(self, conn: sa.Connection, terms: list[str], resource_id: str | None, thread_id: str | None,
+              limit: int, weight: float, exclude_thread: str | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The best ``limit`` docs' places and scores, best first (under ``_lock``, after ``_answers``); None: the
+        statement answers."""
+        phrases = self._phrases(conn, terms)
+        if phrases is None:
+            return None
+        if not any(len(p[0]) for p in phrases):
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        if any(p[3] is None for p in phrases):
+            return None  # a row without a size: not as loaded
+        # Each phrase's contribution to each row it is in, phrase after phrase; ``bincount`` adds them
+        # up per row in that order, as bm25() does (a phrase absent from a row adds 0 there).
+        at = np.concatenate([p[3] for p in phrases])
+        parts = np.concatenate([self._parts_of(p, weight) for p in phrases])
+        # Summed per row over the whole table (a row's parts in the same order as one sum per matching
+        # row): cheaper than sorting the matches.
+        dense = np.bincount(at, weights=parts, minlength=len(self._rowids))
+        found = np.zeros(len(self._rowids), dtype=bool)  # (a mask of 1 byte a row: read faster than the sums)
+        found[at] = True
+        places = np.flatnonzero(found)
+        # One comparison per scope (a row without a doc, code -1, is never returned: the statement's
+        # join; an unknown scope's code, -3, matches no row).
+        if resource_id is not None:
+            keep = self._resources[places] == self._codes.get(resource_id, -3)
+            if thread_id is not None:
+                keep &= self._threads[places] == self._codes.get(thread_id, -3)
+        elif thread_id is not None:
+            keep = self._threads[places] == self._codes.get(thread_id, -3)  # (a row without a doc has -1)
+        else:
+            keep = self._resources[places] != -1
+        if exclude_thread is not None:
+            keep &= self._threads[places] != self._codes.get(exclude_thread, -3)
+        places = places[keep]
+        score = dense[places]
+        if len(score) > limit:
+            cut = np.partition(score, len(score) - limit)[len(score) - limit]
+            best = np.flatnonzero(score >= cut)  # every tie at the cut: broken by message id below
+            places, score = places[best], score[best]
+        keys = self._keys_of_mids()
+        if keys is not None:  # sorted by (-score, message id, place) as below, in numpy
+            order = np.lexsort((places, keys[places], -score))[:limit]
+            return places[order], score[order]
+        mids = self._mids
+        picked = sorted(zip((-score).tolist(), [mids[p] or "" for p in places.tolist()], places.tolist()))[:limit]
+        return (np.array([p for _, _, p in picked], dtype=np.int64),
+                np.array([-neg for neg, _, _ in picked], dtype=np.float64))
 
     def _objects(self) -> tuple[np.ndarray, np.ndarray]:
         """``_mid_objs`` and ``_name_objs``, built when missing or out of date."""

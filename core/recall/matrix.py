@@ -19,6 +19,7 @@ import numpy as np
 
 from core.recall import ivf
 from core.recall.hybrid import Ranked
+from core.recall.order_rows import OrderRows
 from core.recall.types import ranked_of
 from core.recall.vector_table import UNIT_TOLERANCE, RawRow, unit_rows
 
@@ -135,6 +136,16 @@ class VectorSet:
         # filled up to ``_columns_n`` rows on the first search that needs them (``_id_columns``)
         self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._columns_n = 0
+        # Each row's thread-order answer (next message, day, speaker), filled by searches and kept right
+        # under writes by the order cache's change log (``order_rows``); rows reordered: made again.
+        self.order_rows = OrderRows()
+        self.layout = 0  # bumped when rows move (``build_partition``): arrays kept by row elsewhere start over
+
+    def row_of(self, message_id: str) -> int | None:
+        """The row of a message with exactly one row here (None: none, or several)."""
+        self.positions_of("")  # (builds the map once)
+        found = self._positions.get(message_id) if self._positions is not None else None
+        return found if type(found) is int else None
 
     def positions_of(self, message_id: str) -> list[int]:
         if self._positions is None:
@@ -443,6 +454,8 @@ class VectorSet:
         self._columns, self._columns_n = None, 0
         self.partition = part
         self._positions = None
+        self.order_rows = OrderRows()  # (its rows moved)
+        self.layout += 1
         return part
 
 

@@ -35,7 +35,7 @@ import threading
 from bisect import bisect_left
 from collections import OrderedDict
 from datetime import date, timezone
-from typing import Any, Callable, ContextManager, Mapping, NamedTuple, cast
+from typing import Any, Callable, ContextManager, Literal, Mapping, NamedTuple, cast
 
 import sqlalchemy as sa
 
@@ -51,6 +51,7 @@ MAX_KEPT = 200_000
 # From this many messages (of a search's threads not kept yet) they are read whole in the background when
 # attached (``OrderCache.attach``): ~0.4 s at 100,000 messages, which the search that needed them used to wait for.
 BACKGROUND_ROWS = 20_000
+MAX_CHANGES = 4096  # change-log entries kept for ``changes_since`` (arrays marked less often start over)
 MAX_WHOLE_ROWS = 100_000  # messages of whole threads kept (the least recently asked go first; a larger thread is read per candidate)
 
 _STATE_SQL = (f"SELECT (SELECT max(rowid) FROM mastra_messages), "
@@ -59,6 +60,23 @@ _STATE_SQL = (f"SELECT (SELECT max(rowid) FROM mastra_messages), "
 Order = tuple[str | None, date | None, str | None]  # (next message id, UTC day, speaker label)
 Reader = Callable[..., dict[str, Order]]
 _UA = ("user", "assistant")
+
+
+class Change(NamedTuple):
+    """One entry of the change log ``OrderCache.changes_since`` reads: ``messages``: this message's answer
+    changed; ``threads``: any answer of this thread's messages may have; ``others``: any answer of this
+    thread's messages other than its user and assistant messages may have (those are told one by one)."""
+
+    kind: Literal["messages", "threads", "others"]
+    id: str
+
+
+class Changes(NamedTuple):
+    """Changes since a position of the log, by kind (``Change``): message ids, thread ids, thread ids."""
+
+    messages: set[str]
+    threads: set[str]
+    others: set[str]
 
 
 class _Thread:
@@ -83,17 +101,19 @@ class _Thread:
             self.rows[mid] = every[mid] = [nxt, created, head, (nxt, *known) if known is not None else None]
             nxt = mid
 
-    def add(self, mid: str, created: str, head: object, every: dict[str, list[Any]], answers: dict[str, Order]) -> None:
+    def add(self, mid: str, created: str, head: object, every: dict[str, list[Any]], answers: dict[str, Order]) -> str | None:
         """A message appended to the thread: the next message of the one before it (whose answer in
-        ``answers`` is dropped with its entry's)."""
+        ``answers`` is dropped with its entry's); returns that one (None: the appended message is first)."""
         key = (created, mid)
         at = bisect_left(self.keys, key)
         self.keys.insert(at, key)
         self.rows[mid] = every[mid] = [self.keys[at + 1][1] if at + 1 < len(self.keys) else None, created, head, None]
-        if at:
-            before = self.rows[self.keys[at - 1][1]]
-            before[0], before[3] = mid, None
-            answers.pop(self.keys[at - 1][1], None)
+        if not at:
+            return None
+        before = self.rows[self.keys[at - 1][1]]
+        before[0], before[3] = mid, None
+        answers.pop(self.keys[at - 1][1], None)
+        return self.keys[at - 1][1]
 
 
 def decode(created: object, head: object) -> tuple[date | None, str | None] | None:
@@ -142,6 +162,50 @@ class OrderCache:
         # Reading large threads in the background (``attach``): how to open one read transaction, and the loads.
         self._background: tuple[Callable[[], ContextManager[sa.Connection]], BackgroundLoads] | None = None
         self.background_rows = BACKGROUND_ROWS
+        # What changed, in order, for arrays kept by row (``order_rows.OrderRows``), each entry a ``Change``
+        # or None when every answer may have changed (a rewrite); ``_changes[0]`` is change number
+        # ``_changes_start``, older ones are forgotten (``MAX_CHANGES``).
+        self._changes: list[Change | None] = []
+        self._changes_start = 0
+
+    def changes_since(self, position: int | None) -> tuple[int, Changes | None]:
+        """The change-log position now, and the changes since ``position`` (an earlier answer's position;
+        None: never asked), or None when every answer may have changed since (a rewrite, or changes older
+        than the log keeps)."""
+        with self._lock:
+            end = self._changes_start + len(self._changes)
+            if position is None or position < self._changes_start:
+                return end, None
+            out = Changes(set(), set(), set())
+            for change in self._changes[position - self._changes_start:]:
+                if change is None:
+                    return end, None
+                getattr(out, change.kind).add(change.id)
+            return end, out
+
+    def threads_of(self, message_ids: list[str]) -> dict[str, tuple[str, bool]]:
+        """The thread each kept message is in, as the messages table says, and whether it is a user or
+        assistant message (whose answer an append changes only when it is the one before the appended
+        message: ``Change``); messages not kept are left out."""
+        out: dict[str, tuple[str, bool]] = {}
+        with self._lock:
+            for mid in message_ids:
+                thread = self._of.get(mid)
+                if thread is not None:
+                    out[mid] = (thread, True)
+                    continue
+                kept = self._kept.get(mid)
+                if kept is not None:
+                    out[mid] = (kept.thread_id, False)
+        return out
+
+    def _changed(self, change: Change | None) -> None:
+        """Log a change (under ``_lock``); None: every answer may have changed."""
+        self._changes.append(change)
+        if len(self._changes) > MAX_CHANGES:
+            drop = len(self._changes) // 2
+            del self._changes[:drop]
+            self._changes_start += drop
 
     def sync(self, conn: sa.Connection) -> bool:
         """Bring what is kept up to date with the messages table; False: this database reads every time.
@@ -362,16 +426,23 @@ class OrderCache:
                 self._state = state
                 return True
             for mid, thread_id, created, role, first in rows:
-                whole = self._threads.get(thread_id) if role in _UA else None
-                if whole is None:
-                    continue
-                if mid in whole.rows:  # (not an append after all: read the thread again when needed)
-                    self._drop(thread_id)
+                if role not in _UA:
+                    continue  # (nobody's next message: no answer changes)
+                whole = self._threads.get(thread_id)
+                if whole is None or mid in whole.rows:
+                    if whole is not None:  # (not an append after all: read the thread again when needed)
+                        self._drop(thread_id)
+                    self._changed(Change("threads", thread_id))  # (which of its messages changed is not known)
                 else:
                     mid = sys.intern(mid)
-                    whole.add(mid, created, first, self._every, self._answers)
+                    prior = whole.add(mid, created, first, self._every, self._answers)
                     self._of[mid] = thread_id
                     self._whole_rows += 1
+                    # Of the thread's user/assistant messages only the one before changed; its others (tool
+                    # messages, read by id) may all have.
+                    if prior is not None:
+                        self._changed(Change("messages", prior))
+                    self._changed(Change("others", thread_id))
             # A kept message before an appended one, in its thread, may now have it as its next message:
             # unless its next message comes before the appended one (then nothing changed for it).
             doubtful = {m: k for _, t, key in appended for m in self._by_thread.get(t, ())
@@ -410,6 +481,7 @@ class OrderCache:
                     del self._by_thread[kept.thread_id]
 
     def _clear(self) -> None:
+        self._changed(None)
         self._kept.clear()
         self._by_thread.clear()
         self._threads.clear()

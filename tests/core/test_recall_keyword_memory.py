@@ -17,7 +17,8 @@ import pytest
 from core.embedding import HashingEmbedder
 from core.messages import Message
 from core.recall import RecallIndex, keyword
-from core.recall.keyword_memory import KeywordMemory, varints
+from core.recall.keyword_memory import NO_ROW, KeywordMemory, varints
+from core.recall.matrix import VectorSet
 from core.recall.tables import FTS_TABLE
 from core.storage import open_store
 from core.storage.database import read_token
@@ -61,6 +62,16 @@ def same_answers(index: RecallIndex, scopes: list[tuple[str | None, str | None]]
                     assert fast is not None, (query, resource, thread)
                     slow = keyword.search(conn, query, resource_id=resource, thread_id=thread, limit=limit, terms=terms)
                     assert fast == [(h.message_id, h.thread_id, h.resource_id, h.score) for h in slow], (query, limit)
+                    # The same hits as rows of the resource's vector set (a hit of another scope has none).
+                    vset = index.vector_set(conn, resource or "u", None)
+                    assert isinstance(vset, VectorSet)
+                    by_rows = memory.search_rows(conn, terms, vset, resource_id=resource, thread_id=thread,
+                                                 limit=limit, weight=keyword.CONTEXT_WEIGHT)
+                    assert by_rows is not None
+                    rows, scores, mids = by_rows
+                    assert mids == [h.message_id for h in fast] and scores.tolist() == [h.score for h in fast]
+                    assert [vset.message_ids[r] if r != NO_ROW else None for r in rows.tolist()] == [
+                        h.message_id if vset.row_of(h.message_id) is not None else None for h in fast]
             for term in terms:
                 counted = conn.exec_driver_sql(f"SELECT count(*) FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?", (term,)).scalar()
                 assert memory.frequency(conn, term) == counted, term
@@ -290,3 +301,37 @@ def test_an_agents_second_turn_finds_the_first_turns_words(tmp_path: Path):
         assert any(h[1] == "a" and h[3] is not None for h in hits), hits
     finally:
         store.close()
+
+
+def test_hits_as_rows_follow_the_vector_set_as_it_grows_and_messages_with_several_rows(index):
+    store = index.store
+    memory = index.keywords.memory
+    assert index.index_messages(save(store, "t1", "u", 40, 7)).ok
+    with store.db.read() as conn:
+        terms, _ = index.keywords.terms(conn, "running hiking museum zebra")
+        full = memory.search(conn, terms, resource_id="u", thread_id=None, limit=40, weight=keyword.CONTEXT_WEIGHT)
+    assert full is not None and len(full) >= 6
+    hit = [h.message_id for h in full]
+    # A set of its own holding the first three hits' messages, the second of them twice (Mastra's chunks).
+    vecs = np.eye(4, 8, dtype=np.float32)
+    vset = VectorSet.of_rows(8, "m", vecs, [hit[0], hit[1], hit[1], hit[2]], ["t1"] * 4, ["u"] * 4, [None] * 4)
+
+    def rows() -> list[int]:
+        with store.db.read() as conn:
+            got = memory.search_rows(conn, terms, vset, resource_id="u", thread_id=None, limit=40,
+                                     weight=keyword.CONTEXT_WEIGHT)
+        assert got is not None and got[2] == hit
+        return got[0].tolist()
+
+    assert rows() == [0, NO_ROW, 3] + [NO_ROW] * (len(hit) - 3)
+    # Grown: a hit without a row gets one, and one with a row gets a second (then it has no single row).
+    vset.message_ids += [hit[3], hit[0]]
+    vset.thread_ids += ["t1", "t1"]
+    vset.resource_ids += ["u", "u"]
+    vset.append_vectors(np.eye(2, 8, 4, dtype=np.float32), ["t1", "t1"])
+    assert rows() == [NO_ROW, NO_ROW, 3, 4] + [NO_ROW] * (len(hit) - 4)
+    # Rows moved: looked up again.
+    vset.build_partition(nlist=2)
+    assert vset.message_ids[:2] != [hit[0], hit[1]]  # (the rows did move)
+    assert [vset.message_ids[r] if r != NO_ROW else None for r in rows()] == [
+        None, None, hit[2], hit[3]] + [None] * (len(hit) - 4)
