@@ -38,8 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core import Memory, MemoryOptions, Message, open_store  # noqa: E402
-from core.recall import keyword as keyword_docs  # noqa: E402
-from core.recall.schema import batch_passage_hash, upsert_docs, vector_table_name  # noqa: E402
+from core.recall.schema import vector_table_name  # noqa: E402
 from core.recall.tables import DOCS_TABLE, FTS_TABLE, VOCAB_TABLE  # noqa: E402
 from core.storage import bulk, driver_sql  # noqa: E402
 from core.storage.memory_store import MessageQuery  # noqa: E402
@@ -153,97 +152,42 @@ def where_time_goes(n: int) -> None:
 
 # Stored-layout candidates for the recall tables (issue 20 item 3b), applied to a scratch database after its
 # first batch; none is the stored layout: each either changes what a search answers or slows a read (ARCHITECTURE,
-# Known problems). (name, statements)
-_FTS, _DOCS, _VOCAB, _VEC = FTS_TABLE, DOCS_TABLE, VOCAB_TABLE, vector_table_name(64)  # (the hashing embedder's)
-_CONTENTLESS = (
-    f"DROP TABLE {_VOCAB}", f"DROP TABLE {_FTS}",
-    f"CREATE VIRTUAL TABLE {_FTS} USING fts5(body, context, content='', contentless_delete=1, "
-    "tokenize = 'porter unicode61 remove_diacritics 2')",
-    f"CREATE VIRTUAL TABLE {_VOCAB} USING fts5vocab({_FTS}, instance)",
-)
-# An external-content table writes what a contentless one does (the index and the sizes, no copy of the text):
-# FTS5 reads its content table only to answer a column read, a highlight or a delete. The view stands for
-# the source a landed layout would need (the message's text and its previous message's, as indexed); here
-# it answers nothing, so this candidate measures the writes only.
-_EXTERNAL = (
-    f"DROP TABLE {_VOCAB}", f"DROP TABLE {_FTS}",
-    f"CREATE VIEW {_FTS}_source AS SELECT doc_id, NULL AS body, NULL AS context FROM {_DOCS}",
-    f"CREATE VIRTUAL TABLE {_FTS} USING fts5(body, context, content='{_FTS}_source', content_rowid='doc_id', "
-    "tokenize = 'porter unicode61 remove_diacritics 2')",
-    f"CREATE VIRTUAL TABLE {_VOCAB} USING fts5vocab({_FTS}, instance)",
-)
+# Known problems). (name, statements). Measured before and gone with the layout they changed: a contentless
+# and an external-content FTS5 table, the keyword-doc table's indexes and row, and the doc moved into the FTS5
+# row (the stored layout since ``0031_recall_keyword_rows``; Figures, the s31-w3b and s32-w3c rows).
+_FTS, _VOCAB, _VEC = FTS_TABLE, VOCAB_TABLE, vector_table_name(64)  # (the hashing embedder's)
 
 
 def _fts_as(options: str, columns: str = "body, context") -> tuple[str, ...]:
-    """The FTS5 table made again with other columns or options (the vocabulary view with it)."""
+    """The FTS5 table made again with other columns or options (the vocabulary view with it; the docs'
+    view of older versions dropped, it reads the table)."""
     return (
-        f"DROP TABLE {_VOCAB}", f"DROP TABLE {_FTS}",
-        f"CREATE VIRTUAL TABLE {_FTS} USING fts5({columns}, {options}"
+        f"DROP VIEW {DOCS_TABLE}", f"DROP TABLE {_VOCAB}", f"DROP TABLE {_FTS}",
+        f"CREATE VIRTUAL TABLE {_FTS} USING fts5({columns}, content_hash UNINDEXED, {options}"
         "tokenize = 'porter unicode61 remove_diacritics 2')",
         f"CREATE VIRTUAL TABLE {_VOCAB} USING fts5vocab({_FTS}, instance)",
     )
 
 
-_NO_DOC_INDEXES = (f"DROP INDEX {_DOCS}_thread", f"DROP INDEX {_DOCS}_resource")
 _NO_VECTOR_SCOPE_INDEXES = (f"DROP INDEX {_VEC}_thread_id", f"DROP INDEX {_VEC}_resource_id")
 LAYOUTS: dict[str, tuple[str, ...]] = {
     "as stored": (),
-    "contentless FTS5 (contentless_delete=1)": _CONTENTLESS,
-    "external-content FTS5 (writes only)": _EXTERNAL,
-    "no keyword-doc thread/resource indexes": _NO_DOC_INDEXES,
-    "no keyword-doc resource index": (f"DROP INDEX {_DOCS}_resource",),
     "no vector message_id index": (f"DROP INDEX {_VEC}_message_id",),
     "no vector thread/resource indexes": _NO_VECTOR_SCOPE_INDEXES,
-    "all of the above": _CONTENTLESS + _NO_DOC_INDEXES + _NO_VECTOR_SCOPE_INDEXES + (f"DROP INDEX {_VEC}_message_id",),
+    "no vector JSON indexes": _NO_VECTOR_SCOPE_INDEXES + (f"DROP INDEX {_VEC}_message_id",),
     # FTS5 options (2026-12-06): postings without offsets (the in-process keyword memory needs them for
-    # phrases and term counts), without columns either, no per-row sizes (bm25() and the keyword memory
-    # read them), the previous message's text stored but not indexed (what indexing it costs).
+    # phrases and term counts), without columns either, the previous message's text stored but not indexed
+    # (what indexing it costs). (No per-row sizes, ``columnsize=0``, no longer applies: the keyword writers
+    # find a message's row in its ``_docsize`` table.)
     "FTS5 detail=column": _fts_as("detail=column, "),
     "FTS5 detail=none": _fts_as("detail=none, "),
-    "FTS5 columnsize=0": _fts_as("columnsize=0, "),
     "FTS5 context UNINDEXED": _fts_as("", "body, context UNINDEXED"),
-    # A smaller keyword-doc row: (doc id, message id, hash), its thread and resource read through the message
-    # (below, ``_DOC_WRITERS``: the docs' thread and resource left NULL), no thread / resource indexes.
-    "smaller keyword-doc row (no thread/resource)": _NO_DOC_INDEXES,
-    # The keyword doc's row moved into the FTS5 row (below, ``_DOC_WRITERS``): no docs row, no docs indexes.
-    "doc in the FTS5 row (ids and hash UNINDEXED)": _fts_as(
-        "", "body, context, message_id UNINDEXED, thread_id UNINDEXED, resource_id UNINDEXED, content_hash UNINDEXED"),
-    "doc in the FTS5 row (hash only)": _fts_as("", "body, context, content_hash UNINDEXED"),
 }
 
 
-def _doc_in_fts_row(ids: bool) -> Any:
-    """A keyword-doc writer for new messages that writes no docs row: the doc's columns go into the FTS5
-    row as UNINDEXED columns (``ids``: message, thread and resource ids and the passage hash; else the hash
-    only, a message's ids then being found through its ``mastra_messages`` rowid). A prototype of the writes
-    only: nothing reads these rows, and the one read is the newest rowid, where the stored path reads the
-    batch's present docs too (~0.9 µs a message), so it flatters the candidate by about that."""
-    head = f"INSERT INTO {FTS_TABLE} (rowid, body, context, {'message_id, thread_id, resource_id, ' if ids else ''}content_hash)"
-
-    def write(conn: Any, docs: list[tuple[str, str | None, str | None, str, str]]) -> None:
-        keep = [d for d in docs if d[3].strip()]
-        if keep:
-            top = int(driver_sql.scalar(conn, f"SELECT coalesce(max(rowid), 0) FROM {FTS_TABLE}") or 0)
-            bulk.insert_json_rows(conn, head, [
-                (top + i, text, ctx, *((mid, tid, rid) if ids else ()), batch_passage_hash(ctx, text))
-                for i, (mid, tid, rid, text, ctx) in enumerate(keep, 1)])
-    return write
-
-
-def _doc_without_scope(conn: Any, docs: list[tuple[str, str | None, str | None, str, str]]) -> None:
-    """The stored doc writer with each doc's thread and resource left out."""
-    upsert_docs(conn, [(mid, None, None, text, ctx) for mid, _tid, _rid, text, ctx in docs])
-
-
-_DOC_WRITERS = {"smaller keyword-doc row (no thread/resource)": _doc_without_scope,
-                "doc in the FTS5 row (ids and hash UNINDEXED)": _doc_in_fts_row(True),
-                "doc in the FTS5 row (hash only)": _doc_in_fts_row(False)}
-
-
-def layout_rate(n: int, statements: tuple[str, ...], recall: bool = True, writer: Any = None) -> tuple[float, float]:
+def layout_rate(n: int, statements: tuple[str, ...], recall: bool = True) -> tuple[float, float]:
     """(µs of CPU per message, bytes per message of the whole file) saving ``n`` messages in batches of 100
-    with ``statements`` run on the database after a first batch of another thread (which made the tables),
-    and ``writer`` (when given) writing the keyword docs of those ``n`` in place of ``upsert_docs``."""
+    with ``statements`` run on the database after a first batch of another thread (which made the tables)."""
     with tempfile.TemporaryDirectory() as tmp:
         store, memory = save_bench_memory(Path(tmp), recall)
         memory.create_thread(resource_id="bench", thread_id="warm")
@@ -254,15 +198,10 @@ def layout_rate(n: int, statements: tuple[str, ...], recall: bool = True, writer
                 conn.exec_driver_sql(statement)
             docs_before = int(conn.exec_driver_sql(f"SELECT count(*) FROM {FTS_TABLE}").scalar() or 0) if recall else 0
         msgs = make_messages(n, "t")
-        # (``keyword``'s own name for the doc writer, the one its backend calls)
-        setattr(keyword_docs, "upsert_docs", writer or upsert_docs)
-        try:
-            cpu = time.process_time()
-            for i in range(0, n, 100):
-                memory.save_messages(msgs[i:i + 100])
-            cpu = time.process_time() - cpu
-        finally:
-            setattr(keyword_docs, "upsert_docs", upsert_docs)
+        cpu = time.process_time()
+        for i in range(0, n, 100):
+            memory.save_messages(msgs[i:i + 100])
+        cpu = time.process_time() - cpu
         with store.db.write() as conn:
             if recall:  # (a failed recall write is logged, not raised: the rows must be there)
                 written = int(conn.exec_driver_sql(f"SELECT count(*) FROM {FTS_TABLE}").scalar() or 0) - docs_before
@@ -290,8 +229,7 @@ def layouts(n: int, runs: int, only: str = "") -> None:
     layout_rate(n, (), recall=True)
     for r in range(runs):
         for name in names if r % 2 == 0 else names[::-1]:
-            spent, size[name] = layout_rate(n, LAYOUTS.get(name, ()), recall=name != "recall off",
-                                            writer=_DOC_WRITERS.get(name))
+            spent, size[name] = layout_rate(n, LAYOUTS.get(name, ()), recall=name != "recall off")
             cpu[name].append(spent)
     off = statistics.median(cpu["recall off"])
     print(f"{n:,} messages in batches of 100, median of {runs} (µs of CPU a message; bytes a message in the file):")

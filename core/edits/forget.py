@@ -53,7 +53,8 @@ _FTS = "memory_studio_message_fts"
 _DOCS = "memory_studio_fts_docs"
 _QUEUE = "memory_studio_recall_queue"
 _LOG = "memory_studio_recall_log"  # Postgres: the recall change log (``core.recall.pg_changes``)
-_LOG_PRUNED = ("memory_studio_recall_state", "log:pruned_below")  # where readers learn rows may be gone
+_STATE = "memory_studio_recall_state"
+_LOG_PRUNED = (_STATE, "log:pruned_below")  # where readers learn rows may be gone
 _VECTORS = "memory_messages"
 _CHUNK = 400
 
@@ -85,7 +86,9 @@ PLACES: list[Place] = [
     Place("observations", "mastra_observational_memory",
           (('"lookupKey"', "om_keys"), ('"resourceId"', "resources"), ('"threadId"', "threads"))),
     Place("keyword index", _FTS, (("rowid", "fts_rows"),), needs="fts5"),
-    Place("keyword docs", _DOCS, (("message_id", "messages"), ("thread_id", "threads"), ("resource_id", "resources"))),
+    # (libSQL keeps each doc in its FTS5 row since ``0031_recall_keyword_rows``; ``_DOCS`` is a view there)
+    Place("keyword docs", _DOCS, (("message_id", "messages"), ("thread_id", "threads"), ("resource_id", "resources")),
+          needs="tsvector"),
     Place("vectors", _VECTORS,
           (("{json:message_id}", "messages"), ("vector_id", "messages"), ("{json:thread_id}", "threads"),
            ("{json:resource_id}", "resources")), prefix=True),
@@ -249,10 +252,14 @@ def _targets(conn: sa.Connection, resource_id: str) -> Targets:
                             ('SELECT id FROM mastra_observational_memory WHERE "threadId" IN {in}', threads)):
             om.update(_ids(conn, sql, values))
         t.om_records = sorted(om)
-    if capabilities_of(conn).full_text == "fts5" and catalog.has_table(conn, _DOCS):
+    if capabilities_of(conn).full_text == "fts5" and catalog.has_table(conn, _FTS):
+        # A keyword row's rowid is its message's (``0031_recall_keyword_rows``); the messages' delete
+        # trigger removes it too, this names it for the dry run's count and for a row the trigger missed.
         rows: set[int] = set()
-        for col, values in (("message_id", t.messages), ("thread_id", threads), ("resource_id", resources)):
-            rows.update(int(x) for x in _ids(conn, f"SELECT doc_id FROM {_DOCS} WHERE {col} IN {{in}}", values))
+        for col, values in (("id", t.messages), ("thread_id", threads), ('"resourceId"', resources)):
+            rows.update(int(x) for x in _ids(
+                conn, f"SELECT m.rowid FROM mastra_messages m JOIN {_FTS}_docsize s ON s.id = m.rowid "
+                f"WHERE m.{col} IN {{in}}", values))
         t.fts_rows = sorted(rows)
     if catalog.has_table(conn, SPANS):
         traces = set(_ids(conn, f'SELECT DISTINCT "traceId" FROM {SPANS} WHERE "threadId" IN {{in}}', threads))
@@ -372,8 +379,10 @@ def _database(store: "Store", resource_id: str, dry_run: bool, report: ForgetRep
         if _LOG in existing:  # last: every delete above logged the ids it touched
             report.removed["recall change log"] = _forget_log(conn, targets, dry_run)
         if not dry_run and targets.fts_rows and capabilities_of(conn).full_text == "fts5" and _FTS in existing:
-            # Merge the index's segments, so deleted terms leave the index itself, not only its doc list.
+            # Merge the index's segments, so deleted terms leave the index itself, not only its doc list;
+            # and tell the in-process keyword indexes their rows went (FTS5 has no triggers to do it).
             conn.exec_driver_sql(f"INSERT INTO {_FTS}({_FTS}) VALUES ('optimize')")
+            conn.exec_driver_sql(f"UPDATE {_STATE} SET value = value + 1 WHERE key = 'fts:rewrites'")
         if checked and not dry_run:  # last, so it sees every delete above
             return targets, at_commit(conn, [*targets.resources, *targets.threads])
         return targets, None

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from core.messages import Message
 from core.recall.passages import INDEXED_ROLES
-from core.recall.schema import DOCS_TABLE, FTS_TABLE
+from core.recall.schema import FTS_TABLE, doc_state
 from core.recall.search import run
 from core.recall.text import recall_text
 from core.recall.hybrid import fusion_for
@@ -471,8 +471,7 @@ def _index_facts(index: "RecallIndex", m: Message) -> tuple[set[str | None], boo
         models.add(index.model_id)
     with index.store.db.read() as conn:
         models.update(index.vectors.models_of(conn, m.id))
-        has_doc = bool(index.has_fts) and conn.exec_driver_sql(
-            f"SELECT 1 FROM {DOCS_TABLE} WHERE message_id = ?", (m.id,)).first() is not None
+        has_doc = bool(index.has_fts) and m.id in doc_state(conn, [m.id])
     return models, has_doc
 
 
@@ -561,7 +560,7 @@ def _matched_by_context_only(index: "RecallIndex", ins: Inspection, message_id: 
     with index.store.db.read() as conn:
         found = conn.exec_driver_sql(
             f"SELECT 1 FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? AND rowid = "
-            f"(SELECT doc_id FROM {DOCS_TABLE} WHERE message_id = ?)", (expr, message_id)).first()
+            "(SELECT rowid FROM mastra_messages WHERE id = ?)", (expr, message_id)).first()
     return found is None
 
 

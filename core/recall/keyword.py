@@ -25,6 +25,7 @@ from core.recall.schema import (
     QUEUE_TABLE,
     STATE_TABLE,
     delete_docs,
+    keyword_rows_ready,
     upsert_docs,
 )
 from core.recall import passages
@@ -32,7 +33,6 @@ from core.recall.keyword_memory import KeywordMemory
 from core.recall.types import DocRow, Ranked
 from core.recall.text import keyword_terms
 from core.storage import driver_sql
-from core.storage.catalog import has_table
 
 DRAIN_BATCH = 2000
 # BM25 weight of the previous-message column against the message's own (1.0); tuned on LoCoMo public.
@@ -95,7 +95,7 @@ class TermStats:
 
     # -- how the index is counted (Postgres: ``pg_keywords.PgTermStats``) -----------------------
     def _mark_of(self, conn: sa.Connection) -> int:
-        """A number that grows with the index (its newest document id)."""
+        """A number that grows with the index (its newest document id; Postgres's docs table)."""
         return int(conn.exec_driver_sql(f"SELECT coalesce(max(doc_id), 0) FROM {DOCS_TABLE}").scalar() or 0)
 
     def _rows_of(self, conn: sa.Connection) -> int:
@@ -150,6 +150,13 @@ class MemoryTermStats(TermStats):
     def __init__(self, memory: KeywordMemory) -> None:
         super().__init__()
         self._memory = memory
+
+    def _mark_of(self, conn: sa.Connection) -> int:
+        """The newest keyword row's rowid (FTS5's per-row sizes: a doc is its FTS5 row, ``0031``)."""
+        return int(conn.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {FTS_TABLE}_docsize").scalar() or 0)
+
+    def _rows_of(self, conn: sa.Connection) -> int:
+        return int(conn.exec_driver_sql(f"SELECT count(*) FROM {FTS_TABLE}_docsize").scalar() or 0)
 
     def _frequency_of(self, conn: sa.Connection, term: str) -> int:
         known = self._memory.frequency(conn, term)
@@ -293,33 +300,33 @@ def search(
     expr = " OR ".join(terms)
     where = [f"{FTS_TABLE} MATCH ?"]
     params: list[object] = [expr]
+    # A row's message, thread and resource are its message's, found by the row's rowid (``0031``).
     if resource_id is not None:
-        where.append("d.resource_id = ?")
+        where.append('coalesce(m."resourceId", t."resourceId") = ?')
         params.append(resource_id)
     if thread_id is not None:
-        where.append("d.thread_id = ?")
+        where.append("m.thread_id = ?")
         params.append(thread_id)
     if exclude_thread is not None:  # (docs without a thread are kept)
-        where.append("d.thread_id IS NOT ?")
+        where.append("m.thread_id IS NOT ?")
         params.append(exclude_thread)
-    join = ""
     if until is not None:
-        join = "JOIN mastra_messages m ON m.id = d.message_id "
         where.append('m."createdAt" < ?')
         params.append(until)
     params.append(limit)
     rows = conn.exec_driver_sql(
-        f"SELECT d.message_id, d.thread_id, d.resource_id, bm25({FTS_TABLE}, 1.0, {float(weight)}) AS s "
-        f"FROM {FTS_TABLE} "
-        f"JOIN {DOCS_TABLE} d ON d.doc_id = {FTS_TABLE}.rowid {join}WHERE {' AND '.join(where)} "
-        "ORDER BY s, d.message_id LIMIT ?",
+        f'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), bm25({FTS_TABLE}, 1.0, {float(weight)}) AS s '
+        f"FROM {FTS_TABLE} JOIN mastra_messages m ON m.rowid = {FTS_TABLE}.rowid "
+        f"LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE {' AND '.join(where)} "
+        "ORDER BY s, m.id LIMIT ?",
         tuple(params),
     ).all()
     return [KeywordHit(r[0], r[1], r[2], -float(r[3])) for r in rows]
 
 
 def delete_thread(conn: sa.Connection, thread_id: str) -> int:
-    ids = [r[0] for r in conn.exec_driver_sql(f"SELECT message_id FROM {DOCS_TABLE} WHERE thread_id = ?", (thread_id,))]
+    """The keyword rows of the thread's messages still stored (a deleted message's row went with it)."""
+    ids = [r[0] for r in conn.exec_driver_sql("SELECT id FROM mastra_messages WHERE thread_id = ?", (thread_id,))]
     return delete_docs(conn, ids)
 
 
@@ -341,7 +348,7 @@ class Fts5Keywords:
         self._lock = threading.Lock()
 
     def open(self, conn: sa.Connection) -> None:
-        self.available = has_table(conn, DOCS_TABLE)
+        self.available = keyword_rows_ready(conn)
 
     def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
         terms = keyword_terms(query)  # (cut once: the prefetch and the selection read the same terms)
@@ -400,7 +407,7 @@ class Fts5Keywords:
         count = int(conn.exec_driver_sql(
             "SELECT count(*) FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id "
             f"WHERE {scope_sql} AND m.role IN ('user', 'assistant') AND ("
-            f"(m.rowid > ? AND NOT EXISTS (SELECT 1 FROM {DOCS_TABLE} d WHERE d.message_id = m.id)) "
+            f"(m.rowid > ? AND NOT EXISTS (SELECT 1 FROM {FTS_TABLE}_docsize d WHERE d.id = m.rowid)) "
             f"OR m.id IN (SELECT message_id FROM {QUEUE_TABLE} WHERE op = 'upsert'))",
             (*params, int(mark or 0)),
         ).scalar() or 0)

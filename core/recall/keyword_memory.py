@@ -19,7 +19,8 @@ disagree with the index.
 
 FTS5 stays the stored truth. Every search first reads, in one statement, what changes with any write
 of the index: FTS5's structure record (a new segment for every transaction that wrote), its averages
-record and the docs' rewrite counter (bumped by triggers on every update or delete of a doc). Rows
+record and the rows' rewrite counter (bumped on every delete of a keyword row: by the delete trigger on the
+messages and by the writers, ``schema._delete_rowids``). Rows
 appended since are read and tokenized, and the counts checked against the averages record; a rewrite,
 a mismatch or anything unexpected drops what was kept, and a search this module cannot answer exactly
 (``until``, a term with no token, a column weight that is not a small binary fraction, a very large
@@ -43,7 +44,7 @@ import sqlalchemy as sa
 from core.background import BackgroundLoads, CancelToken
 from core.errors import MemoryStudioError
 from core.recall.types import Ranked, ranked_of
-from core.recall.tables import DOCS_TABLE, FTS_TABLE, STATE_TABLE, VOCAB_TABLE
+from core.recall.tables import FTS_TABLE, STATE_TABLE, VOCAB_TABLE
 from core.storage import driver_sql
 from core.storage.catalog import has_table, virtual_table_sql
 from core.storage.database import read_token
@@ -72,6 +73,12 @@ _STATE_SQL = (
     f"(SELECT value FROM {STATE_TABLE} WHERE key = '{FTS_REWRITES}')"
 )
 
+# Each keyword row's (rowid, message, thread, resource) above a rowid: its message's, found by the row's
+# rowid (migration ``0031_recall_keyword_rows``).
+_DOCS_SQL = (
+    f'SELECT s.id, m.id, m.thread_id, coalesce(m."resourceId", t."resourceId") FROM {FTS_TABLE}_docsize s '
+    "JOIN mastra_messages m ON m.rowid = s.id LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE s.id > ?"
+)
 
 # A phrase's (rows it is in, ascending; its instances in the body; in the context; the rows' places in
 # ``KeywordMemory._rowids``, None when a row has no size; its BM25 parts as last computed, with the
@@ -377,7 +384,7 @@ class KeywordMemory:
         self._resources = np.full(len(sizes), -1, dtype=np.int64)
         self._threads = np.full(len(sizes), -1, dtype=np.int64)
         self._mids = [None] * len(sizes)
-        self._add_docs(driver_sql.rows(conn, f"SELECT doc_id, message_id, thread_id, resource_id FROM {DOCS_TABLE}"))
+        self._add_docs(driver_sql.rows(conn, _DOCS_SQL, (0,)))
         self._cancelled()
         if self._tokens <= MAX_TOKENS_KEPT:  # every posting, read in one pass (like the vector matrix)
             every = self._read_postings(conn, "", ())
@@ -472,9 +479,7 @@ class KeywordMemory:
                 if kept is not None:
                     self._postings[token] = np.concatenate([kept, np.sort(np.array(keys, dtype=np.int64))])
                     self._kept += len(keys)
-        self._add_docs(conn.exec_driver_sql(
-            f"SELECT doc_id, message_id, thread_id, resource_id FROM {DOCS_TABLE} WHERE doc_id > ?",
-            (self._max_doc,)).all())
+        self._add_docs(driver_sql.rows(conn, _DOCS_SQL, (self._max_doc,)))
 
     def _read_postings(self, conn: sa.Connection, where: str, params: tuple[Any, ...]) -> dict[str, np.ndarray] | None:
         """Instance keys per token from the ``fts5vocab`` table, of rows up to the last one loaded (a row

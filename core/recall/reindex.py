@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable
 
 from core.messages import Message
 from core.recall.index import INDEXED_ROLES, RecallError, RecallIndex
-from core.recall.schema import quoted, text_of_raw
+from core.recall.schema import delete_orphan_rows, quoted, text_of_raw
 from core.recall.pieces import cut as cut_pieces, text_hash as piece_hash
 from core.recall.text import passage_hash
 from core.storage import dialect
@@ -159,6 +159,10 @@ def reindex(
         index.set_pieces(None if pieces == "default" else pieces == "on")
     touched: dict[str, str | None] = {}
     index.sync_keywords(limit=10**9, touched=touched)
+    orphans = 0
+    if index.has_fts and store.capabilities.full_text == "fts5":
+        with store.db.write() as conn:  # (keyword rows no message holds: ``schema.delete_orphan_rows``)
+            orphans = delete_orphan_rows(conn)
     todo, already = _work_list(index, resource_id)
     changed, piece_work, piece_drops = _changed(index, resource_id)
     if changed:
@@ -166,6 +170,7 @@ def reindex(
         already -= len(changed)
     report = ReindexReport(total=len(todo), already_indexed=already, changed=len(changed), model_id=index.model_id,
                            pieces=index.pieces, resource_id=resource_id)
+    report.keyword_docs_dropped += orphans
     for owner in touched.values():
         if owner is None:
             report.keyword_docs_dropped += 1

@@ -23,6 +23,17 @@ Two named migrations (registered on import):
   for a writer's claim of its messages' rows (``pg_keywords.claim_queued``).
 - ``0026_recall_keyword_config``: Postgres only (``pg_schema``): keyword docs keyed with the engine's
   own text search configuration, which keeps stop words as FTS5's porter tokenizer does.
+- ``0031_recall_keyword_rows``: the keyword doc moves into its FTS5 row (libSQL; Postgres keeps its docs
+  table). The FTS5 row's rowid is the message's ``mastra_messages`` rowid, through which its message,
+  thread and resource are read (a message keeps its rowid for its life: an update keeps it, ``VACUUM``
+  keeps it; a deleted top rowid handed to the next insert is why a delete queues its rowid), and its
+  passage hash is an ``UNINDEXED`` column: no docs row and none of its three b-trees per message
+  (issue 20 item 3b). The delete trigger on ``mastra_messages`` now removes the message's FTS5 row itself
+  (in the deleting transaction, whoever deletes) and bumps ``fts:rewrites``; the writers here bump it on
+  every FTS5 delete (a virtual table has no triggers). The migration copies every doc of a stored message
+  into the new table in one transaction (a doc whose message is gone is dropped: its queued delete
+  still drops its vectors), and leaves a view under the docs table's name, so an older Memory Studio
+  reading this file reads the same docs (it refuses to write: the migration is unknown to it).
 - ``0005_vector_index``: a small counters table. Each vector table gets triggers that bump
   ``<table>:rewrites`` on every update and delete; an in-process matrix compares it, and the table's
   ``max(rowid)`` for appends, with what it loaded, so vectors written by another process appear
@@ -52,6 +63,7 @@ import sqlalchemy as sa
 from core.storage import bulk, catalog, dialect, driver_sql
 
 from core.storage import migrations
+from core.storage.capabilities import capabilities_of
 from core.recall import pg_changes, pg_schema  # the same steps on Postgres
 from core.recall.tables import DOCS_TABLE as DOCS_TABLE, FTS_TABLE as FTS_TABLE, FTS_WATERMARK as FTS_WATERMARK
 from core.recall.tables import QUEUE_TABLE as QUEUE_TABLE, STATE_TABLE as STATE_TABLE
@@ -67,8 +79,11 @@ KEYWORD_MEMORY_MIGRATION = "0023_recall_keyword_memory"
 CHANGE_LOG_MIGRATION = "0024_recall_change_log"
 QUEUE_INDEX_MIGRATION = "0025_recall_queue_by_message"
 KEYWORD_CONFIG_MIGRATION = "0026_recall_keyword_config"
+KEYWORD_ROWS_MIGRATION = "0031_recall_keyword_rows"
 RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION, IVF_MIGRATION, APPENDS_MIGRATION, PACKS_MIGRATION,
-                     KEYWORD_MEMORY_MIGRATION, CHANGE_LOG_MIGRATION, QUEUE_INDEX_MIGRATION, KEYWORD_CONFIG_MIGRATION)
+                     KEYWORD_MEMORY_MIGRATION, CHANGE_LOG_MIGRATION, QUEUE_INDEX_MIGRATION, KEYWORD_CONFIG_MIGRATION,
+                     KEYWORD_ROWS_MIGRATION)
+_TOKENIZE = "tokenize = 'porter unicode61 remove_diacritics 2'"
 
 _FTS_DDL = (
     f"CREATE TABLE {DOCS_TABLE} (doc_id INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, "
@@ -78,7 +93,7 @@ _FTS_DDL = (
     # porter: "allergies" finds "allergy" (both "allergi"), but not "allergic" ("allerg": Known problems);
     # unicode61 leaves the pre-spaced CJK characters alone.
     # body: the message; context: the previous message of its thread (ranked with a lower weight).
-    f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(body, context, tokenize = 'porter unicode61 remove_diacritics 2')",
+    f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(body, context, {_TOKENIZE})",
     # Inserts are found by rowid (above the watermark in the state table), not by a trigger: a
     # per-row trigger halved the insert rate of every save. Updates and deletes are rare and queued;
     # a delete records its rowid because SQLite may hand a deleted top rowid to the next insert.
@@ -121,18 +136,72 @@ _IVF_DDL = (
 
 
 def _backfill_fts(conn: sa.Connection) -> None:
-    """Index messages that existed before the migration (the triggers only see later writes)."""
+    """Index messages that existed before the migration (the triggers only see later writes), in this
+    migration's layout (a docs row numbered apart from its FTS5 row's message; ``0031`` moves them)."""
     rows = conn.exec_driver_sql(
         'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), CAST(m.content AS BLOB), m."createdAt" '
         "FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE m.role != 'system'"
     ).all()
     for mid, thread_id, resource_id, raw, created in rows:
+        text = text_of_raw(raw)
+        if not text.strip():
+            continue
         context = previous_text(conn, thread_id, created, mid)
-        upsert_doc(conn, mid, thread_id, resource_id, text_of_raw(raw), context, hashed=False)  # no column yet
+        doc_id = conn.exec_driver_sql(
+            f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id) VALUES (?, ?, ?) RETURNING doc_id",
+            (mid, thread_id, resource_id)).scalar()
+        conn.exec_driver_sql(f"INSERT INTO {FTS_TABLE} (rowid, body, context) VALUES (?, ?, ?)",
+                             (doc_id, segment(text), segment(context)))
     top = conn.exec_driver_sql("SELECT coalesce(max(rowid), 0) FROM mastra_messages").scalar()
     conn.exec_driver_sql(
         f"INSERT OR REPLACE INTO {STATE_TABLE} (key, value) VALUES (?, ?)", (FTS_WATERMARK, int(top or 0))
     )
+
+
+#: The keyword doc's columns an older Memory Studio reads (``0031_recall_keyword_rows``), as a view.
+_DOCS_VIEW = (
+    f"CREATE VIEW {DOCS_TABLE} AS SELECT f.rowid AS doc_id, m.id AS message_id, m.thread_id AS thread_id, "
+    'coalesce(m."resourceId", t."resourceId") AS resource_id, f.content_hash AS content_hash '
+    f"FROM {FTS_TABLE} f JOIN mastra_messages m ON m.rowid = f.rowid LEFT JOIN mastra_threads t ON t.id = m.thread_id"
+)
+#: A deleted message's keyword row goes with it, in the deleting transaction (whoever deletes: its rowid
+#: may be handed to the next insert); the rewrite counter tells the in-process keyword index.
+_DELETE_TRIGGER = (
+    f"""CREATE TRIGGER memory_studio_messages_ad AFTER DELETE ON mastra_messages BEGIN
+        UPDATE {STATE_TABLE} SET value = value + 1 WHERE key = 'fts:rewrites'
+            AND EXISTS (SELECT 1 FROM {FTS_TABLE}_docsize WHERE id = old.rowid);
+        DELETE FROM {FTS_TABLE} WHERE rowid = old.rowid;
+        INSERT INTO {QUEUE_TABLE} (message_id, op, row_id) VALUES (old.id, 'delete', old.rowid); END"""
+)
+
+
+def _docs_into_fts(conn: sa.Connection) -> None:
+    """``0031_recall_keyword_rows``: each doc of a stored message copied into a new FTS5 table at its
+    message's rowid, with its passage hash; the docs table, the old FTS5 table and its vocabulary view
+    dropped; the new table renamed to the old name. One transaction (the migration's)."""
+    staging = FTS_TABLE + "_next"
+    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {VOCAB_TABLE}")
+    conn.exec_driver_sql(f"CREATE VIRTUAL TABLE {staging} USING fts5(body, context, content_hash UNINDEXED, {_TOKENIZE})")
+    conn.exec_driver_sql(
+        f"INSERT INTO {staging} (rowid, body, context, content_hash) SELECT m.rowid, f.body, f.context, d.content_hash "
+        f"FROM {DOCS_TABLE} d JOIN {FTS_TABLE} f ON f.rowid = d.doc_id JOIN mastra_messages m ON m.id = d.message_id "
+        "ORDER BY m.rowid")
+    conn.exec_driver_sql(f"DROP TABLE {FTS_TABLE}")
+    conn.exec_driver_sql(f"DROP TABLE {DOCS_TABLE}")  # (its indexes and rewrite triggers with it)
+    conn.exec_driver_sql(f"ALTER TABLE {staging} RENAME TO {FTS_TABLE}")
+    conn.exec_driver_sql(f"CREATE VIRTUAL TABLE {VOCAB_TABLE} USING fts5vocab({FTS_TABLE}, instance)")
+    conn.exec_driver_sql(_DOCS_VIEW)
+    conn.exec_driver_sql("DROP TRIGGER IF EXISTS memory_studio_messages_ad")
+    conn.exec_driver_sql(_DELETE_TRIGGER)
+    conn.exec_driver_sql(f"INSERT OR IGNORE INTO {STATE_TABLE} (key, value) VALUES ('fts:rewrites', 0)")
+    # (every row has a new rowid: a process's in-process keyword index must load again)
+    conn.exec_driver_sql(f"{_BUMP_REWRITES} AND EXISTS (SELECT 1 FROM {FTS_TABLE}_docsize)")
+
+
+def keyword_rows_ready(conn: sa.Connection) -> bool:
+    """Whether this libSQL database's keyword index has this version's layout (``0031``): the FTS5 table
+    with its ``content_hash`` column. An older layout is read by nothing here: it waits for the migration."""
+    return catalog.has_table(conn, FTS_TABLE) and "content_hash" in columns(conn, FTS_TABLE)
 
 
 def _drop_append_triggers(conn: sa.Connection) -> None:
@@ -202,6 +271,14 @@ def _register() -> None:
             KEYWORD_CONFIG_MIGRATION, "Keyword docs keyed with a text search configuration that keeps stop words, "
             "as FTS5 does (Postgres; the docs already there are re-keyed through the recall queue)", (),
             postgres=pg_schema.KEYWORD_CONFIG_DDL,
+        )
+    )
+    migrations.register(
+        migrations.Migration(
+            KEYWORD_ROWS_MIGRATION, "Keyword docs moved into their FTS5 rows, keyed by the message's rowid: one "
+            "row a message instead of two and three b-trees (libSQL; a view keeps the old docs readable)", (),
+            _docs_into_fts,
+            postgres=(),  # Postgres keeps its docs table (its tsvector is the doc's own column)
         )
     )
 
@@ -358,30 +435,6 @@ def _previous_sql(conn: sa.Connection) -> str:
     )
 
 
-def upsert_doc(
-    conn: sa.Connection, message_id: str, thread_id: str | None, resource_id: str | None, text: str, context: str = "",
-    *, hashed: bool = True,
-) -> None:
-    """(Re)write one message's keyword row. Empty text removes it. ``hashed``: record the passage hash
-    (False only before ``0016_recall_content_hash`` has added its column)."""
-    delete_docs(conn, [message_id])
-    if not text.strip():
-        return
-    if hashed:
-        doc_id = conn.exec_driver_sql(
-            f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, content_hash) VALUES (?, ?, ?, ?) RETURNING doc_id",
-            (message_id, thread_id, resource_id, passage_hash(context, text)),
-        ).scalar()
-    else:
-        doc_id = conn.exec_driver_sql(
-            f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id) VALUES (?, ?, ?) RETURNING doc_id",
-            (message_id, thread_id, resource_id),
-        ).scalar()
-    conn.exec_driver_sql(
-        f"INSERT INTO {FTS_TABLE} (rowid, body, context) VALUES (?, ?, ?)", (doc_id, segment(text), segment(context))
-    )
-
-
 _MEMO_CHARS = 4_096  # passages longer than this are hashed again rather than kept
 _hash_memo = lru_cache(maxsize=512)(passage_hash)
 
@@ -395,31 +448,17 @@ def batch_passage_hash(context: str, text: str) -> str:
 
 
 def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | None, str, str]]) -> None:
-    """Batch form of ``upsert_doc`` for (message_id, thread_id, resource_id, text, context) rows.
+    """(Re)write the keyword rows of (message_id, thread_id, resource_id, text, context) docs; an empty
+    text removes the message's row. A row is keyed by its stored message's rowid (``0031``: the thread
+    and resource are the message's, read through it), so a message not stored gets none.
 
-    Three statements per batch of new messages (two more when some had docs) instead of five per
-    message: the write path's cost is dominated by statement overhead, not by SQLite.
+    One read (the messages' rowids and which of them have a row) and one insert per batch; a delete
+    only when some had rows: the write path's cost is dominated by statement overhead, not by SQLite.
     """
     if not docs:
         return
-    keep = [d for d in docs if d[3].strip()]
-    # The batch's present docs go first. Doc ids are given here (the caller holds the write lock),
-    # so the FTS rows need no read-back: numbered from the newest doc id the deletes leave, which
-    # is read with the batch's present docs in one statement when it can be.
-    ids = [d[0] for d in docs]
-    read = _top_and_doc_ids(conn, ids)
-    if read is None:
-        delete_docs(conn, ids)
-        top = int(driver_sql.scalar(conn, f"SELECT coalesce(max(doc_id), 0) FROM {DOCS_TABLE}") or 0) if keep else 0
-    else:
-        top, old = read
-        _delete_doc_ids(conn, old)
-    if not keep:
-        return
-    bulk.insert_json_rows(
-        conn, f"INSERT INTO {DOCS_TABLE} (doc_id, message_id, thread_id, resource_id, content_hash)",
-        [(top + i, mid, tid, rid, batch_passage_hash(ctx, text)) for i, (mid, tid, rid, text, ctx) in enumerate(keep, 1)],
-    )
+    rowid_of, present = _rows_of(conn, [d[0] for d in docs])
+    _delete_rowids(conn, sorted(present))
     # A message's context is the previous message's text: in a batch of a thread's messages each
     # text is segmented once, for its own row and for the next one's context. An ASCII text without
     # a NUL is its own segmentation (NFKC leaves ASCII as it is; no CJK, no NUL to replace).
@@ -431,56 +470,80 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
             done = segmented[text] = text if text.isascii() and "\x00" not in text else segment(text)
         return done
 
+    keep = {rowid_of[mid]: (text, ctx) for mid, _tid, _rid, text, ctx in docs if text.strip() and mid in rowid_of}
     bulk.insert_json_rows(
-        conn, f"INSERT INTO {FTS_TABLE} (rowid, body, context)",
-        [(top + i, seg(text), seg(ctx)) for i, (_, _, _, text, ctx) in enumerate(keep, 1)],
+        conn, f"INSERT INTO {FTS_TABLE} (rowid, body, context, content_hash)",
+        [(rowid, seg(text), seg(ctx), batch_passage_hash(ctx, text)) for rowid, (text, ctx) in sorted(keep.items())],
     )
 
 
 def doc_state(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
-    """(passage hash, thread id) of each message's keyword doc, on either backend."""
+    """(passage hash, thread id) of each message's keyword doc (libSQL: the thread is the message's now)."""
+    if capabilities_of(conn).full_text != "fts5":
+        sql = f"SELECT message_id, content_hash, thread_id FROM {DOCS_TABLE} WHERE message_id IN ({{}})"
+    else:
+        sql = (f"SELECT m.id, f.content_hash, m.thread_id FROM mastra_messages m JOIN {FTS_TABLE} f ON f.rowid = m.rowid "
+               "WHERE m.id IN ({})")
     out: dict[str, tuple[str | None, str | None]] = {}
     for marks, params in bulk.in_lists(conn, message_ids):
-        for mid, digest, thread_id in conn.exec_driver_sql(
-            f"SELECT message_id, content_hash, thread_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", params
-        ):
+        for mid, digest, thread_id in conn.exec_driver_sql(sql.format(marks), params):
             out[mid] = (digest, thread_id)
     return out
 
 
 def delete_docs(conn: sa.Connection, message_ids: list[str]) -> int:
-    """Remove these messages' keyword docs and FTS rows (libSQL); returns how many docs went."""
-    doc_ids: list[int] = []
+    """Remove these stored messages' keyword rows (libSQL); returns how many went. A deleted message's
+    row went with it (the delete trigger of ``0031``)."""
+    rowids: list[int] = []
     for marks, params in bulk.in_lists(conn, message_ids):
-        doc_ids.extend(r[0] for r in driver_sql.rows(conn, f"SELECT doc_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", params))
-    return _delete_doc_ids(conn, doc_ids)
+        rowids.extend(r[0] for r in driver_sql.rows(
+            conn, f"SELECT s.id FROM mastra_messages m JOIN {FTS_TABLE}_docsize s ON s.id = m.rowid "
+            f"WHERE m.id IN ({marks})", params))
+    return _delete_rowids(conn, rowids)
 
 
-def _top_and_doc_ids(conn: sa.Connection, message_ids: list[str]) -> tuple[int, list[int]] | None:
-    """(the newest doc id once these messages' docs are deleted, or 0; the doc ids of these
-    messages), read in one statement when the ids go as one JSON list (``bulk.in_lists``); else None.
-    The newest id is the one the deletes leave (the descending rowid scan stops at the first doc
-    kept), as when it is read after them: a batch writes the same doc ids and FTS rowids either way."""
-    lists = list(bulk.in_lists(conn, message_ids))
-    if len(lists) != 1 or not lists[0][0].startswith("SELECT"):
-        return None
-    # The ids' docs by one index seek per id (json_each first, CROSS JOIN keeps that order: ``IN
-    # (SELECT ...)`` built a temporary index of the list first), once (MATERIALIZED: the two uses
-    # below read it twice otherwise); DISTINCT, as IN, for an id listed twice. ~60 -> ~25 µs a batch.
-    row = driver_sql.first(
-        conn,
-        f"WITH gone AS MATERIALIZED (SELECT DISTINCT d.doc_id FROM json_each(?) j CROSS JOIN {DOCS_TABLE} d "
-        "ON d.message_id = j.value) "
-        f"SELECT (SELECT doc_id FROM {DOCS_TABLE} WHERE doc_id NOT IN gone ORDER BY doc_id DESC LIMIT 1), "
-        "(SELECT json_group_array(doc_id) FROM gone)",
-        lists[0][1])
-    top, found = row if row is not None else (0, "[]")
-    return int(top or 0), [int(d) for d in json.loads(found)]
+# The batch's messages' rowids and which of them have a keyword row, as one JSON object and one JSON
+# list: one index seek per id (json_each first, CROSS JOIN keeps that order) and one row fetched.
+_ROWS_OF_SQL = (
+    f"SELECT json_group_object(m.id, m.rowid), json_group_array(s.id) FILTER (WHERE s.id IS NOT NULL) "
+    f"FROM json_each(?) j CROSS JOIN mastra_messages m ON m.id = j.value LEFT JOIN {FTS_TABLE}_docsize s ON s.id = m.rowid"
+)
 
 
-def _delete_doc_ids(conn: sa.Connection, doc_ids: list[int]) -> int:
-    """Delete docs and their FTS rows by doc id (a batch of new messages has none: no statement)."""
-    for marks, params in bulk.in_lists(conn, doc_ids):
+def _rows_of(conn: sa.Connection, message_ids: list[str]) -> tuple[dict[str, int], set[int]]:
+    """(the rowid of each stored message of these, the rowids among them that have a keyword row)."""
+    rowid_of: dict[str, int] = {}
+    present: set[int] = set()
+    for marks, params in bulk.in_lists(conn, message_ids):
+        if marks.startswith("SELECT"):  # (one JSON list: ``bulk.in_lists``)
+            row = driver_sql.first(conn, _ROWS_OF_SQL, params)
+            if row is not None:
+                rowid_of.update(json.loads(row[0] or "{}"))
+                present.update(json.loads(row[1] or "[]"))
+            continue
+        for mid, rowid, held in driver_sql.rows(
+                conn, f"SELECT m.id, m.rowid, s.id FROM mastra_messages m LEFT JOIN {FTS_TABLE}_docsize s "
+                f"ON s.id = m.rowid WHERE m.id IN ({marks})", params):
+            rowid_of[mid] = int(rowid)
+            if held is not None:
+                present.add(int(held))
+    return rowid_of, present
+
+
+def _delete_rowids(conn: sa.Connection, rowids: list[int]) -> int:
+    """Delete keyword rows by rowid and bump the rewrite counter once (a batch of new messages has none:
+    no statement). FTS5 has no triggers: every delete of its rows here tells the in-process index."""
+    for marks, params in bulk.in_lists(conn, rowids):
         driver_sql.execute(conn, f"DELETE FROM {FTS_TABLE} WHERE rowid IN ({marks})", params)
-        driver_sql.execute(conn, f"DELETE FROM {DOCS_TABLE} WHERE doc_id IN ({marks})", params)
-    return len(doc_ids)
+    if rowids:
+        driver_sql.execute(conn, _BUMP_REWRITES)
+    return len(rowids)
+
+
+def delete_orphan_rows(conn: sa.Connection) -> int:
+    """Keyword rows whose rowid no message holds (a row replaced by another program's ``INSERT OR
+    REPLACE``, which fires no delete trigger): removed by ``reindex``; searches never see them (they join
+    the messages), though FTS5's row count holds them until then."""
+    orphans = [int(r[0]) for r in driver_sql.rows(
+        conn, f"SELECT id FROM {FTS_TABLE}_docsize WHERE id NOT IN (SELECT rowid FROM mastra_messages)")]
+    return _delete_rowids(conn, orphans)

@@ -108,7 +108,7 @@ def test_rows_bound_as_one_json_document_store_exactly_the_rows_of_placeholders(
         packed = _run(tmp_path / "packed.db")
     finally:
         sa.event.remove(sa.engine.Engine, "before_cursor_execute", listener)
-    for table in (DOCS_TABLE, FTS_TABLE, "memory_messages_64"):  # the packed statements did run
+    for table in (FTS_TABLE, "memory_messages_64"):  # the packed statements did run (a doc is its FTS5 row)
         assert any(s.startswith(f"INSERT INTO {table}") or s.startswith(f'INSERT INTO "{table}"') for s in seen
                    if "json_each" in s), table
     with_types = _types(tmp_path / "packed.db")
@@ -272,10 +272,11 @@ def test_a_batch_of_new_messages_writes_its_recall_rows_in_a_fixed_number_of_sta
         sa.event.listen(store.db.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
         memory.save_messages([_msg(100 + i, f"message number {i}") for i in range(100)])
         recall = [s for s in seen if "memory_studio" in s or "memory_messages_" in s]
-        # Present docs with the newest doc id, docs insert, FTS insert, the queue with the watermark,
-        # the watermark's write, the vector insert: one statement each per batch, whatever its size.
-        assert len(recall) == 6, recall
-        assert len(seen) <= 16, seen
+        # The messages' rowids with their present keyword rows, the FTS insert (the doc is its FTS5 row),
+        # the queue with the watermark, the watermark's write, the vector insert: one statement each per
+        # batch, whatever its size.
+        assert len(recall) == 5, recall
+        assert len(seen) <= 15, seen
     finally:
         store.close()
 
