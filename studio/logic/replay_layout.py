@@ -30,6 +30,7 @@ from studio.logic.prompt_layout import (
     text_preview,
 )
 from studio.logic.short_ids import short_id
+from studio.logic.thread_labels import shown_title
 
 Change = Literal["entered", "left", "changed"]
 
@@ -734,7 +735,11 @@ def reply_text(messages: Sequence[Any]) -> str:
 
 
 def default_fork_title(thread_title: str | None, thread_id: str, number: int) -> str:
-    return f"{thread_title or thread_id} — fork at turn {number}"
+    """The name the fork dialog suggests: the stored title (or id) as every label shows it (``shown_title``).
+    The field draws what it holds, and what it holds is what the fork is named, so a right-to-left override
+    or a line break any program stored in the source's title is suggested as its escape, never reordering or
+    cutting the field, nor copied unseen into the new title."""
+    return f"{shown_title(thread_title or thread_id)} — fork at turn {number}"
 
 
 def fork_source(metadata: Mapping[str, Any] | None) -> str | None:
