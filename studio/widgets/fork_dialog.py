@@ -102,7 +102,9 @@ class ForkDialog(QDialog):
         scroll = self.findChild(FitScroll)
         if scroll is not None:
             scroll.updateGeometry()
-        self.layout().activate()
+        layout = self.layout()
+        if layout is not None:
+            layout.activate()
         want = self.sizeHint().height()
         if self.height() < want:
             self.resize(self.width(), want)
