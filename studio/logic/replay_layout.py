@@ -49,6 +49,7 @@ REASON_LABELS: dict[str, str] = {
     "message-deleted": "a stored message was deleted since",
     "recall-ranked-differently": "recall ranks differently now (same input and options)",
     "time-passed": "time passed (the same observations, dated from a later day)",
+    "another-source": "the same message, reached the prompt another way",
     "other": "other",
 }
 # A text marker beside every colour, so the change is readable without telling colours apart.
@@ -142,6 +143,7 @@ class StepRow:
     text_before: str | None
     color: str
     observation_record: str | None = None  # an observation block's record (its ``stored_ids`` are messages only)
+    source_before: str | None = None  # a changed fragment that came by another way before (``prompt_diff``)
 
     @property
     def mark(self) -> str:
@@ -218,7 +220,8 @@ def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = (),
             f.index, ROLE_LABELS.get(f.role, f.role), f.source, input_stored.get(f.index, message_ids(f)),
             f.tokens, f.text,
             text_preview(f.text), f.score, change.kind if change else None, change.reason if change else None,
-            change.text_before if change else None, source_color(f.source), observation_record_of(f)))
+            change.text_before if change else None, source_color(f.source), observation_record_of(f),
+            change.source_before if change else None))
     for rest in placed.values():
         rows.extend(_left_row(c) for c in rest)
     return rows
