@@ -372,12 +372,14 @@ class Agent:
         values: Mapping[str, Any], tracer: SpanTracer, call: ModelCall, *, save_with: SaveWith | None = None,
         trace_id: str | None = None, stop: CallStop | None = None,
     ) -> TurnEvents:
-        started = turn.open(
-            _as_messages(message), context, name=self.name,
-            register=lambda mem: self._register(mem) if self.register else self.name,
-            instructions=self.instructions, tools=self._tool_specs(), model=self.model, budget=call.budget,
-            tracer=tracer, thread_id=thread_id, resource_id=resource_id, scopes=scopes, overrides=overrides,
-            values=values)
+        # Armed: observational memory's observer or reflector, when it runs in the turn, is stopped with it.
+        with armed(stop):
+            started = turn.open(
+                _as_messages(message), context, name=self.name,
+                register=lambda mem: self._register(mem) if self.register else self.name,
+                instructions=self.instructions, tools=self._tool_specs(), model=self.model, budget=call.budget,
+                tracer=tracer, thread_id=thread_id, resource_id=resource_id, scopes=scopes, overrides=overrides,
+                values=values)
         inputs, prompt = started.inputs, started.prompt
         messages_list = prompt.message_list
         assert messages_list is not None
@@ -463,7 +465,7 @@ class Agent:
                     resource_id: str | None, call: ModelCall, step: int,
                     stop: CallStop | None = None) -> Generator[StreamEvent, None, ChatResult]:
         """One model call, streamed (text deltas yielded as they arrive) or not; the same span either way.
-        ``stop``: armed for this call only (``core.llm.stopping``), never for memory's own calls."""
+        ``stop``: armed for this call (``core.llm.stopping``); memory's calls in the turn's opening are too."""
         kwargs = call.model_kwargs(prompt, step)
         prompt.request = request_body_for(self.model, prompt.messages, kwargs)  # what the server receives
         prompt.request_hash = request_hash(prompt.request)  # the span's and the turn record's

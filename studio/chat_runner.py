@@ -78,7 +78,10 @@ def default_model_name(widget: Any) -> str:
 
 
 class TurnStopped(ModelError):
-    """The user stopped the reply; the turn is dropped like any failed model call."""
+    """The user stopped the reply; the turn is dropped like any failed model call. ``during``: what the turn was
+    doing when stopped, where that was not its model's reply (observational memory's "observer", "reflector …")."""
+
+    during: str | None = None
 
 
 def turn_stop() -> CallStop:
@@ -315,7 +318,8 @@ def run_turn(
                     result = event.result
     except ModelError as exc:
         if stop is not None and stop.stopped and not isinstance(exc, TurnStopped):
-            raise _stopped(model) from exc  # the call its Stop cut short (CallStopped, or a delegation's)
+            # The call its Stop cut short (CallStopped, or a delegation's), or the observer it ran first.
+            raise _stopped(model, getattr(exc, "during", None)) from exc
         raise
     assert result is not None  # a stream that ends without ``finish`` raised the turn's error
     if request.new_thread:
@@ -327,9 +331,12 @@ def run_turn(
                        stop_too_late=stop is not None and stop.stopped)
 
 
-def _stopped(model: ChatModel) -> TurnStopped:
-    return TurnStopped("stopped before the reply was complete", model_id=model.model_id,
+def _stopped(model: ChatModel, during: str | None = None) -> TurnStopped:
+    said = TurnStopped(f"stopped while observational memory's {during} was running" if during else
+                       "stopped before the reply was complete", model_id=model.model_id,
                        hint="nothing of this turn was saved; send the message again to retry")
+    said.during = during
+    return said
 
 
 def _name_new_thread(mem: Memory, request: ChatRequest) -> None:
@@ -348,6 +355,11 @@ def _name_new_thread(mem: Memory, request: ChatRequest) -> None:
 def model_problem(exc: BaseException) -> tuple[str, str]:
     """(what happened, what to do) for an error of a chat turn, in the user's words."""
     if isinstance(exc, TurnStopped):
+        if exc.during:
+            # Observational memory observed (or reflected) in the turn, before its model was asked.
+            return (f"You stopped the turn while observational memory's {exc.during} was running.",
+                    "Nothing of this turn was saved, and no observation was written: the messages stay "
+                    "unobserved and are observed again at the next turn. Send the message again to retry.")
         return "You stopped the reply.", "Nothing of this turn was saved. Send the message again to retry."
     if isinstance(exc, ModelError):
         where = f" at {exc.endpoint}" if exc.endpoint else ""

@@ -5,8 +5,10 @@ it was interrupted) nobody will read the reply, and a local server with one slot
 ``n_parallel=1``) would go on generating it while later turns queue. ``CallStop`` is the turn's signal:
 ``stop(reason)``, from any thread, marks it and shuts down the connection of the model call in flight
 (llama.cpp and Ollama stop generating when their client's connection closes), and the call raises
-``CallStopped``. The agent arms it around its own model calls only (``armed``), so a memory processor's
-call made during the turn (a synchronous observer) is never cut short by it.
+``CallStopped``. The agent arms it around its model calls and around the opening of the turn (``armed``),
+where observational memory may call its observer or reflector in the turn (synchronously): such a call is
+cut as the turn's own is, and raises ``CallStopped`` naming it (``during``); nothing of it is written (no
+observation, no back-off: a stop is not the model's failure). Background memory calls never answer to it.
 
 A connection is shut only where the call has one of its own: ``OpenAICompatibleModel`` sends an armed call
 to a self-hosted server (on this machine or a private network, by address or by what its name resolves to:
@@ -73,8 +75,11 @@ class CallStopped(ModelError):
     """A turn's model call was stopped because nobody waits for its reply any more (``reason``). The turn
     saves nothing; not a failure of the model, and not retried."""
 
-    def __init__(self, reason: str, *, model_id: str) -> None:
+    def __init__(self, reason: str, *, model_id: str, during: str | None = None) -> None:
         self.reason = reason
+        # What the turn was doing when it was stopped, where that was not its own model call: "observer",
+        # "reflector (level 1)" (observational memory working in the turn). None: the turn's model call.
+        self.during = during
         super().__init__(f"the call was stopped: {reason}; nothing of this turn was saved", model_id=model_id)
 
 

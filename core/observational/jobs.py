@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from core.background import CANCELLED, CancelToken
 from core.llm.base import ModelError
+from core.llm.stopping import CallStopped, current_stop
 from core.llm.yielding import TRAFFIC, CallYielded, background_call
 from core.observational import buffer_store
 from core.observational import store as om_store
@@ -94,6 +95,10 @@ class OMJob:
                 # Not a failure: the span says why it stopped, and the job tries again after the turn's call.
                 span.end(output=None, attributes={"yielded": exc.span_attribute()})
                 raise
+            except CallStopped as exc:
+                # The turn was stopped (the Studio's Stop, a gateway client gone): nothing is written, no back-off.
+                span.end(error=f"stopped: {exc.reason}")
+                raise CallStopped(exc.reason, model_id=exc.model_id, during=role) from exc
             except ModelError as exc:
                 told = _where_to_cap(exc, opts)
                 if told is exc:
@@ -121,11 +126,16 @@ class OMJob:
             with background_call(model, role, self.options.yield_to_turns, stop=lambda: token.cancelled, said=said):
                 yield
             return
+        stop = current_stop()  # the turn's (armed by the agent): a stopped turn starts no call and uses no reply
+        if stop is not None:
+            stop.check(model.model_id)
         with TRAFFIC.foreground(model) as server:
             try:
                 yield
             finally:
                 said.update(server.span_attributes())
+        if stop is not None:
+            stop.check(model.model_id)  # (a model that cannot be cut short answered all the same)
 
     def observe(self, batch: list["Message"], *, previous: str, current_task: str | None,
                 suggested_response: str | None) -> tuple[ObserverOutput | None, str | None]:
@@ -139,7 +149,7 @@ class OMJob:
         )
         try:
             text = self.generate(self.observer, messages, role="observer", temperature=opts.observer_temperature)
-        except CallYielded:  # not a failure: the background job tries again after the turn's call
+        except (CallYielded, CallStopped):  # not a failure: tried again after the turn's call, or stopped with it
             raise
         except Exception as exc:  # noqa: BLE001 - a provider failure must not lose the messages
             return None, f"observer call failed: {type(exc).__name__}: {exc}"

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from core.llm.stopping import CallStopped
 from core.llm.yielding import CallYielded
 from core.errors import MemoryStudioError
 from core.observational.observer import OBSERVER_SYSTEM_PROMPT
@@ -121,7 +122,7 @@ def reflect(
         except ReplyCutOff as exc:  # a stronger compression level asks for a shorter rewrite: try it
             attempts.append(Attempt(level, problem=str(exc)))
             continue
-        except CallYielded:  # a background call gave way to a turn: no attempt, the caller tries again
+        except (CallYielded, CallStopped):  # gave way to a turn, or the turn was stopped: no attempt
             raise
         except Exception as exc:  # noqa: BLE001 - reported in the result; the log is left as it was
             attempts.append(Attempt(level, problem=f"{type(exc).__name__}: {exc}"))

@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 REASONS = ("outside-history-window", "below-recall-threshold", "outside-recall-top-k", "recalled-for-input",
            "observed", "token-budget", "working-memory-changed", "new-message", "options-changed", "message-edited",
-           "message-deleted", "recall-ranked-differently", "time-passed", "working-memory-edited", "other")
+           "message-deleted", "recall-ranked-differently", "time-passed", "working-memory-edited", "another-source",
+           "other")
 
 ChangeKind = Literal["entered", "left", "changed"]
 HISTORY = ("message-history",)
@@ -31,7 +32,9 @@ _BUDGET_WORDS = ("budget", "trim", "context window")
 
 @dataclass(frozen=True)
 class FragmentChange:
-    """One difference: ``text_before`` is None for a fragment that entered, ``text_after`` for one that left."""
+    """One difference: ``text_before`` is None for a fragment that entered, ``text_after`` for one that left.
+    ``source_before``: for a fragment that changed and came by another way before (``source`` is the way it
+    comes now), that way; None otherwise."""
 
     kind: ChangeKind
     source: str
@@ -41,6 +44,7 @@ class FragmentChange:
     tokens_before: int
     tokens_after: int
     reason: str
+    source_before: str | None = None
 
 
 Key = tuple[Any, ...]
@@ -134,6 +138,10 @@ def _why_missing(frag: "Fragment", present: "AssembledPrompt", missing: "Assembl
     if frag.source == "working-memory":
         return _wm_reason(present, missing) if _option(missing, "working_memory", "enabled") else "options-changed"
     if frag.source == OM:
+        start = _input_time(missing)
+        if (frag.role != "system" and start is not None and frag.created_at is not None and frag.created_at >= start
+                and entering):
+            return "new-message"  # an unobserved message written after the other prompt's turn: nothing observed
         return "observed" if _option(missing, "observational_memory", "enabled") else "options-changed"
     if frag.source == RECALL:
         if entering and _option(missing, "semantic_recall", "enabled") and _new_query(present, missing):
@@ -164,6 +172,11 @@ def _changed_reason(before: "Fragment", after: "Fragment", a: "AssembledPrompt",
     source = after.source
     if source == "working-memory" or before.source == "working-memory":
         return _wm_reason(a, b)
+    if (before.source != source and before.text == after.text and before.source not in HISTORY
+            and source not in HISTORY):
+        # The same message by another way (observational memory's unobserved messages, then semantic recall, or
+        # the reverse): nothing about it changed, and nothing was observed for it to say so.
+        return "another-source"
     if source == OM:
         # The same observations dated from another day ("(today)" then, "(2 months ago)" now): nothing was
         # observed between the two prompts, the clock moved.
@@ -210,7 +223,8 @@ def prompt_diff(a: "AssembledPrompt", b: "AssembledPrompt") -> list[FragmentChan
         elif old.text != frag.text or old.source != frag.source or old.stored_ids != frag.stored_ids:
             out.append((frag.index, FragmentChange(
                 "changed", frag.source, tuple(dict.fromkeys((*old.stored_ids, *frag.stored_ids))), old.text, frag.text,
-                old.tokens, frag.tokens, _changed_reason(old, frag, a, b))))
+                old.tokens, frag.tokens, _changed_reason(old, frag, a, b),
+                old.source if old.source != frag.source else None)))
     out.sort(key=lambda pair: pair[0])
     return [change for _, change in out]
 

@@ -29,7 +29,7 @@ EMPTY_TEXT = ("No observational memory for this thread: the agent that writes it
 EMPTY_RESOURCE_TEXT = ("No observational memory for this resource: no agent observes it with resource scope, "
                        "or none has observed yet.")
 NO_SELECTION_TEXT = "Select a thread (or a resource) to see its observational memory."
-EMPTY_LOG_TEXT = "Nothing observed yet: the messages are still below the threshold."
+EMPTY_LOG_TEXT = "Nothing observed yet."
 
 _DATE_RE = re.compile(r"^\s*Date:\s*\S")
 
@@ -261,14 +261,40 @@ def chunk_source(text: str, titles: Mapping[str, str] | None = None) -> str | No
     return f"thread {shown_title(thread)} ({shown_title(title)})" if title else f"thread {shown_title(thread)}"
 
 
+def empty_log_text(record: OMRecord | None) -> str:
+    """Why the current log of ``record`` is empty, from the record's own figures: its unobserved messages below
+    the observer's threshold, at or past it (the next turn, or the background, observes them), or the observer
+    failing (its back-off: how often, why, when it is tried again). None: no cause claimed."""
+    if record is None:
+        return EMPTY_LOG_TEXT
+    from core.observational.buffer import backoff_of
+
+    backoff = backoff_of(record.studio, "observer")
+    if backoff is not None:
+        return (f"Nothing observed yet: the observer failed {backoff.failures}× ({backoff.error or 'no reason kept'}); "
+                f"the messages stay unobserved, and it is tried again after {format_when(backoff.retry_at)}.")
+    limit, _ = thresholds(record.config)
+    pending = record.pending_message_tokens
+    if limit is None:
+        return EMPTY_LOG_TEXT
+    if pending < limit:
+        return (f"Nothing observed yet: the unobserved messages are still below the threshold ({pending:,} of "
+                f"{limit:,} tokens).")
+    observation = record.config.get("observation")
+    buffered = isinstance(observation, Mapping) and bool(observation.get("bufferTokens"))
+    return (f"Nothing observed yet: the unobserved messages ({pending:,} tokens) have reached the threshold "
+            f"({limit:,}); " + ("what the background observer buffers is activated at the next turn." if buffered
+                                else "the next turn observes them."))
+
+
 def log_paragraphs(active_observations: str, thread_titles: Mapping[str, str] | None = None,
-                   reflection: Reflection | None = None) -> Iterator[str]:
+                   reflection: Reflection | None = None, empty: str = EMPTY_LOG_TEXT) -> Iterator[str]:
     """The log as HTML paragraphs, made as they are asked for: a pane can show a long log a slice at a
     time (``ObservationLogView.show_log``) instead of all of it in one go. A reflection's part is headed
-    in bold in its own colour, the observer's chunks in grey as in any log."""
+    in bold in its own colour, the observer's chunks in grey as in any log. ``empty``: what an empty log says."""
     sections = log_sections(active_observations, thread_titles, reflection)
     if not sections:
-        yield f"<p><i>{html.escape(EMPTY_LOG_TEXT)}</i></p>"
+        yield f"<p><i>{html.escape(empty)}</i></p>"
         return
     for i, section in enumerate(sections):
         if i:
@@ -309,7 +335,8 @@ def log_text(record: OMRecord, thread_titles: Mapping[str, str] | None = None, *
     reflection = reflection_of(record, previous)
     log = record.active_observations
     reflected = len(observation_lines(log[:reflection.end])) if reflection is not None and current else 0
-    return LogText(tuple(log_paragraphs(log, thread_titles, reflection)),
+    # Only the current generation's figures are the record's now: an earlier one's log says no cause.
+    return LogText(tuple(log_paragraphs(log, thread_titles, reflection, empty_log_text(record if current else None))),
                    observation_lines(log) if current else (), reflection, reflected)
 
 

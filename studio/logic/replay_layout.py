@@ -30,6 +30,7 @@ from studio.logic.prompt_layout import (
     text_preview,
 )
 from studio.logic.short_ids import short_id
+from studio.logic.thread_labels import shown_title
 
 Change = Literal["entered", "left", "changed"]
 
@@ -48,6 +49,7 @@ REASON_LABELS: dict[str, str] = {
     "message-deleted": "a stored message was deleted since",
     "recall-ranked-differently": "recall ranks differently now (same input and options)",
     "time-passed": "time passed (the same observations, dated from a later day)",
+    "another-source": "the same message, reached the prompt another way",
     "other": "other",
 }
 # A text marker beside every colour, so the change is readable without telling colours apart.
@@ -141,6 +143,7 @@ class StepRow:
     text_before: str | None
     color: str
     observation_record: str | None = None  # an observation block's record (its ``stored_ids`` are messages only)
+    source_before: str | None = None  # a changed fragment that came by another way before (``prompt_diff``)
 
     @property
     def mark(self) -> str:
@@ -217,7 +220,8 @@ def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = (),
             f.index, ROLE_LABELS.get(f.role, f.role), f.source, input_stored.get(f.index, message_ids(f)),
             f.tokens, f.text,
             text_preview(f.text), f.score, change.kind if change else None, change.reason if change else None,
-            change.text_before if change else None, source_color(f.source), observation_record_of(f)))
+            change.text_before if change else None, source_color(f.source), observation_record_of(f),
+            change.source_before if change else None))
     for rest in placed.values():
         rows.extend(_left_row(c) for c in rest)
     return rows
@@ -734,7 +738,11 @@ def reply_text(messages: Sequence[Any]) -> str:
 
 
 def default_fork_title(thread_title: str | None, thread_id: str, number: int) -> str:
-    return f"{thread_title or thread_id} — fork at turn {number}"
+    """The name the fork dialog suggests: the stored title (or id) as every label shows it (``shown_title``).
+    The field draws what it holds, and what it holds is what the fork is named, so a right-to-left override
+    or a line break any program stored in the source's title is suggested as its escape, never reordering or
+    cutting the field, nor copied unseen into the new title."""
+    return f"{shown_title(thread_title or thread_id)} — fork at turn {number}"
 
 
 def fork_source(metadata: Mapping[str, Any] | None) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QButtonGroup,
     QDialog,
@@ -14,8 +15,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.logic.thread_labels import shown_title
 from studio.theme import set_tone
-from studio.widgets.scroll_fit import dialog_body
+from studio.widgets.scroll_fit import FitScroll, dialog_body
 
 
 class ForkDialog(QDialog):
@@ -32,7 +34,17 @@ class ForkDialog(QDialog):
         self.name_edit = QLineEdit(title)
         self.name_edit.setObjectName("forkName")
         self.name_edit.selectAll()
+        # A control typed or pasted into the name (U+202E, a line break) reorders or hides what the field
+        # draws; the note under it names the name as it will be stored, escapes and all.
+        self.stored_note = QLabel("")
+        self.stored_note.setObjectName("forkStoredNote")
+        self.stored_note.setWordWrap(True)
+        self.stored_note.setTextFormat(Qt.TextFormat.PlainText)
+        set_tone(self.stored_note, "warning")
+        self.stored_note.hide()
         form.addRow("Name", self.name_edit)
+        form.addRow("", self.stored_note)
+        self.name_edit.textChanged.connect(self._note_controls)
         self.as_of_radio = QRadioButton("As it was at this turn")
         self.current_radio = QRadioButton("As it is now")
         self.as_of_radio.setChecked(True)
@@ -75,6 +87,27 @@ class ForkDialog(QDialog):
     @property
     def working_memory(self) -> str:
         return "current" if self.current_radio.isChecked() else "as_of"
+
+    def _note_controls(self, text: str) -> None:
+        shown = shown_title(text.strip())
+        self.stored_note.setText(f"This name holds control characters the field cannot show; it is stored as "
+                                 f"typed, which labels show as: {shown}" if shown != text.strip() else "")
+        if self.stored_note.isHidden() == (shown != text.strip()):
+            self.stored_note.setVisible(shown != text.strip())
+            QTimer.singleShot(0, self._fit_note)
+
+    def _fit_note(self) -> None:
+        # The scroll area the body is in (``dialog_body``) is asked its size again, and the dialog grows to
+        # show the note whole instead of squeezing the rows under it.
+        scroll = self.findChild(FitScroll)
+        if scroll is not None:
+            scroll.updateGeometry()
+        layout = self.layout()
+        if layout is not None:
+            layout.activate()
+        want = self.sizeHint().height()
+        if self.height() < want:
+            self.resize(self.width(), want)
 
     def _accept(self) -> None:
         if not self.title:

@@ -374,7 +374,11 @@ class TurnView(QSplitter):
                  f"From stored messages: {links}" if links else "Not from a stored message")
         self.fragment_sources.setText(where + (f"<br><i>{esc(note)}</i>" if note else ""))
         if rec.change == "changed" and rec.text_before is not None:
-            self.fragment_text.load(f"— before —\n{rec.text_before}\n\n— now —\n{rec.text}")
+            # A message that came another way names both ways, the only thing about it that changed.
+            before, now = ((f" (from {rec.source_before})", f" (from {rec.source})") if rec.source_before else ("", ""))
+            same = "The same text; only the way it reached the prompt changed.\n\n" \
+                if rec.source_before and rec.text_before == rec.text else ""
+            self.fragment_text.load(f"{same}— before{before} —\n{rec.text_before}\n\n— now{now} —\n{rec.text}")
         else:
             self.fragment_text.load(rec.text)
 

@@ -15,6 +15,10 @@ from PySide6.QtCore import Qt, QUrl
 from core import Agent, Memory, MemoryOptions, Message, open_store
 from core.agent_configs import named_agent
 from core.llm import LoopbackServer, OpenAICompatibleModel, ScriptedModel
+from core.observational import store as om_store
+from core.observational.buffer_store import current_backoff
+from core.observational.observer import OBSERVER_SYSTEM_PROMPT
+from core.observational.records import lookup_key
 from studio.preferences import SCRIPTED_NAME, ModelChoice
 from studio.panes.chat import ChatPane
 from studio.selection import Selection
@@ -269,6 +273,51 @@ def test_stop_while_the_model_thinks_cuts_its_call_at_once_and_frees_the_one_slo
     assert outcome.text == "the next answer" and pane.banner.isHidden()
     assert counts(session.store)[0] == before[0] + 2
     assert [r.body["messages"][-1]["content"] for r in server.abandoned] == ["Tell me everything"]
+
+
+def om_thread(store):
+    """Agent "scribe" with observational memory observing in the turn (no buffering, a low threshold), and Ada's
+    thread "t-notes" holding more unobserved tokens than that: its next turn calls the observer first."""
+    mem = Memory(store, MemoryOptions(last_messages=6, observational_memory={
+        "enabled": True, "message_tokens": 30, "buffer_tokens": False}), name="scribe-memory")
+    Agent("scribe", instructions="You keep Ada's notes.", model=ScriptedModel([]), memory=mem)
+    mem.create_thread(thread_id="t-notes", resource_id="ada", title="Notes")
+    mem.save_messages([
+        Message.user(f"Note {i}: the garden needs watering on day {i} of the trip, twice.", id=f"n{i}",
+                     thread_id="t-notes", resource_id="ada", created_at=T0 + timedelta(minutes=i))
+        for i in range(4)])
+    return lookup_key("thread", thread_id="t-notes", resource_id="ada")
+
+
+def test_stop_while_the_observer_runs_in_the_turn_cuts_it_and_writes_nothing(qtbot, pane, session):
+    """Observational memory observes in the turn (synchronously) before the model is asked. Stop pressed while
+    the observer's call is held by a one-slot server cuts that call at once (the server sees it hang up), and
+    the turn ends: no message, no observation, no back-off of the observer written (a Stop is not the model's
+    failure), and the pane says it was stopped while the observer ran."""
+    key = om_thread(session.store)
+    with LoopbackServer(["the next answer"], slots=1) as server:
+        use_models(pane, Endpoint("Loopback", server.base_url, timeout=600))
+        select(qtbot, pane, Selection("ada", "t-notes"))
+        pane.agent_combo.setCurrentIndex(pane.agent_combo.findData("scribe"))
+        before = counts(session.store)
+        server.stall_next()
+        pane.input.setPlainText("What is left to do?")
+        pane.send_btn.click()
+        qtbot.waitUntil(lambda: len(server.chat_requests()) == 1, timeout=10_000)
+        held = server.chat_requests()[0]
+        assert held["messages"][0]["content"] == OBSERVER_SYSTEM_PROMPT  # the observer's call, not the turn's
+        with qtbot.waitSignal(pane.turn_failed, timeout=60_000) as blocker:
+            pane.stop()
+        qtbot.waitUntil(lambda: len(server.abandoned) == 1, timeout=60_000)
+        said = blocker.args[0]
+        assert said.startswith("You stopped the turn while observational memory's observer was running.")
+        assert "Nothing of this turn was saved" in said and "no observation" in said
+        assert counts(session.store) == before
+        record = om_store.current_record(session.store, key)
+        assert record is None or (not record.active_observations and current_backoff(record, "observer") is None)
+        assert "stopped: you pressed Stop" in pane.transcript_text()
+        assert pane.banner.level == "info" and pane.send_btn.isEnabled() and not pane.busy
+        assert len(server.chat_requests()) == 1  # the turn's own model was never asked
 
 
 def test_a_read_only_database_says_so_and_offers_allow_writes(qtbot, no_leaked_widgets, tmp_path):

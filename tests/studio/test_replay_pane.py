@@ -361,6 +361,43 @@ def test_fork_from_a_turn(qtbot: Any, pane: ReplayPane, session: StudioSession) 
     assert fork_source(thread.metadata).startswith(f"Forked from thread {THREAD} at message")
 
 
+def test_the_fork_dialog_suggests_a_stored_titles_controls_as_escapes(qtbot: Any, db: Path, prefs: Preferences,
+                                                                     no_leaked_widgets: None) -> None:
+    """A title any program stored with a right-to-left override and a line break is suggested as every other
+    label shows it (``shown_title``): the field draws what it holds, in order, on one line, and what it holds
+    is what the fork is named; a control typed or pasted into the name is named under the field."""
+    from studio.logic.thread_labels import shown_title
+
+    stored = "Porto\u202e stekram\nsecond line"
+    with open_store(str(db)) as store:
+        store.memory.update_thread(THREAD, title=stored)
+    with replay_on(qtbot, db, prefs) as pane:
+        pane.go_to(2)
+        wait_step(qtbot, pane, 2)
+        pane.commands.run("replay.fork")
+        dialog = pane.fork_dialog
+        suggested = dialog.name_edit.text()
+        assert suggested == f"{shown_title(stored)} — fork at turn 3"
+        assert "\u202e" not in suggested and "\n" not in suggested and "\\u202e" in suggested
+        assert dialog.stored_note.isHidden()
+        dialog.name_edit.setText("pasted\u202egnorw")
+        assert not dialog.stored_note.isHidden()
+        assert "pasted\\u202egnorw" in dialog.stored_note.text()
+        note, radio = dialog.stored_note, dialog.as_of_radio
+
+        def bottom_of_note_above_radio() -> bool:
+            return (note.mapTo(dialog, note.rect().bottomLeft()).y()
+                    < radio.mapTo(dialog, radio.rect().topLeft()).y() and note.height() >= note.heightForWidth(
+                        note.width()))
+
+        qtbot.waitUntil(bottom_of_note_above_radio, timeout=5_000)  # the dialog grows; nothing is squeezed
+        dialog.name_edit.setText(suggested)
+        assert dialog.stored_note.isHidden()
+        with qtbot.waitSignal(pane.forked, timeout=20_000) as blocker:
+            dialog.buttons.button(dialog.buttons.StandardButton.Ok).click()
+        assert blocker.args[0].title == suggested
+
+
 def test_fork_on_a_read_only_database_says_allow_writes_first(qtbot: Any, db: Path, prefs: Preferences,
                                                               no_leaked_widgets: None) -> None:
     session = StudioSession(open_for_studio(db, allow_writes=False))

@@ -189,3 +189,22 @@ def test_a_resource_scoped_logs_thread_tags_are_not_editable_lines() -> None:
 
     log = "Date: Mar 3, 2025\n" + attributed("trip-1", "* 🔴 (09:00) Ada booked the ferry.\n* 🟡 (09:05) Ferry at 7.")
     assert observation_lines(log) == ("* 🔴 (09:00) Ada booked the ferry.", "* 🟡 (09:05) Ferry at 7.")
+
+
+def test_an_empty_log_says_why_nothing_was_observed() -> None:
+    """An empty current log said "the messages are still below the threshold" beside a Messages bar at 540 / 400
+    and "The observer failed 2×" (found 2026-12-07 by walk4 on a real llama.cpp thread whose observer calls timed
+    out): it says what holds, from the same record."""
+    below = log_text(record(activeObservations="", pendingMessageTokens=90), current=True)
+    assert "below the threshold" in below.paragraphs[0] and "90 of 120" in below.paragraphs[0]
+    reached = log_text(record(activeObservations="", pendingMessageTokens=540), current=True)
+    assert "below" not in reached.paragraphs[0] and "540" in reached.paragraphs[0]
+    assert "reached the threshold (120)" in reached.paragraphs[0]
+    failed = log_text(record(activeObservations="", pendingMessageTokens=540, metadata={"memoryStudio": {
+        "observerBackoff": {"failures": 2, "retryAt": "2026-12-07T03:28:00.000Z",
+                            "error": "observer call failed: ModelError: no response within 300s"}}}), current=True)
+    text = failed.paragraphs[0]
+    assert "below" not in text and "the observer failed 2×" in text and "no response within 300s" in text
+    assert "2026-12-07 03:28:00" in text and "stay unobserved" in text
+    earlier = log_text(record(activeObservations="", pendingMessageTokens=540), current=False)
+    assert "below" not in earlier.paragraphs[0]  # an earlier generation's figures are not kept: no cause claimed

@@ -192,3 +192,17 @@ def test_context_columns_share_the_panes_width_and_the_last_takes_the_rest() -> 
     assert sum(widths.values()) == 600 and widths["Text"] >= 50
     narrow = fit_columns(400, fixed, {"Source": 0.45, "Why": 0.45}, {"Source": 60, "Why": 40}, "Text", rest=50)
     assert (narrow["Source"], narrow["Why"], narrow["Text"]) == (60, 40, 50)  # minima: only then it scrolls
+
+
+def test_a_message_that_came_another_way_names_both_ways() -> None:
+    """Replay's row of a message that moved between observational memory's unobserved messages and semantic
+    recall says why in words and keeps the way it came before, which the fragment pane names beside "now"."""
+    from tests.core.test_replay_diff_source_moves import prompt
+
+    before = prompt(("m1", "observational-memory", "I live in Porto."))
+    after = prompt(("m1", "semantic-recall", "I live in Porto."))
+    changes = prompt_diff(before, after)
+    (row,) = [r for r in step_rows(after, changes) if r.change == "changed"]
+    assert row.source == "semantic-recall" and row.source_before == "observational-memory"
+    assert row.why == "the same message, reached the prompt another way"
+    assert change_summary(changes) == "~1 changed (the same message, reached the prompt another way)"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from core import Memory, MemoryOptions
+from core import Memory, MemoryOptions, Message
 from core.agent import Agent, Tool, TurnFailedError
 from core.llm import OpenAICompatibleModel, ScriptedModel
 from core.llm.base import ChatResult
@@ -92,6 +92,47 @@ def test_a_turn_stopped_while_a_tool_runs_saves_nothing_and_calls_no_model_again
     with pytest.raises((CallStopped, TurnFailedError), match="the client closed its connection"):
         agent.generate("find it", memory={"thread": "t1", "resource": "ada"}, stop=stop)
     assert calls == [1] and memory.get_thread("t1") is None
+
+
+def test_a_turn_stopped_while_its_observer_runs_writes_no_observation_and_no_backoff(store):
+    """Observational memory observes in the turn (no buffering) before the model is asked. The turn is stopped
+    while the observer answers (a scripted model, which cannot be cut short): its reply is not used, nothing is
+    written (no observation, no back-off: a stop is not the observer's failure), the turn's model is never
+    asked, and the error names the observer. The next turn, not stopped, observes the same messages."""
+    from core.observational import store as om_store
+    from core.observational.buffer_store import current_backoff
+    from core.observational.observer import OBSERVER_SYSTEM_PROMPT
+    from core.observational.records import lookup_key
+
+    stop = CallStop()
+    asked: list[str] = []
+
+    def script(messages: Any, tools: Any) -> Any:
+        if messages[0]["content"] == OBSERVER_SYSTEM_PROMPT:
+            asked.append("observer")
+            if len(asked) == 1:
+                stop.stop("the client closed its connection")  # the client leaves while the observer answers
+            return "<observations>\n* Ada waters the garden daily\n</observations>"
+        asked.append("turn")
+        return "noted"
+
+    memory = Memory(store, MemoryOptions(last_messages=5, observational_memory={
+        "enabled": True, "message_tokens": 30, "buffer_tokens": False}))
+    agent = Agent("a", instructions="", model=ScriptedModel(script), memory=memory, tracer=False)
+    memory.create_thread(thread_id="t1", resource_id="ada")
+    memory.save_messages([Message.user(f"Note {i}: water the garden on day {i}, twice a day.", thread_id="t1",
+                                       resource_id="ada") for i in range(4)])
+    before = len(store.memory.browse_messages("t1", 0, 100))
+    with pytest.raises(CallStopped, match="the client closed its connection") as raised:
+        agent.generate("What is left?", memory={"thread": "t1", "resource": "ada"}, stop=stop)
+    assert raised.value.during == "observer" and asked == ["observer"]
+    key = lookup_key("thread", thread_id="t1", resource_id="ada")
+    record = om_store.current_record(store, key)
+    assert record is None or (not record.active_observations and current_backoff(record, "observer") is None)
+    assert len(store.memory.browse_messages("t1", 0, 100)) == before == 4
+    agent.generate("What is left?", memory={"thread": "t1", "resource": "ada"})
+    assert asked == ["observer", "observer", "turn"]
+    assert "waters the garden" in om_store.current_record(store, key).active_observations
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
