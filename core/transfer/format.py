@@ -82,9 +82,9 @@ def dumps(data: Mapping[str, Any]) -> str:
 
 
 def _holds_spooled(value: Any) -> bool:
-    """Whether ``value`` is, or holds in one of its rows, a list kept in a spool (``SpoolPart``: an export's
-    working-memory versions)."""
-    if isinstance(value, SpoolPart):
+    """Whether ``value`` is, or holds in one of its rows, a list kept in a spool (a ``RowSpool``: an export's
+    messages, observations, turn records, edit history; a ``SpoolPart``: its working-memory versions)."""
+    if isinstance(value, (RowSpool, SpoolPart)):
         return True
     if isinstance(value, list):
         return any(isinstance(row, Mapping) and any(isinstance(v, SpoolPart) for v in row.values()) for row in value)
