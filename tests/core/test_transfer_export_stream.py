@@ -250,3 +250,37 @@ def test_a_large_history_is_exported_holding_a_fraction_of_it(tmp_path):
     assert data["counts"]["messages"] == 1246 and data["counts"]["messageVersions"] == 601
     assert size > 60_000_000 and peak < size / 6, (size, peak)
     assert json.loads((tmp_path / "ada.json").read_text(encoding="utf-8"))["counts"] == data["counts"]
+
+
+def test_observation_records_are_read_from_disk_and_import_as_from_a_list(db_path, new_db, tmp_path):
+    """A long observational-memory history (each generation holds its whole log) is kept on disk while the file is
+    read, like the messages; the rows written are those of the same file given as lists, a second import changes
+    nothing, and an observation-log version that names another owner than its record's is still refused."""
+    from core.transfer.errors import ExportFormatError
+
+    _history(db_path)
+    with open_store(db_path, read_only=True) as store:
+        text = render(export_data(store, resource_id="ada"), "json")
+    doc = json.loads(text)
+    record = doc["observations"][0]
+    doc["observations"] = [dict(record, id=f"om{i:04d}", generationCount=i, activeObservations=f"{i}\n" + "o" * 3000)
+                           for i in range(300)] + doc["observations"]
+    path = tmp_path / "ada.json"
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    loaded = load(path)
+    assert isinstance(loaded["observations"], RowSpool) and len(loaded["observations"]) == 301
+    from_disk, from_lists = new_db("disk.db"), new_db("lists.db")
+    with open_store(from_disk) as store:
+        first = import_data(store, loaded)
+        again = import_data(store, load(path))
+    with open_store(from_lists) as store:
+        import_data(store, json.loads(path.read_text(encoding="utf-8")))
+    assert first.written["observations"] == 301 and first.written["observationVersions"] == 1
+    assert again.unchanged["observations"] == 301 and not again.written.get("observations")
+    assert snapshot(from_disk) == snapshot(from_lists)
+    # The versions' rule still sees each record's owners.
+    doc["observationVersions"][0]["thread_id"] = "t-party"
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    with pytest.raises(ExportFormatError, match="its thread_id 't-party' is not 't-groceries', its record's"):
+        with open_store(new_db("refused.db")) as store:
+            import_data(store, load(path))
