@@ -125,15 +125,21 @@ def _leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
 
-def test_an_export_failing_halfway_leaves_no_temporary_file_and_the_previous_export_as_it_was(tmp_path,
-                                                                                              monkeypatch):
-    """A row that cannot be read after the messages were spooled: the spools are deleted at once, and the file an
-    earlier export wrote is left exactly as it was (no half file beside it either)."""
+def _history_and_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A libSQL file holding ``_history``, and the (empty) temporary folder the export's spools go to."""
     db = tmp_path / "memory.db"
     _history(db)
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    return db, temp
+
+
+def test_an_export_failing_halfway_leaves_no_temporary_file_and_the_previous_export_as_it_was(tmp_path,
+                                                                                              monkeypatch):
+    """A row that cannot be read after the messages were spooled: the spools are deleted at once, and the file an
+    earlier export wrote is left exactly as it was (no half file beside it either)."""
+    db, temp = _history_and_temporary_folder(tmp_path, monkeypatch)
     out = tmp_path / "ada.json"
     assert main(["export", "--db", str(db), "--resource", "ada", "--output", str(out)],
                 out=io.StringIO(), err=io.StringIO()) == 0
@@ -153,11 +159,7 @@ def test_an_export_failing_halfway_leaves_no_temporary_file_and_the_previous_exp
 
 def test_an_export_interrupted_while_it_writes_leaves_the_previous_file_and_no_temporary_one(tmp_path,
                                                                                             monkeypatch):
-    db = tmp_path / "memory.db"
-    _history(db)
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    db, temp = _history_and_temporary_folder(tmp_path, monkeypatch)
     out = tmp_path / "ada.json"
     out.write_text("an earlier export\n", encoding="utf-8")
 
