@@ -274,8 +274,8 @@ _CHOOSE = "Choose the .json file written by 'memory-studio export'."
 #: export held whole; docs/ARCHITECTURE.md, Figures), with a margin.
 MEMORY_PER_FILE_BYTE = 1.5
 #: The lists of an export kept on disk while import reads them (``core.transfer.spool``): nearly all of a file (its
-#: messages, its turn records, which hold each turn's prompt, and the message and observation-log versions, which
-#: hold whole rows before and after each edit).
+#: messages, its observation records, each generation holding its whole log, its turn records, which hold each turn's
+#: prompt, and the message and observation-log versions, which hold whole rows before and after each edit).
 SPOOLED = ("messages", "observations", "turns", "messageVersions", "observationVersions")
 #: The lists nested in the rows of a list kept on disk the same way (a ``SpoolPart`` in each row): the working-memory
 #: versions inside each ``workingMemory`` entry.
