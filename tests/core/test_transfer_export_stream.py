@@ -286,3 +286,24 @@ def test_observation_records_are_read_from_disk_and_import_as_from_a_list(db_pat
     with pytest.raises(ExportFormatError, match="its thread_id 't-party' is not 't-groceries', its record's"):
         with open_store(new_db("refused.db")) as store:
             import_data(store, load(path))
+
+
+def test_a_spool_of_large_rows_holds_a_few_megabytes_of_them_not_a_batch(tmp_path, monkeypatch):
+    """Rows given with their size end a record at ``spool.RECORD_BYTES``: messages of the largest size allowed are
+    held a few at a time while written and read back, not 256 of them (256 MB)."""
+    import tracemalloc
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    spool = RowSpool("messages", job="export")
+    for i in range(24):
+        spool.append({"id": f"m{i}", "content": f"{i}" + "c" * 1_000_000}, 1_000_001)
+    spool.close()
+    tracemalloc.start()
+    try:
+        ids = [row["id"] for row in spool]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert ids == [f"m{i}" for i in range(24)]
+    assert peak < 12_000_000, peak  # a record of 4 rows (its bytes and its rows), not all 24 MB
+    spool.discard()
