@@ -8,6 +8,7 @@ database is migrated only by an explicit ``migrate()`` call.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from contextlib import contextmanager
@@ -34,6 +35,8 @@ from core.storage.errors import (  # re-exported: the errors were defined here f
 )
 from core.storage.paths import DatabaseLocationError, ResolvedPath, ensure_parent
 from core.storage.reading import read_token as read_token  # re-exported: defined here first
+
+log = logging.getLogger(__name__)
 
 #: Read connections ``reads()`` keeps between blocks (more threads reading at once use the pool).
 _KEPT_READ_CONNECTIONS = 4
@@ -355,20 +358,33 @@ class Database:
     @contextmanager
     def snapshot(self) -> Iterator[sa.Connection]:
         """One read transaction: every statement in it sees the database as of the same moment, and
-        nothing is written (an export reads every table through one)."""
+        nothing is written (an export reads every table through one).
+
+        Its sorts spill to temporary files (``PRAGMA temp_store = FILE``, set back to the default after it):
+        libsql-experimental is built to keep them in memory (``SQLITE_TEMP_STORE=2``), so a statement sorting a
+        large result (a resource's messages by time, across its threads) held all of it (a 320 MB history:
+        661 MB), however few rows the reader takes at a time. SQLite takes the setting only outside a
+        transaction; its files go to ``SQLITE_TMPDIR`` or ``TMPDIR``."""
         with self.read() as conn:
-            conn.exec_driver_sql("BEGIN")
+            conn.exec_driver_sql("PRAGMA temp_store = FILE")
             try:
-                yield conn
-            except BaseException:
-                # A failed read (a driver panic invalidates the connection) must surface as itself:
-                # ``read()`` turns it into our error and its own rollback ends the transaction.
+                conn.exec_driver_sql("BEGIN")
                 try:
-                    conn.exec_driver_sql("ROLLBACK")
-                except Exception:  # noqa: BLE001 - the error being raised says what went wrong
-                    pass
-                raise
-            conn.exec_driver_sql("ROLLBACK")
+                    yield conn
+                except BaseException:
+                    # A failed read (a driver panic invalidates the connection) must surface as itself:
+                    # ``read()`` turns it into our error and its own rollback ends the transaction.
+                    try:
+                        conn.exec_driver_sql("ROLLBACK")
+                    except Exception:  # noqa: BLE001 - the error being raised says what went wrong
+                        pass
+                    raise
+                conn.exec_driver_sql("ROLLBACK")
+            finally:
+                try:
+                    conn.exec_driver_sql("PRAGMA temp_store = DEFAULT")
+                except Exception:  # noqa: BLE001 - a connection a driver panic ended is not pooled again
+                    log.debug("temp_store not set back on a failed connection", exc_info=True)
 
     def change_fingerprint(self) -> tuple[object, ...]:
         """A cheap value that changes whenever another connection (or process) changed threads,

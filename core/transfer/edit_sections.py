@@ -28,7 +28,7 @@ from core.edits.schema import MESSAGE_VERSIONS, OBSERVATION_VERSIONS
 from core.storage import catalog
 from core.transfer import rows as R
 from core.transfer import sections as S
-from core.transfer.spool import RowSpool, sorted_rows
+from core.transfer.spool import Keep, RowSpool, sorted_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.transfer.importer import _Importer
@@ -37,22 +37,20 @@ OPS = ("edit", "delete", "undo")
 
 
 # -- export ------------------------------------------------------------------------------------------
-def export_versions(conn: sa.Connection, thread_ids: list[str],
-                    observations: list[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """The version rows of these threads' messages and of these observation records, oldest first."""
-    messages: list[dict[str, Any]] = []
-    if thread_ids and catalog.has_table(conn, MESSAGE_VERSIONS):
-        for start in range(0, len(thread_ids), 500):
-            clause, params = R.in_clause(thread_ids[start:start + 500])
-            messages += R.select_rows(conn, MESSAGE_VERSIONS, f"thread_id IN {clause}", params, order="id")
-    logs: list[dict[str, Any]] = []
-    record_ids = [str(r["id"]) for r in observations if r.get("id") is not None]
-    if record_ids and catalog.has_table(conn, OBSERVATION_VERSIONS):
-        for start in range(0, len(record_ids), 500):
-            clause, params = R.in_clause(record_ids[start:start + 500])
-            logs += R.select_rows(conn, OBSERVATION_VERSIONS, f"record_id IN {clause}", params, order="id")
-    messages.sort(key=lambda r: int(r["id"]))
-    logs.sort(key=lambda r: int(r["id"]))
+def export_versions(conn: sa.Connection, mine: R.ThreadScope, observations: R.Where | None,
+                    kept: Keep = lambda rows, _what: list(rows)) -> dict[str, Any]:
+    """The version rows of these threads' messages and of the observation records ``observations`` picks (None:
+    none), oldest first (by id: each list is one statement, read as it is kept by ``kept``)."""
+    messages: Any = []
+    if catalog.has_table(conn, MESSAGE_VERSIONS):
+        of = mine.rows_of("thread_id")
+        messages = kept(R.iter_rows(conn, MESSAGE_VERSIONS, of.sql, of.params, order="id", stream=True),
+                        "message versions")
+    logs: Any = []
+    if observations is not None and catalog.has_table(conn, OBSERVATION_VERSIONS):
+        logs = kept(R.iter_rows(conn, OBSERVATION_VERSIONS,
+                                f"record_id IN (SELECT id FROM mastra_observational_memory WHERE {observations.sql})",
+                                observations.params, order="id", stream=True), "observation-log versions")
     return {"messageVersions": messages, "observationVersions": logs}
 
 

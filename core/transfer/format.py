@@ -82,9 +82,9 @@ def dumps(data: Mapping[str, Any]) -> str:
 
 
 def _holds_spooled(value: Any) -> bool:
-    """Whether ``value`` is, or holds in one of its rows, a list kept in a spool (``SpoolPart``: an export's
-    working-memory versions)."""
-    if isinstance(value, SpoolPart):
+    """Whether ``value`` is, or holds in one of its rows, a list kept in a spool (a ``RowSpool``: an export's
+    messages, observations, turn records, edit history; a ``SpoolPart``: its working-memory versions)."""
+    if isinstance(value, (RowSpool, SpoolPart)):
         return True
     if isinstance(value, list):
         return any(isinstance(row, Mapping) and any(isinstance(v, SpoolPart) for v in row.values()) for row in value)
@@ -274,9 +274,9 @@ _CHOOSE = "Choose the .json file written by 'memory-studio export'."
 #: export held whole; docs/ARCHITECTURE.md, Figures), with a margin.
 MEMORY_PER_FILE_BYTE = 1.5
 #: The lists of an export kept on disk while import reads them (``core.transfer.spool``): nearly all of a file (its
-#: messages, its turn records, which hold each turn's prompt, and the message and observation-log versions, which
-#: hold whole rows before and after each edit).
-SPOOLED = ("messages", "turns", "messageVersions", "observationVersions")
+#: messages, its observation records, each generation holding its whole log, its turn records, which hold each turn's
+#: prompt, and the message and observation-log versions, which hold whole rows before and after each edit).
+SPOOLED = ("messages", "observations", "turns", "messageVersions", "observationVersions")
 #: The lists nested in the rows of a list kept on disk the same way (a ``SpoolPart`` in each row): the working-memory
 #: versions inside each ``workingMemory`` entry.
 SPOOLED_WITHIN = {"workingMemory": "versions"}

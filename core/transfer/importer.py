@@ -391,31 +391,35 @@ class _Importer:
         return int(new_id or 0)
 
     # -- observations and turn records ---------------------------------------------------------
-    def _observations(self, rows: list[Mapping[str, Any]]) -> None:
-        wanted = [r for r in rows if r.get("threadId") not in self.blocked]
-        if not wanted:
+    def _observations(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """The observation records (a ``RowSpool`` for a file read from disk: read in passes, never all held)."""
+        def wanted() -> Iterator[Mapping[str, Any]]:
+            return (r for r in rows if r.get("threadId") not in self.blocked)
+
+        count = sum(1 for _ in wanted())
+        if not count:
             return
         table = self._table(S.OBSERVATIONS)
         if not catalog.has_table(self.conn, table):
             self.report.notes.append(
-                f"{len(wanted)} observational-memory row{'s' if len(wanted) != 1 else ''} not imported: "
+                f"{count} observational-memory row{'s' if count != 1 else ''} not imported: "
                 f"{self.report.target} has no {table} table. Run 'memory-studio migrate' on it first.")
             return
-        self._check_columns(table, wanted, "observations")
+        self._check_columns(table, wanted(), "observations")
         # The newest record of a key is the one its agent reads. When the target keeps records of its own for a
         # key (ids the file does not hold), a new record of the file would become current and hide them, or be
         # hidden: two lineages of one memory. Such rows are left out, overwrite or not; rows of a lineage the
         # target shares with the file (a record imported before) are matched by id as usual.
-        file_ids = {r.get("id") for r in wanted}
+        file_ids = {r.get("id") for r in wanted()}
         own: dict[str, int] = {}
-        for key in sorted({r["lookupKey"] for r in wanted if isinstance(r.get("lookupKey"), str)}):
-            theirs = [r for r in R.select_rows(self.conn, table, f"{R.quote('lookupKey')} = ?", [key])
-                      if r["id"] not in file_ids]
+        for key in sorted({r["lookupKey"] for r in wanted() if isinstance(r.get("lookupKey"), str)}):
+            theirs = [found for (found,) in self.conn.exec_driver_sql(  # (ids only: not every generation's log)
+                f"SELECT id FROM {R.quote(table)} WHERE {R.quote('lookupKey')} = ?", (key,)) if found not in file_ids]
             if theirs:
                 own[key] = len(theirs)
         left: dict[str, int] = {}
-        owner_fields = ("lookupKey", "threadId", "resourceId")
-        for row in wanted:
+        owner_fields = S.OBSERVATION_OWNERS
+        for row in wanted():
             key = row.get("lookupKey")
             found = R.select_rows(self.conn, table, "id = ?", [row["id"]])
             if isinstance(key, str) and key in own and not found:

@@ -41,6 +41,7 @@ from core.transfer.report import register_kind
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
     from core.transfer.importer import _Importer
+    from core.transfer.spool import Keep
     from core.transfer.report import ImportReport
 
 log = logging.getLogger(__name__)
@@ -64,13 +65,17 @@ def has_turn_records(conn: sa.Connection) -> bool:
 
 
 def export_sections(conn: sa.Connection, store: "Store", *, thread_ids: list[str], threads: list[dict[str, Any]],
-                    messages: list[dict[str, Any]], resource_id: str, turns: bool, agents: bool,
-                    traces: bool, streamed: bool = False) -> dict[str, Any]:
+                    mine: R.ThreadScope, answered_by: set[str], resource_id: str, turns: bool, agents: bool,
+                    traces: bool, streamed: bool = False, kept: "Keep" = lambda rows, _what: list(rows),
+                    ) -> dict[str, Any]:
     """The replay sections of an export, read inside the export's snapshot (traces from the trace
-    store beside it; ``streamed``: as a ``Streamed`` list, read while the file is written)."""
-    turn_rows = _turn_rows(conn, thread_ids) if turns else []
-    defs, sets = tool_defs.read_rows(conn, (k for r in turn_rows for k in _set_keys(r.get("record"))))
-    agent_rows, config_rows = _agents(conn, threads, messages, resource_id) if agents else ([], [])
+    store beside it; ``streamed``: as a ``Streamed`` list, read while the file is written). ``answered_by``: the
+    agents that answered in the threads' messages (``message_agent``); ``kept``: how the turn records are kept
+    (a list, or a spool)."""
+    keys: set[str] = set()  # the tool sets the turn records name (read as they pass)
+    turn_rows = kept(_turn_rows(conn, mine, keys), "turn records") if turns else []
+    defs, sets = tool_defs.read_rows(conn, sorted(keys))
+    agent_rows, config_rows = _agents(conn, threads, answered_by, resource_id) if agents else ([], [])
     owners = {str(t["id"]): str(t["resourceId"]) for t in threads}
     return {
         "turnsTable": TURNS if turns and catalog.has_table(conn, TURNS) else None,  # for readers before issue 16
@@ -94,11 +99,14 @@ def _count(rows: Any) -> int:
     return rows.count or 0 if isinstance(rows, Streamed) else len(rows or [])
 
 
-def _turn_rows(conn: sa.Connection, thread_ids: list[str]) -> list[dict[str, Any]]:
-    if not thread_ids or not catalog.has_table(conn, TURNS):
-        return []
-    clause, params = R.in_clause(thread_ids)
-    return R.select_rows(conn, TURNS, f"thread_id IN {clause}", params, order='"createdAt", input_message_id')
+def _turn_rows(conn: sa.Connection, mine: R.ThreadScope, keys: set[str]) -> Iterator[dict[str, Any]]:
+    """The threads' turn records as they are read; notes in ``keys`` the tool sets they name."""
+    if not catalog.has_table(conn, TURNS):
+        return
+    of = mine.rows_of("thread_id")
+    for row in R.iter_rows(conn, TURNS, of.sql, of.params, order='"createdAt", input_message_id', stream=True):
+        keys.update(_set_keys(row.get("record")))
+        yield row
 
 
 def _set_keys(raw: Any) -> set[str]:
@@ -108,7 +116,7 @@ def _set_keys(raw: Any) -> set[str]:
         return set()
 
 
-def _agents(conn: sa.Connection, threads: list[dict[str, Any]], messages: list[dict[str, Any]],
+def _agents(conn: sa.Connection, threads: list[dict[str, Any]], answered_by: set[str],
             resource_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The registered configurations that can apply to these threads (the agents that answered in
     them, that their metadata names or that share the resource's name; all of them when none
@@ -121,11 +129,7 @@ def _agents(conn: sa.Connection, threads: list[dict[str, Any]], messages: list[d
         meta = t.get("metadata")
         if isinstance(meta, dict):
             named.update(str(meta[k]) for k in _AGENT_KEYS if isinstance(meta.get(k), str))
-    for m in messages:
-        if m.get("role") == "assistant":
-            agent = _message_agent(m.get("content"))
-            if agent:
-                named.add(agent)
+    named.update(answered_by)
     chosen = [a for a in everyone if a["name"] in named] or everyone
     memory_names = sorted({_memory_name(a) for a in chosen})
     configs: list[dict[str, Any]] = []
@@ -135,7 +139,8 @@ def _agents(conn: sa.Connection, threads: list[dict[str, Any]], messages: list[d
     return chosen, configs
 
 
-def _message_agent(content: Any) -> str | None:
+def message_agent(content: Any) -> str | None:
+    """The agent an assistant message's stored content names (``metadata.agent``), or None."""
     try:
         data = json.loads(content) if isinstance(content, str) else content
     except ValueError:

@@ -12,6 +12,7 @@ them), and values are bound as each column's type wants them (a 0/1 flag as a bo
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
@@ -23,6 +24,9 @@ from core.stored_text import json_text
 
 BLOB_KEY = "$base64"
 _CACHE_KEY = "memory-studio:transfer-columns"
+#: ``iter_rows(stream=True)``: rows the driver fetches at a time (what it holds: a page of messages of the largest
+#: size allowed is still tens of megabytes, never the history).
+STREAM_PAGE = 64
 
 
 def quote(name: str) -> str:
@@ -66,10 +70,16 @@ def select_rows(
 
 
 def iter_rows(
-    conn: sa.Connection, table: str, where: str = "", params: Sequence[Any] = (), order: str | None = None
+    conn: sa.Connection, table: str, where: str = "", params: Sequence[Any] = (), order: str | None = None,
+    *, stream: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Every column of the matching rows, one at a time as the statement gives them (an export spools a long
     history as it reads it), JSONB read as JSON text, blobs made JSON-safe.
+
+    ``stream``: the driver holds a page of ``STREAM_PAGE`` rows at a time, not the result (SQLAlchemy's
+    ``stream_results``): on Postgres a server-side cursor, which needs the transaction the caller is in (an
+    export's snapshot); psycopg's ordinary cursor takes the whole result into memory before the first row. libSQL's
+    cursor steps the statement as rows are asked for, and is asked for a page at a time.
 
     On libSQL text is selected as a blob and decoded here: the driver panics on a TEXT value that is
     not valid UTF-8 and loses the whole result set, so such a value is reported as
@@ -78,9 +88,10 @@ def iter_rows(
     names = [c[0] for c in columns(conn, table)]
     order = order or row_order(conn, table)
     tail = f" FROM {quote(table)}" + (f" WHERE {where}" if where else "") + (f" ORDER BY {order}" if order else "")
+    options = {"stream_results": True, "max_row_buffer": STREAM_PAGE} if stream else None
     if not capabilities_of(conn).json_blobs:
         sql = f"SELECT {', '.join(quote(n) for n in names)}{tail}"
-        for row in conn.exec_driver_sql(sql, tuple(params)):
+        for row in conn.exec_driver_sql(sql, tuple(params), execution_options=options):
             yield {n: to_json_value(v) for n, v in zip(names, row)}
         return
     cols = [
@@ -93,7 +104,7 @@ def iter_rows(
     )
     sql = f"SELECT {', '.join(cols)}, {blobs}{tail}"
     key = primary_key(conn, table) or names[:1]
-    for row in conn.exec_driver_sql(sql, tuple(params)):
+    for row in conn.exec_driver_sql(sql, tuple(params), execution_options=options):
         marks = row[-1]
         values: dict[str, Any] = {}
         for i, (name, value) in enumerate(zip(names, row)):
@@ -162,6 +173,28 @@ def _for_postgres(value: Any, declared: str) -> Any:
     if ("TEXT" in declared or "CHAR" in declared) and not isinstance(value, (bytes, str)):
         return str(value)
     return value
+
+
+@dataclass(frozen=True)
+class Where:
+    """A ``WHERE`` clause (``?`` placeholders) and its parameters."""
+
+    sql: str
+    params: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class ThreadScope:
+    """The threads an export is about, as a clause on ``mastra_threads`` (``id = ?``, ``"resourceId" = ?``), so a
+    table's rows of those threads are one statement with a subquery (read as of the same snapshot): no list of ids
+    bound, however many threads a resource has."""
+
+    threads: Where
+
+    def rows_of(self, column: str) -> Where:
+        """The rows whose ``column`` names one of the threads."""
+        return Where(f"{quote(column)} IN (SELECT id FROM mastra_threads WHERE {self.threads.sql})",
+                     self.threads.params)
 
 
 def in_clause(values: Iterable[Any]) -> tuple[str, list[Any]]:

@@ -44,6 +44,8 @@ BOOKKEEPING_TABLES = frozenset({
     "memory_studio_migrations", "memory_studio_settings", "memory_studio_recall_state", "memory_studio_recall_docs",
     "memory_studio_recall_queue", "sqlite_sequence", "sqlite_master", "sqlite_schema",
 })
+#: The fields of an observation record that say whose it is (``FileIndex.observations`` keeps only these).
+OBSERVATION_OWNERS = ("lookupKey", "threadId", "resourceId")
 #: Message roles a file may hold: what the API stores (``system`` never is) and Mastra's legacy ``tool``.
 MESSAGE_ROLES = ("user", "assistant", "signal", "tool")
 
@@ -73,7 +75,7 @@ class FileIndex:
     thread_owner: dict[str, str] = field(default_factory=dict)
     resources: set[str] = field(default_factory=set)
     message_thread: dict[str, str] = field(default_factory=dict)
-    observations: dict[str, Row] = field(default_factory=dict)  # observation record id -> its row
+    observations: dict[str, Row] = field(default_factory=dict)  # observation record id -> its OBSERVATION_OWNERS
     max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES
     max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES
 
@@ -127,7 +129,9 @@ def check_file(data: Mapping[str, Any], name: str, *, max_message_bytes: int | N
             if not messages.check(position, row):
                 break
     index = messages.index
-    index.observations = {str(o["id"]): o for o in data.get("observations", []) if isinstance(o, Mapping)}
+    # (what the observation-log versions' rule asks of their records: a record's owners, not its log)
+    index.observations = {str(o["id"]): {k: o.get(k) for k in OBSERVATION_OWNERS}
+                          for o in data.get("observations", []) if isinstance(o, Mapping)}
     for sec in SECTIONS.values():
         if sec is MESSAGES:
             if messages.refused is not None:

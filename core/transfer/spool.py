@@ -40,10 +40,18 @@ from typing import Any
 from core.transfer.errors import TransferError
 
 BATCH = 256  # rows per record of the spool: what a reader holds at a time
+#: ``append(row, size)``: a record ends once the sizes given add up to this many bytes (an export's messages may be
+#: up to a megabyte each: 256 of them would be held while their record is written and again while it is read).
+RECORD_BYTES = 4 << 20
 #: ``sorted_rows``: about how many bytes of rows (their marshal form) it sorts in memory at a time, and about how
 #: big one record of a sorted run may be (what the merge holds per run).
 SORT_BYTES = 32 << 20
 RUN_RECORD_BYTES = 1 << 20
+
+
+#: How an export keeps a list that grows with the history (``export._Kept``), given its rows and what they are in
+#: words: a list, or a ``RowSpool`` filled as the rows are read.
+Keep = Callable[[Iterable[dict[str, Any]], str], "list[dict[str, Any]] | RowSpool"]
 
 
 class SpoolError(TransferError):
@@ -72,6 +80,7 @@ class RowSpool:
             self._cleanup()
             raise self._failed(exc) from None
         self._pending: list[Any] = []
+        self._pending_bytes = 0
         self._count = 0
         self._records: list[tuple[int, bytes]] = []  # each record's length and SHA-256, in the file's order
         self._starts: list[int] = []  # where each record starts in the file
@@ -90,12 +99,14 @@ class RowSpool:
             f"them: {exc.strerror or exc}. Nothing was imported. Free space there, or point TMPDIR at a folder with "
             "room (about the file's size), and import again.")
 
-    def append(self, row: Any) -> None:
+    def append(self, row: Any, size: int = 0) -> None:
+        """Keep ``row``; ``size``: about how many bytes it is (its text), so a record of large rows ends sooner."""
         if self._out is None:
             raise RuntimeError("a RowSpool is not appended to after close()")
         self._pending.append(row)
+        self._pending_bytes += size
         self._count += 1
-        if len(self._pending) >= self._batch:
+        if len(self._pending) >= self._batch or self._pending_bytes >= RECORD_BYTES:
             self._flush()
 
     def _flush(self) -> None:
@@ -110,6 +121,7 @@ class RowSpool:
         self._starts.append(self._size)
         self._size += len(record)
         self._pending = []
+        self._pending_bytes = 0
 
     def mark(self) -> tuple[int, int]:
         """Where the rows appended from now on begin, for ``part``: a part starts a record of its own."""
@@ -247,4 +259,4 @@ def _run(chunk: list[Any], key: Callable[[Any], Any], size: int, what: str) -> R
         raise
 
 
-__all__ = ["BATCH", "RUN_RECORD_BYTES", "SORT_BYTES", "RowSpool", "SpoolError", "SpoolPart", "sorted_rows"]
+__all__ = ["BATCH", "Keep", "RECORD_BYTES", "RUN_RECORD_BYTES", "SORT_BYTES", "RowSpool", "SpoolError", "SpoolPart", "sorted_rows"]

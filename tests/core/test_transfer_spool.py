@@ -602,19 +602,29 @@ def test_a_large_working_memory_history_is_exported_holding_a_fraction_of_it(sto
 
 
 def test_an_export_whose_spool_cannot_be_written_says_where_and_writes_nothing(tmp_path, monkeypatch):
+    """Every list of a JSON export that grows with the history is spooled (the messages first): a temporary folder
+    that cannot take them fails the export with what to do, the versions left out or not; a Markdown transcript
+    spools nothing, and once TMPDIR is a folder the JSON export is written."""
     _, data = _wm_export(tmp_path)
     not_a_folder = tmp_path / "tmp-is-a-file"
     not_a_folder.write_text("")
     monkeypatch.setattr(tempfile, "tempdir", str(not_a_folder))  # TMPDIR pointing at a file
     out, err = io.StringIO(), io.StringIO()
     target = tmp_path / "ada.json"
+    for versions in ([], ["--no-versions"]):
+        err = io.StringIO()
+        assert main(["export", "--db", str(tmp_path / "wm-source.db"), "--resource", "ada", *versions,
+                     "--output", str(target)], out=out, err=err) == 1
+        said = err.getvalue()
+        assert str(not_a_folder) in said and "Export keeps the messages" in said, said
+        assert "Nothing was written" in said and "TMPDIR" in said and "export again" in said
+        assert "import" not in said.lower() and not target.exists()
+    assert main(["export", "--db", str(tmp_path / "wm-source.db"), "--resource", "ada", "--format", "markdown",
+                 "--output", str(tmp_path / "ada.md")], out=out, err=err) == 0
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
     assert main(["export", "--db", str(tmp_path / "wm-source.db"), "--resource", "ada", "--output", str(target)],
-                out=out, err=err) == 1
-    said = err.getvalue()
-    assert str(not_a_folder) in said and "Export keeps the working-memory versions" in said, said
-    assert "Nothing was written" in said and "TMPDIR" in said and "export again" in said
-    assert "import" not in said.lower() and not target.exists()
-    # Without the versions nothing is spooled: the export is written as before.
-    assert main(["export", "--db", str(tmp_path / "wm-source.db"), "--resource", "ada", "--no-versions",
-                 "--output", str(target)], out=out, err=err) == 0
-    assert json.loads(target.read_text(encoding="utf-8"))["counts"]["workingMemoryVersions"] == 0
+                out=out, err=err) == 0
+    assert json.loads(target.read_text(encoding="utf-8"))["counts"]["workingMemoryVersions"] == 9
+    assert not list(folder.iterdir())  # the spools went with the document
