@@ -17,7 +17,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -31,6 +31,7 @@ from core.gateway import GatewayServer, create_app
 from core.gateway.guard import GuardPolicy
 from core.gateway.tokens import TokensFile, entry_for, new_token
 from core.llm import ScriptedModel
+from core.storage.memory_store import MessageQuery
 
 pytestmark = pytest.mark.backends
 
@@ -70,12 +71,35 @@ def tokens() -> dict[str, str]:
     return {"alice": new_token(), "bob": new_token()}
 
 
+class DuringModelCall:
+    """The model's reply: every text it was sent; ``then`` (when set) runs first, during the model call, as
+    another program writing while the model thinks."""
+
+    def __init__(self) -> None:
+        self.then: Callable[[], None] | None = None
+
+    def __call__(self, messages: list[dict[str, Any]], tools: Any) -> str:
+        if self.then is not None:
+            then, self.then = self.then, None
+            then()
+        return everything_sent(messages, tools)
+
+
 @pytest.fixture
-def server(store, embedder, tokens) -> Iterator[GatewayServer]:
-    memory = Memory(store, MemoryOptions(
+def during_model_call() -> DuringModelCall:
+    return DuringModelCall()
+
+
+@pytest.fixture
+def memory(store, embedder) -> Memory:
+    return Memory(store, MemoryOptions(
         last_messages=10, semantic_recall={"enabled": True, "scope": "thread", "top_k": 3},
         working_memory={"enabled": True, "scope": "thread", "use_state_signals": True}), embedder=embedder)
-    agent = Agent("chat", instructions="Chat.", model=ScriptedModel(everything_sent), memory=memory, tracer=False)
+
+
+@pytest.fixture
+def server(memory, tokens, during_model_call) -> Iterator[GatewayServer]:
+    agent = Agent("chat", instructions="Chat.", model=ScriptedModel(during_model_call), memory=memory, tracer=False)
     file = TokensFile(None, tuple(entry_for(f"{name}-app", [name], token) for name, token in tokens.items()))
     app = create_app([agent], policy=GuardPolicy(tokens=file))
     with GatewayServer(app) as served:
@@ -133,3 +157,104 @@ def test_a_thread_another_user_created_while_a_turn_started_is_not_read_into_it(
     assert ALICE_SECRET not in str(error.body)
     assert error.code == "thread_ownership"
     assert "alice" not in error.message.lower()  # (the owner is not named to another user)
+
+
+def _bobs_held_turn(server: GatewayServer, tokens: dict[str, str], got: dict[str, Any]) -> threading.Thread:
+    """Bob's streamed turn in ``THREAD``, started; it waits on its recall query until the embedder is released."""
+
+    def run() -> None:
+        text: list[str] = []
+        try:
+            stream = _client(server, tokens["bob"]).chat.completions.create(
+                model="chat", stream=True, messages=[{"role": "user", "content": f"and now ({HOLD})"}],
+                metadata={"thread_id": THREAD})
+            for chunk in stream:
+                text += [c.delta.content or "" for c in chunk.choices]
+        except openai.APIError as exc:
+            got["error"] = exc
+        got["text"] = "".join(text)
+
+    bob = threading.Thread(target=run)
+    bob.start()
+    return bob
+
+
+def _refused_without_a_word_of_it(got: dict[str, Any]) -> openai.PermissionDeniedError:
+    assert ALICE_SECRET not in got["text"], got["text"]
+    error = got.get("error")
+    assert isinstance(error, openai.PermissionDeniedError), got
+    assert ALICE_SECRET not in str(error.body)
+    assert error.code == "thread_ownership"
+    return error
+
+
+def test_a_thread_deleted_and_created_again_by_another_user_while_a_turn_reads_is_not_read_into_it(
+        server, memory, embedder, tokens):
+    # Bob's thread, then his next turn, which passes its owner check on it and waits on its recall query.
+    first = _client(server, tokens["bob"]).chat.completions.create(
+        model="chat", messages=[{"role": "user", "content": "hi, I am Bob"}], metadata={"thread_id": THREAD})
+    assert first.memory["thread_id"] == THREAD  # type: ignore[attr-defined]
+    got: dict[str, Any] = {}
+    bob = _bobs_held_turn(server, tokens, got)
+    try:
+        assert embedder.reached.wait(60), "Bob's turn never reached its recall query"
+        # Meanwhile Bob's thread is deleted (the Studio, `memory-studio forget`, the app), and Alice takes its id.
+        memory.delete_thread(THREAD)
+        _client(server, tokens["alice"]).chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "hi, I am Alice"}], metadata={"thread_id": THREAD})
+        assert _put_working_memory(server, tokens["alice"], THREAD, f"# Alice\n{ALICE_SECRET}\n") == 200
+    finally:
+        embedder.release.set()
+        bob.join(60)
+    assert not bob.is_alive()
+    _refused_without_a_word_of_it(got)
+    # Alice's thread holds only her turn: nothing of Bob's was written into it.
+    stored = list(memory.store.memory.list_messages(MessageQuery(thread_id=THREAD)))
+    assert {m.resource_id for m in stored} == {"alice"}
+    assert not any("I am Bob" in m.text or HOLD in m.text for m in stored)
+
+
+@pytest.mark.parametrize("began_with_its_thread", [False, True], ids=["new thread", "stored thread"])
+def test_a_thread_stored_without_an_owner_while_a_turn_reads_is_not_read_into_it(
+        server, memory, embedder, tokens, began_with_its_thread):
+    if began_with_its_thread:
+        _client(server, tokens["bob"]).chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "hi, I am Bob"}], metadata={"thread_id": THREAD})
+    got: dict[str, Any] = {}
+    bob = _bobs_held_turn(server, tokens, got)
+    try:
+        assert embedder.reached.wait(60), "Bob's turn never reached its recall query"
+        # Another program stores the thread id without an owner (a thread nobody may read from the gateway).
+        if began_with_its_thread:
+            memory.delete_thread(THREAD)
+        memory.store.memory.create_thread(thread_id=THREAD, resource_id="",
+                                          metadata={"workingMemory": f"# Notes\n{ALICE_SECRET}\n"})
+    finally:
+        embedder.release.set()
+        bob.join(60)
+    assert not bob.is_alive()
+    error = _refused_without_a_word_of_it(got)
+    assert "has no owner" in error.message
+    assert memory.store.memory.count_messages(THREAD) == 0  # nothing of Bob's went into the other program's thread
+
+
+@pytest.mark.parametrize("began_with_its_thread", [False, True], ids=["new thread", "stored thread"])
+def test_a_thread_stored_without_an_owner_while_the_model_answers_gets_nothing_of_the_turn(
+        server, memory, tokens, during_model_call, began_with_its_thread):
+    if began_with_its_thread:
+        _client(server, tokens["bob"]).chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "hi, I am Bob"}], metadata={"thread_id": THREAD})
+
+    def another_program_takes_the_id() -> None:
+        if began_with_its_thread:
+            memory.delete_thread(THREAD)
+        memory.store.memory.create_thread(thread_id=THREAD, resource_id="", metadata={"note": "theirs"})
+
+    during_model_call.then = another_program_takes_the_id
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        _client(server, tokens["bob"]).chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "my card ends 0420"}], metadata={"thread_id": THREAD})
+    assert refused.value.code == "thread_ownership"
+    assert memory.store.memory.count_messages(THREAD) == 0
+    thread = memory.get_thread(THREAD)
+    assert thread is not None and thread.resource_id == "" and "workingMemory" not in (thread.metadata or {})
