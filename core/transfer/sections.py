@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.json_kind import json_kind
-from core.ids import id_problem, lone_surrogate
+from core.ids import clipped, id_problem, lone_surrogate
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.messages import MessageFormatError, normalize_content
 from core.observational.records import OMRecord, lookup_key
+from core.stored_text import nul_path
 from core.timeutil import stored_form_problem
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES, NUL_FIX, NUL_HELD, holds_nul
 from core.transfer.errors import ExportFormatError, TransferError
@@ -64,6 +65,7 @@ class Section:
     message_field: str | None = None  # names one of the file's messages, of the row's thread
     check: RowCheck | None = None  # further rules: why the row is refused, or None
     rows: Callable[[Mapping[str, Any]], Iterable[Row]] | None = None  # where the rows are (default: the list)
+    documents: tuple[str, ...] = ()  # fields stored as JSON documents (Postgres JSONB: no NUL in a string or key)
 
 
 @dataclass
@@ -212,7 +214,27 @@ def row_problem(sec: Section, row: Any, index: FileIndex) -> str | None:
             return f"it names message {message!r}, which is not in the file"
         if thread is not None and index.message_thread[message] != thread:
             return f"its message {message!r} is in thread {index.message_thread[message]!r}, not {thread!r}"
-    return sec.check(row, index) if sec.check is not None else None
+    problem = sec.check(row, index) if sec.check is not None else None
+    return problem if problem is not None else _document_problem(sec, row)
+
+
+def _document_problem(sec: Section, row: Mapping[str, Any]) -> str | None:
+    """A NUL character in a string or key of a field stored as a JSON document (``Section.documents``): PostgreSQL's
+    JSONB takes none, and the import failed there whole in the driver's words ("unsupported Unicode escape
+    sequence"), while libSQL kept it; the API refuses it on both (``memory_store.check_json_text``)."""
+    for name in sec.documents:
+        value = row.get(name)
+        if isinstance(value, str):  # JSON text, as an older export may hold it
+            try:
+                value = json.loads(value)
+            except ValueError:
+                continue  # (not JSON: the section's rule names it, or the column takes text)
+        where = nul_path(value) if value is not None else None
+        if where is not None:
+            return (f"its {name} holds a NUL character (U+0000) at {clipped(where)}, which PostgreSQL "
+                    "stores in no JSON (the API refuses it on every backend); remove it, or write what it stands for "
+                    "as text")
+    return None
 
 
 def _text_problem(value: Any, *, top: bool) -> str | None:
@@ -416,9 +438,10 @@ def _version_rows(data: Mapping[str, Any]) -> Iterator[Row]:
             for v in entry.get("versions") or [] if isinstance(v, Mapping))
 
 
-RESOURCES = register(Section("resources", "mastra_resources", "resource", check=_resource_rule))
+RESOURCES = register(Section("resources", "mastra_resources", "resource", check=_resource_rule,
+                             documents=("metadata",)))
 THREADS = register(Section("threads", "mastra_threads", "thread", id_fields=("id", "resourceId"),
-                           check=_thread_rule))
+                           check=_thread_rule, documents=("metadata",)))
 MESSAGES = register(Section("messages", "mastra_messages", "message", thread_field="threadId",
                             resource_field="resourceId", check=_message_rule))
 
@@ -434,6 +457,8 @@ WORKING_MEMORY = register(Section("workingMemory", None, "working-memory value",
 WM_VERSIONS = register(Section("workingMemoryVersions", "memory_studio_wm_versions", "working-memory version",
                                id_fields=("owner_id",), rows=_version_rows, check=_version_rule))
 OBSERVATIONS = register(Section("observations", "mastra_observational_memory", "observation row",
-                                thread_field="threadId", resource_field="resourceId", check=_observation_rule))
+                                thread_field="threadId", resource_field="resourceId", check=_observation_rule,
+                                documents=("observedMessageIds", "bufferedMessageIds", "bufferedObservationChunks",
+                                           "metadata")))
 TURNS = register(Section("turns", "memory_studio_turns", "turn record", id_fields=("input_message_id",),
                          thread_field="thread_id", resource_field="resource_id", message_field="input_message_id"))

@@ -314,6 +314,34 @@ def test_working_memory_holding_a_nul_is_refused_as_the_api_refuses_it(exported,
             preview_import(store, data)
 
 
+@pytest.mark.parametrize("change, where", [
+    (lambda d: d["threads"][1].update(metadata={"note": "a\x00b"}), r"threads\[1\] \(id 't-party'\) .* at note"),
+    (lambda d: d["threads"][1].update(metadata=json.dumps({"tags": ["x", "y\x00"]})),
+     r"threads\[1\] \(id 't-party'\) .* at tags\[1\]"),
+    (lambda d: d["threads"][0].update(metadata={"a": {"k\x00": 1}}),
+     r"threads\[0\] \(id 't-groceries'\) .* at the key 'k\\x00' of a"),
+    (lambda d: d["resources"][0].update(metadata={"profile": [{"city": "\x00"}]}),
+     r"resources\[0\] \(id 'ada'\) .* at profile\[0\]\.city"),
+    (lambda d: d["observations"][0].update(metadata={"note": "\x00"}), r"observations\[0\] \(id '[^']+'\) .* at note"),
+])
+def test_a_nul_in_metadata_is_refused_naming_the_field_on_every_backend(exported, target, change, where):
+    """Postgres keeps metadata as JSONB, which takes no NUL: the import failed whole in the driver's words
+    ("unsupported Unicode escape sequence"); libSQL kept it, so the database could not be exported to Postgres."""
+    data = copy.deepcopy(exported)
+    change(data)
+    prefix, path = where.split(" .* at ")
+    words = (prefix + r" is refused: its metadata holds a NUL character \(U\+0000\) at " + path +
+             r", which PostgreSQL stores in no JSON .*Nothing was imported; fix or remove that row\.")
+    refused(target, data, words)
+    refused(target, data, words, overwrite=True)
+    # The text "\u0000" (six characters) is no NUL: it imports.
+    data = copy.deepcopy(exported)
+    data["threads"][1]["metadata"] = {"note": "C strings end at \\u0000"}
+    with open_store(target) as store:
+        import_data(store, data)
+        assert store.memory.get_thread("t-party").metadata["note"] == "C strings end at \\u0000"
+
+
 def test_working_memory_text_spelling_the_escape_is_no_nul_and_imports(exported, target):
     """Markdown holding the six characters \\u0000 (no NUL), and a version in Markdown spelling it, import as the API
     writes them; a schema memory without a NUL imports and merges afterwards."""
