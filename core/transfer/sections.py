@@ -383,10 +383,45 @@ def _observation_rule(row: Row, index: FileIndex) -> str | None:
     # The record is read on every turn of its owner: it must read as the engine reads it.
     if (problem := times_problem(row, ("createdAt", "updatedAt", "lastObservedAt", "lastReflectionAt"))) is not None:
         return problem
+    if (problem := _typed_problem(row, _OM_INTEGERS, _OM_FLAGS)) is not None:
+        return problem
     try:
         OMRecord.from_row({"lookupKey": expected, "createdAt": None, "updatedAt": None, **row})
     except (TypeError, ValueError) as exc:
         return f"it cannot be read as an observation record ({exc})"
+    return None
+
+
+#: An observation row's integer columns (None: the column may be null) and its flags (BOOLEAN in Postgres).
+_OM_INTEGERS = {"generationCount": False, "pendingMessageTokens": False, "totalTokensObserved": False,
+                "observationTokenCount": False, "lastBufferedAtTokens": False, "bufferedObservationTokens": True,
+                "bufferedReflectionTokens": True, "bufferedReflectionInputTokens": True,
+                "reflectedObservationLineCount": True}
+_OM_FLAGS = ("isObserving", "isReflecting", "isBufferingObservation", "isBufferingReflection")
+#: Postgres' INTEGER range, which every integer column of Mastra's tables has there.
+_INTEGER_RANGE = (-(2**31), 2**31 - 1)
+
+
+def _typed_problem(row: Row, integers: Mapping[str, bool], flags: tuple[str, ...]) -> str | None:
+    """Why a number or flag column of ``row`` would not be stored as the column's type on both backends: JSON's
+    true for a number (``True == 1`` in Python: libSQL stored it as 1, Postgres refused the import in the driver's
+    words), a fraction or text for a number (libSQL kept 1.5 or "12" in an INTEGER column), a number beyond
+    Postgres' INTEGER ("integer out of range"), text for a flag ("yes", which Postgres reads as true). A flag is
+    true or false, or 0 or 1 as a libSQL export writes it. ``integers``: name → whether it may be null (absent: the
+    table's NOT NULL answers, as for any column)."""
+    low, high = _INTEGER_RANGE
+    for name, nullable in integers.items():
+        if name not in row or (row[name] is None and nullable):
+            continue
+        value = row[name]
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"its {name} must be a whole number{' or null' if nullable else ''}, not {json_kind(value)}"
+        if not low <= value <= high:
+            return f"its {name} is {json_kind(value)}, beyond an INTEGER column's range ({low:,} to {high:,})"
+    for name in flags:
+        value = row.get(name, False)
+        if type(value) not in (bool, int) or value not in (0, 1):
+            return f"its {name} must be true or false (or 0 or 1), not {json_kind(value)}"
     return None
 
 
