@@ -258,3 +258,91 @@ def test_a_thread_stored_without_an_owner_while_the_model_answers_gets_nothing_o
     assert memory.store.memory.count_messages(THREAD) == 0
     thread = memory.get_thread(THREAD)
     assert thread is not None and thread.resource_id == "" and "workingMemory" not in (thread.metadata or {})
+
+
+def _get(server: GatewayServer, token: str, path: str) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+    conn.request("GET", path, headers={"authorization": f"Bearer {token}"})
+    response = conn.getresponse()
+    status, body = response.status, json.loads(response.read())
+    conn.close()
+    return status, body
+
+
+def _alice_takes_the_thread(memory: Memory) -> None:
+    """Bob's thread deleted (the Studio, `memory-studio forget`), and its id stored again by Alice, with her
+    message and working memory (what her first turn and working-memory PUT store)."""
+    from core.messages import Message
+
+    memory.delete_thread(THREAD)
+    memory.save_messages([Message.user(f"note to self: {ALICE_SECRET}", thread_id=THREAD, resource_id="alice")])
+    memory.update_working_memory(thread_id=THREAD, resource_id="alice", working_memory=f"# Alice\n{ALICE_SECRET}\n")
+
+
+@pytest.mark.parametrize("route", ["messages", "working-memory"])
+def test_a_read_of_a_thread_taken_by_another_user_between_its_check_and_its_read_answers_no_such_thread(
+        server, memory, tokens, monkeypatch, route):
+    """The memory API checks the thread's owner, then reads its messages or working memory by id: a thread deleted
+    and stored again by another resource in between was read as the asker's. The race is made repeatable by
+    doing the other user's part just before the read (the first message page, the working-memory value)."""
+    _client(server, tokens["bob"]).chat.completions.create(
+        model="chat", messages=[{"role": "user", "content": "hi, I am Bob"}], metadata={"thread_id": THREAD})
+    assert _put_working_memory(server, tokens["bob"], THREAD, "# Bob\n- likes tea\n") == 200
+    reads = memory.store.memory if route == "messages" else memory.working_memory_service
+    name = "count_messages" if route == "messages" else "get"
+    real = getattr(reads, name)
+    taken: list[bool] = []
+
+    def meanwhile(*args: Any, **kwargs: Any) -> Any:
+        if not taken:
+            taken.append(True)
+            _alice_takes_the_thread(memory)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reads, name, meanwhile)
+    status, body = _get(server, tokens["bob"], f"/api/memory/threads/{THREAD}/{route}?resourceId=bob")
+    assert taken, "the race was not run"
+    assert ALICE_SECRET not in json.dumps(body)
+    if route == "messages":
+        assert (status, body["error"]["code"]) == (404, "not_found"), body
+        assert body["error"]["message"].startswith(f"No thread '{THREAD}' for resource 'bob'.")
+    else:  # (as for a thread not stored yet: another resource's thread holds its own working memory)
+        assert status == 200 and body["workingMemory"] is None and body["threadExists"] is False, body
+    monkeypatch.undo()
+    assert _get(server, tokens["alice"], f"/api/memory/threads/{THREAD}/{route}?resourceId=alice")[0] == 200
+
+
+@pytest.mark.parametrize("tool", ["read_thread", "get_working_memory"])
+def test_an_mcp_read_of_a_thread_taken_by_another_user_between_its_check_and_its_read_is_no_such_thread(
+        memory, monkeypatch, tool):
+    """The MCP server's reads have the memory API's shape (owner checked, then read by id): the same race, with the
+    SDK's client in process."""
+    anyio = pytest.importorskip("anyio")
+    mcp = pytest.importorskip("mcp")
+    from core.mcp_server.server import build_server
+    from core.mcp_server.tools import Binding, MemoryTools
+    from core.messages import Message
+
+    memory.save_messages([Message.user("hi, I am Bob", thread_id=THREAD, resource_id="bob")])
+    memory.update_working_memory(thread_id=THREAD, resource_id="bob", working_memory="# Bob\n- likes tea\n")
+    reads = memory.store.memory if tool == "read_thread" else memory.working_memory_service
+    name = "count_messages" if tool == "read_thread" else "get"
+    real = getattr(reads, name)
+
+    def meanwhile(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(reads, name, real)
+        _alice_takes_the_thread(memory)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reads, name, meanwhile)
+    tools = MemoryTools(memory, Binding("bob"))
+
+    async def main() -> Any:
+        async with mcp.Client(build_server(tools)) as client:
+            return await client.call_tool(tool, {"thread": THREAD})
+
+    result = anyio.run(main)
+    text = " ".join(getattr(c, "text", "") for c in result.content)
+    assert getattr(reads, name) is real, "the race was not run"
+    assert ALICE_SECRET not in text
+    assert result.is_error and f"No thread '{THREAD}' for resource 'bob'." in text, text
