@@ -25,7 +25,7 @@ from core.processors.services import MemoryServices
 from core.processors.token_limiter import MemoryTokenLimiter
 from core.processors.working_memory import WorkingMemory
 from core.prompt import AssembledPrompt, build_prompt
-from core.scopes import check_thread_as_started, check_thread_owner, parse_scopes
+from core.scopes import check_caller_owns, check_thread_as_started, check_thread_owner, from_outside, parse_scopes
 from core.storage import Store
 from core.storage.memory_store import InvalidArgumentError, Thread
 from core.timeutil import to_ms
@@ -324,12 +324,16 @@ def _thread_is_still_the_turns(ctx: ProcessorContext) -> None:
     users' first turns in one thread id at once; or the turn's own thread deleted, and its id taken by another
     user) was read as this turn's own: its working memory went into this turn's prompt, and a streamed reply
     relayed it before the save refused the turn. So was one another program stored without an owner, which no
-    caller of the gateway may read. Read again here, after every processor (``check_thread_as_started``); a
+    caller of the gateway may read (for a gateway turn, ``from_outside``, one stored so before the turn's own check
+    and after the gateway's is refused here too). Read again here, after every processor (``check_thread_as_started``); a
     thread gone by now is left to the save, which refuses it (``ThreadAsItStarted``): none of it was read."""
     req = ctx.request
     if not req.thread_id or (req.thread is None and req.resource_id is None):
         return
     thread = ctx.store.memory.get_thread(req.thread_id)
+    if thread is not None and not thread.resource_id and from_outside(req.values):
+        # The gateway refused it before the turn began; one stored since (by another program) is nobody's too.
+        check_caller_owns(thread.id, thread.resource_id, req.resource_id or "")
     if thread is not None:
         check_thread_as_started(thread.id, req.thread.resource_id if req.thread is not None else None,
                                 thread.resource_id, req.resource_id)

@@ -717,7 +717,7 @@ class Memory:
             stored = self.store.memory.thread_owner(thread_id, conn)
             began = (started or {}).get(thread_id)
             if began is not None and stored is not None:
-                check_thread_as_started(thread_id, began.owner, stored[0], began.resource_id)
+                check_thread_as_started(thread_id, began.owner, stored[0] or "", began.resource_id)
             if stored is None and began is not None and began.owner is not None:
                 raise NotFoundError(
                     f"Thread {thread_id} was deleted while this turn ran (the thread was deleted, or its resource "

@@ -14,7 +14,7 @@ the id back (``delegation_parent``, ``delegation_root``), never by comparing a p
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from core.errors import MemoryStudioError
 from core.ids import clipped
@@ -187,6 +187,13 @@ def check_thread_as_started(thread_id: str, owner_at_start: str | None, owner_no
     if not owner_now and resource_id:
         raise ThreadOwnershipError(thread_id, owner_now, resource_id)
     check_thread_owner(thread_id, owner_now, resource_id)
+
+
+def from_outside(values: Mapping[str, Any]) -> bool:
+    """Whether a turn's request-context ``values`` say it came from outside (the gateway's turns carry
+    ``{"source": "gateway"}``): such a caller always names a resource, and a thread without an owner is nobody's to
+    it (``check_caller_owns``), where the engine lets an in-process caller use one."""
+    return values.get("source") == "gateway"
 
 
 def check_caller_owns(thread_id: str, owner: str | None, resource_id: str) -> None:

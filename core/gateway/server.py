@@ -68,7 +68,7 @@ class HeadLimitedH11(H11Protocol):
                           (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                           (b"connection", b"close")]),
                       h11.Data(data=body), h11.EndOfMessage()):
-            self.transport.write(self.conn.send(event))  # type: ignore[arg-type]
+            self.transport.write(self.conn.send(event))
         log.info("refused a request head over %d bytes (%d)", MAX_HEAD_BYTES, refusal.status)
         if not self.transport.can_write_eof():
             self.transport.close()

@@ -346,3 +346,34 @@ def test_an_mcp_read_of_a_thread_taken_by_another_user_between_its_check_and_its
     assert getattr(reads, name) is real, "the race was not run"
     assert ALICE_SECRET not in text
     assert result.is_error and f"No thread '{THREAD}' for resource 'bob'." in text, text
+
+
+def test_a_thread_stored_without_an_owner_after_the_gateways_own_check_is_not_read_into_a_turn(
+        server, memory, tokens, monkeypatch):
+    """The gateway refuses a thread without an owner (nobody's: ``resolve_thread``) before the turn starts; the
+    turn's own check lets one through (the engine's rule for in-process callers). One stored by another program
+    between the two was read into the turn, and its messages saved into it. Made repeatable by storing it right
+    after the gateway's check."""
+    from core.gateway import openai_routes
+
+    real = openai_routes.resolve_thread
+
+    def then_another_program_stores_it(agent: Any, turn: Any) -> Any:
+        resolved = real(agent, turn)
+        memory.store.memory.create_thread(thread_id=THREAD, resource_id="",
+                                          metadata={"workingMemory": f"# Notes\n{ALICE_SECRET}\n"})
+        return resolved
+
+    monkeypatch.setattr(openai_routes, "resolve_thread", then_another_program_stores_it)
+    got: dict[str, Any] = {}
+    text: list[str] = []
+    try:
+        for chunk in _client(server, tokens["bob"]).chat.completions.create(
+                model="chat", stream=True, messages=[{"role": "user", "content": "hello"}],
+                metadata={"thread_id": THREAD}):
+            text += [c.delta.content or "" for c in chunk.choices]
+    except openai.APIError as exc:
+        got["error"] = exc
+    got["text"] = "".join(text)
+    assert "has no owner" in _refused_without_a_word_of_it(got).message
+    assert memory.store.memory.count_messages(THREAD) == 0
