@@ -324,9 +324,10 @@ def _thread_is_still_the_turns(ctx: ProcessorContext) -> None:
     users' first turns in one thread id at once; or the turn's own thread deleted, and its id taken by another
     user) was read as this turn's own: its working memory went into this turn's prompt, and a streamed reply
     relayed it before the save refused the turn. So was one another program stored without an owner, which no
-    caller of the gateway may read (for a gateway turn, ``from_outside``, one stored so before the turn's own check
-    and after the gateway's is refused here too). Read again here, after every processor (``check_thread_as_started``); a
-    thread gone by now is left to the save, which refuses it (``ThreadAsItStarted``): none of it was read."""
+    caller of the gateway may read (for a gateway turn, ``from_outside``, one stored so after the gateway's check
+    and before the turn's own is refused here too). Read again here, after every processor
+    (``check_thread_as_started``); a thread gone by now is left to the save, which refuses it
+    (``ThreadAsItStarted``): none of it was read."""
     req = ctx.request
     if not req.thread_id or (req.thread is None and req.resource_id is None):
         return

@@ -171,7 +171,8 @@ def check_thread_owner(thread_id: str, owner: str | None, resource_id: str | Non
         raise ThreadOwnershipError(thread_id, owner, resource_id)
 
 
-def check_thread_as_started(thread_id: str, owner_at_start: str | None, owner_now: str, resource_id: str | None) -> None:
+def check_thread_as_started(thread_id: str, owner_at_start: str | None, owner_now: str,
+                            resource_id: str | None) -> None:
     """A turn's thread, read again before its model call or its save, is still the one the turn began with.
 
     ``owner_at_start``: the thread's owner when the turn began, None when it was not stored then; ``owner_now``:

@@ -392,7 +392,7 @@ def _observation_rule(row: Row, index: FileIndex) -> str | None:
     return None
 
 
-#: An observation row's integer columns (None: the column may be null) and its flags (BOOLEAN in Postgres).
+#: An observation row's integer columns (each: whether it may be null) and its flags (BOOLEAN in Postgres).
 _OM_INTEGERS = {"generationCount": False, "pendingMessageTokens": False, "totalTokensObserved": False,
                 "observationTokenCount": False, "lastBufferedAtTokens": False, "bufferedObservationTokens": True,
                 "bufferedReflectionTokens": True, "bufferedReflectionInputTokens": True,
