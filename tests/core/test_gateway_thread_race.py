@@ -246,6 +246,20 @@ def test_a_thread_stored_without_an_owner_while_the_model_answers_gets_nothing_o
     assert thread is not None and thread.resource_id == "" and "workingMemory" not in (thread.metadata or {})
 
 
+def test_a_thread_taken_by_another_user_while_the_model_answers_gets_nothing_of_the_turn(
+        server, memory, tokens, during_model_call):
+    """(Held before: the save's owner check refuses it. Kept beside the ownerless cases.)"""
+    _bobs_first_turn(server, tokens)
+    during_model_call.then = lambda: _alice_takes_the_thread(memory)
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        _client(server, tokens["bob"]).chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "my card ends 0420"}], metadata={"thread_id": THREAD})
+    assert refused.value.code == "thread_ownership"
+    assert "alice" not in refused.value.message.lower()
+    stored = list(memory.store.memory.list_messages(MessageQuery(thread_id=THREAD)))
+    assert [m.resource_id for m in stored] == ["alice"]
+
+
 def _get(server: GatewayServer, token: str, path: str) -> tuple[int, Any]:
     conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
     conn.request("GET", path, headers={"authorization": f"Bearer {token}"})
