@@ -315,7 +315,7 @@ class Agent:
             f"agent run: '{self.name}'", "agent_run", parent=parent_span, new_trace=parent_span is None,
             input={"message": _describe_input(message)}, thread_id=thread_id, resource_id=resource_id,
             entity_type="agent", entity_id=self.name, entity_name=self.name,
-            attributes={"model": self.model.describe(), **_caller(values)},
+            attributes={"model": self.model.describe(), **_run_attributes(values)},
         ) as run_span:
             try:
                 result = yield from self._run(turn, message, thread_id, resource_id, other_scopes, overrides, context,
@@ -617,11 +617,23 @@ def _refuse_unencodable(message: Any, context: Sequence[Any]) -> None:
                                        "character) before sending it. Nothing was run or saved.")
 
 
-def _caller(values: Mapping[str, Any]) -> dict[str, str]:
-    """Who asked for the turn, when the request context says (``"caller"``: the gateway puts the name of the
-    request's token there), as the run span's attribute."""
+#: The request context's key, and the run span's attribute, naming the request fields a gateway turn did not use.
+IGNORED_BY_GATEWAY = "ignoredByGateway"
+
+
+def _run_attributes(values: Mapping[str, Any]) -> dict[str, Any]:
+    """What the request context says of the request, as the run span's attributes: who asked for the turn
+    (``"caller"``: the gateway puts the name of the request's token there) and what of the request was not
+    used (``IGNORED_BY_GATEWAY``: the gateway's request fields the model was not sent,
+    ``core.gateway.turns.ignored_fields``)."""
+    out: dict[str, Any] = {}
     caller = values.get("caller")
-    return {"caller": caller} if isinstance(caller, str) else {}
+    if isinstance(caller, str):
+        out["caller"] = caller
+    ignored = values.get(IGNORED_BY_GATEWAY)
+    if isinstance(ignored, list) and ignored:
+        out[IGNORED_BY_GATEWAY] = [str(name) for name in ignored]
+    return out
 
 
 def _describe_input(message: Any) -> Any:

@@ -437,6 +437,9 @@ def memory_headers(turn: Turn) -> dict[str, str]:
         headers["x-thread-id"] = turn.thread_id
     if turn.resource_id and _header_value(turn.resource_id):
         headers["x-resource-id"] = turn.resource_id
+    ignored = ", ".join(name for name in turn.ignored if _header_value(name) and "," not in name)
+    if ignored:  # (names a header cannot carry are in the body's "memory" object only)
+        headers[IGNORED_HEADER] = ignored
     return headers
 
 
@@ -448,7 +451,12 @@ def _header_value(value: str) -> bool:
 
 
 def _memory_info(turn: Turn, done: TurnFinished) -> dict[str, Any]:
-    return {"thread_id": turn.thread_id, "resource_id": turn.resource_id, "trace_id": done.trace_id}
+    return {"thread_id": turn.thread_id, "resource_id": turn.resource_id, "trace_id": done.trace_id,
+            "ignored": list(turn.ignored)}
+
+
+#: The response header naming the request's fields the turn did not use (``turns.ignored_fields``).
+IGNORED_HEADER = "x-memory-ignored"
 
 
 def _completion_id() -> str:

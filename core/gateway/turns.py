@@ -32,13 +32,13 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from core.agent import Agent, AgentResult, SaveWith, TurnOutcome
+from core.agent import IGNORED_BY_GATEWAY, Agent, AgentResult, SaveWith, TurnOutcome
 from core.agent_stream import AgentStream
 from core.llm.stopping import CallStop
 from core.gateway.access import ANYONE, Caller
 from core.gateway.errors import bad_request
 from core.gateway.idempotency import single_header
-from core.ids import MAX_NEW_ID, new_id_problem, shown
+from core.ids import MAX_NEW_ID, clipped, new_id_problem, shown
 from core.llm.base import Usage
 from core.memory import resolve_memory
 from core.messages import Message, text_part
@@ -46,6 +46,14 @@ from core.scopes import check_caller_owns
 
 log = logging.getLogger(__name__)
 
+#: The body fields a turn reads: the model (the agent), the messages (the last one), where the turn is stored
+#: (``metadata``, ``user``) and how the reply travels. Any other field (a sampling setting, ``tools``,
+#: ``response_format``, a provider's own field) is not used: the agent's own settings and tools are sent.
+READ_FIELDS = frozenset({"model", "messages", "metadata", "user", "stream", "stream_options", "n"})
+#: How ``ignored_fields`` names a client's system (or developer) message, which the agent's instructions replace.
+SYSTEM_PROMPT_IGNORED = "messages (system prompt)"
+#: At most this many field names are repeated back (a body may hold any number of keys).
+MAX_IGNORED_SHOWN = 64
 #: Threads of conversation ids live under this prefix, which clients may not use for thread ids.
 CONVERSATION_PREFIX = "conversation:"
 # Our finish reasons → the ones OpenAI clients know.
@@ -64,15 +72,19 @@ class Turn:
     legacy_thread_id: str | None = None
     # The tokens file entry that sent the request (None: the shared token, or no token).
     caller: str | None = None
+    # The request's fields the turn does not use (sampling settings, tools, ...: ``ignored_fields``).
+    ignored: tuple[str, ...] = ()
 
     def memory_arg(self) -> dict[str, Any]:
         return {"resource": self.resource_id, "thread": self.thread_id}
 
     def request_context(self) -> dict[str, Any]:
-        values = {"resourceId": self.resource_id, "threadId": self.thread_id, "agent": self.agent,
-                  "source": "gateway"}
+        values: dict[str, Any] = {"resourceId": self.resource_id, "threadId": self.thread_id, "agent": self.agent,
+                                  "source": "gateway"}
         if self.caller is not None:  # who called, as the trace shows it: the token's name, never the token
             values["caller"] = self.caller
+        if self.ignored:  # what the client asked for that the model was not sent, as the trace shows it
+            values[IGNORED_BY_GATEWAY] = list(self.ignored)
         return values
 
 
@@ -148,7 +160,22 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
         raise bad_request(f"'stream_options.include_usage' must be true or false, got {shown(include_usage)}.",
                           param="stream_options")
     return Turn(model, message, thread, resource, body.get("stream") is True, include_usage is True, legacy,
-                caller.name)
+                caller.name, ignored_fields(body))
+
+
+def ignored_fields(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """The fields of a chat-completions body the turn does not use (``READ_FIELDS``), sorted, after
+    ``SYSTEM_PROMPT_IGNORED`` when the messages hold a system or developer message; each name cut
+    to ``SHOWN_CHARS`` and at most ``MAX_IGNORED_SHOWN`` of them (then "… and N more"): the answer and the
+    turn's trace say them, so a client that sent ``temperature`` learns it was not the one used."""
+    names = sorted(clipped(str(k)) for k in body if k not in READ_FIELDS)
+    messages = body.get("messages")
+    if isinstance(messages, list) and any(isinstance(m, Mapping) and m.get("role") in ("system", "developer")
+                                          for m in messages[:-1]):
+        names.insert(0, SYSTEM_PROMPT_IGNORED)  # the agent's instructions are sent instead
+    if len(names) > MAX_IGNORED_SHOWN:
+        names = [*names[:MAX_IGNORED_SHOWN], f"… and {len(names) - MAX_IGNORED_SHOWN:,} more"]
+    return tuple(names)
 
 
 def conversation_thread_id(resource_id: str, conversation_id: str) -> str:

@@ -45,6 +45,13 @@ class ObservationState:
     others: dict[str, list[Message]] = field(default_factory=dict)  # resource scope: other threads' raw
 
 
+#: A rebuild without a record cannot show resource scope's "other conversations" block: each thread's cursor
+#: (how far its messages were observed) is kept only as it is now, in the thread's metadata.
+OTHERS_NOT_SHOWN = ("the block of the user's other conversations' recent messages (resource scope sends, in one "
+                    "system message, those its log does not cover yet): left out, because how far the log covered "
+                    "each conversation then is not kept")
+
+
 def _pieces(active: str) -> list[tuple[str | None, int, int]]:
     """(boundary time, start, end) of each non-empty chunk of a log, in order."""
     out: list[tuple[str | None, int, int]] = []
@@ -151,7 +158,7 @@ def as_of(
                             "messages they cover, so the newest may have joined the log after this turn")
         record = with_log(record, log_prefix(record.active_observations, kept))
     if record is not None and record.scope == "resource":
-        unknowns.append("other conversations' unobserved messages at the time (not shown)")
+        unknowns.append(OTHERS_NOT_SHOWN)
     thread = store.memory.get_thread(thread_id)
     # Hints are shown only beside observations: with none at the time, which hints those were does not matter.
     shown = record is not None and bool(record.active_observations.strip())
@@ -250,4 +257,5 @@ def recorded(
     return ObservationState(record, state_hints, unobserved, unknowns, grouped)
 
 
-__all__ = ["ObservationState", "as_of", "chunk_count", "generation", "log_prefix", "recorded", "with_log"]
+__all__ = ["OTHERS_NOT_SHOWN", "ObservationState", "as_of", "chunk_count", "generation", "log_prefix", "recorded",
+           "with_log"]

@@ -217,7 +217,12 @@ def rebuild(
     if frozen is not None:
         unknowns.extend(m if m.endswith(")") else f"{m} (no longer stored)" for m in frozen.missing)
     if not use_record:
-        unknowns.extend(_same_millisecond(assembler, request.as_of, resource_id, [m.id for m in inputs]))
+        # The resource's other threads count too when the turn's memory read them (recall or observational
+        # memory in resource scope): a turn of another thread running at the same time shares the millisecond.
+        om = effective.observational_memory
+        reads_across = across is not None or (om.enabled and om.scope == "resource")
+        unknowns.extend(_same_millisecond(assembler, request.as_of, resource_id, [m.id for m in inputs],
+                                          request.resource_id if reads_across else None))
     if running[0]:
         where = "this thread" if across is None else "this thread and the user's other conversations (recall reads them)"
         unknowns.append(
@@ -298,20 +303,36 @@ def _recall_moved(prompt: "AssembledPrompt", record: TurnRecord) -> list[str]:
 
 
 def _same_millisecond(assembler: "TurnAssembler", turn: Message, resource_id: str | None,
-                      inputs: Sequence[str]) -> list[str]:
+                      inputs: Sequence[str], across: str | None = None) -> list[str]:
     """The reconstruction's word on the thread's other messages stamped in the input's millisecond:
     memory is what is older than that millisecond (as in the live turn), so they are left out, but
-    whether they were stored before the input is not in the data."""
+    whether they were stored before the input is not in the data. ``across``: the resource whose other
+    threads the turn's memory read too (resource-scoped recall or observational memory), whose messages
+    of that millisecond are named apart: a turn of another conversation running at the same time is
+    stamped so (each turn's stamps follow the resource's newest message stored when it began)."""
     if not turn.thread_id:
         return []
     rows = assembler.store.memory.list_messages(MessageQuery(
         thread_id=turn.thread_id, resource_id=resource_id, since=turn.created_at, until=turn.created_at))
     ids = [m.id for m in rows if m.id not in inputs]
-    if not ids:
-        return []
-    named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
-    return [f"whether {len(ids)} message(s) stamped in the same millisecond as the turn's input ({named}) were "
-            "stored before it (left out: a turn's memory is what is older than its input's millisecond)"]
+    others = assembler.store.memory.others_at(across, turn.thread_id, turn.created_at) if across else []
+    out = []
+    if ids:
+        out.append(f"whether {len(ids)} message(s) stamped in the same millisecond as the turn's input "
+                   f"({_named(ids)}) were stored before it (left out: a turn's memory is what is older than its "
+                   "input's millisecond)")
+    if others:
+        threads = sorted({thread for _, thread in others})
+        out.append(f"whether {len(others)}{'+' if len(others) >= 100 else ''} message(s) of the user's other "
+                   f"conversations ({_named(threads)}) stamped in the same millisecond as the turn's input "
+                   f"({_named([i for i, _ in others])}) were stored before it: most likely a turn there ran at the "
+                   "same time, and neither saw the other (left out: a turn's memory is what is older than its "
+                   "input's millisecond)")
+    return out
+
+
+def _named(ids: Sequence[str]) -> str:
+    return ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
 
 
 def _shown_changes(changed: Mapping[str, str], calls: Sequence[CallReplay], record: TurnRecord | None,

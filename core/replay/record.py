@@ -594,10 +594,12 @@ def _check(data: Any) -> dict[str, Any]:
               and all(isinstance(w, (str, int)) and not isinstance(w, bool) for w in item[5])
               and isinstance(item[6], int), "'rc' entries must be [id, thread, vector, keyword, fused, window, at]")
     om = data.get("om")
-    _need(om is None or (isinstance(om, list) and len(om) == 4 and isinstance(om[0], str)
+    # (resource scope adds a fifth: the other conversations' messages the turn was shown)
+    _need(om is None or (isinstance(om, list) and len(om) in (4, 5) and isinstance(om[0], str)
                          and (om[1] is None or isinstance(om[1], str)) and (om[2] is None or isinstance(om[2], int))
-                         and isinstance(om[3], dict) and all(isinstance(v, str) for v in om[3].values())),
-          "'om' must be [generation, cursor, chunks, {hint: text key}]")
+                         and isinstance(om[3], dict) and all(isinstance(v, str) for v in om[3].values())
+                         and (len(om) == 4 or (isinstance(om[4], list) and all(isinstance(x, str) for x in om[4])))),
+          "'om' must be [generation, cursor, chunks, {hint: text key}] or those and [other conversations' ids]")
     tk = data.get("tk", [])
     _need(isinstance(tk, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in tk),
           "'tk' (tokens) must be a list of integers")

@@ -31,6 +31,8 @@ NOT_BYTES_NEWER = ("the body as JSON, not the bytes sent: a newer Memory Studio 
 NOT_BYTES_DIFFERS = ("the body as JSON, not the bytes sent: the rebuilt body no longer serialises to the bytes "
                      "the server received")
 NOT_BYTES_PREVIEW = "the body as JSON: a preview was never sent"
+NOT_BYTES_RECONSTRUCTED = ("the body as JSON, not the bytes sent: this turn has no record, so its body is "
+                           "rebuilt from the database, with what that cannot know listed as unknown")
 NOT_BYTES_WHAT_IF = "the body as JSON: a what-if's request was never sent"
 NOT_BYTES_PARTIAL = ("the body as JSON, not the bytes sent: this call was taken from the agent framework's trace, "
                      "not from the wire")
@@ -38,8 +40,10 @@ NOT_BYTES_PARTIAL = ("the body as JSON, not the bytes sent: this call was taken 
 
 def not_bytes_reason(info: ReplayInfo | None, call: CallReplay | None) -> str | None:
     """Why ``call`` has no exact bytes (None: it has them, ``call_bytes``)."""
-    if info is None or call is None or call.record is None:
+    if info is None or call is None:
         return NOT_BYTES_PREVIEW
+    if call.record is None:  # a stored turn that was sent, rebuilt without a record (or a what-if over one)
+        return NOT_BYTES_WHAT_IF if info.what_if else NOT_BYTES_RECONSTRUCTED
     record = info.record
     if call.record.partial:
         return NOT_BYTES_PARTIAL
@@ -71,4 +75,5 @@ def call_bytes(info: ReplayInfo | None, call: CallReplay | None) -> bytes | None
 
 
 __all__ = ["NOT_BYTES_CLIENT", "NOT_BYTES_CUSTOM", "NOT_BYTES_DIFFERS", "NOT_BYTES_NEWER", "NOT_BYTES_OLD", "NOT_BYTES_PARTIAL",
-           "NOT_BYTES_PREVIEW", "NOT_BYTES_SDK", "NOT_BYTES_WHAT_IF", "call_bytes", "not_bytes_reason"]
+           "NOT_BYTES_PREVIEW", "NOT_BYTES_RECONSTRUCTED", "NOT_BYTES_SDK", "NOT_BYTES_WHAT_IF", "call_bytes",
+           "not_bytes_reason"]

@@ -235,6 +235,11 @@ _NEWEST_IN_RESOURCE = (
     'WHERE o.id = ?))) AS newest_of_each'
 )
 
+_OTHERS_AT = (
+    'SELECT m.id, m.thread_id FROM mastra_threads th JOIN mastra_messages m ON m.thread_id = th.id '
+    'WHERE th."resourceId" = ? AND th.id != ? AND m."createdAt" >= ? AND m."createdAt" <= ? ORDER BY m.id LIMIT ?'
+)
+
 # Title and metadata are read as blobs on libSQL (see _MESSAGE_SELECT); filled in per dialect.
 _GET_THREAD = 'SELECT id, "resourceId", {title} AS title, {metadata} AS metadata, "createdAt", "updatedAt" FROM mastra_threads WHERE id = ?'
 
@@ -510,6 +515,16 @@ class MemoryStore:
         the thread rows that name it."""
         value = driver_sql.scalar(conn, _NEWEST_IN_RESOURCE, (thread_id, resource_id, thread_id))
         return parse_iso(value) if value else None
+
+    def others_at(self, resource_id: str, thread_id: str, at: datetime, limit: int = 100) -> list[tuple[str, str]]:
+        """(id, thread id) of the messages of ``resource_id``'s other threads (every thread the resource owns
+        but ``thread_id``) stamped exactly ``at``, in id order, at most ``limit``: each thread's are read from
+        its (thread_id, createdAt) index."""
+        check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
+        stamp = to_iso(at)
+        with self.db.read() as conn:
+            rows = driver_sql.rows(conn, _OTHERS_AT, (resource_id, thread_id, stamp, stamp, int(limit)))
+        return [(str(r[0]), str(r[1])) for r in rows]
 
     def list_messages_page(self, thread_id: str, offset: int, limit: int) -> MessageRows:
         """Chronological slice in the engine's (createdAt, id) order (``Memory.recall`` pages).

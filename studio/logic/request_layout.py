@@ -28,6 +28,8 @@ TOOLS_AS_SENT = "Tool definitions (as sent)"
 #: A preview knows only the tools memory adds (updateWorkingMemory...): an agent's own tools are not
 #: registered with its memory configuration, so they cannot be listed or counted here.
 TOOLS_OF_MEMORY = "Tool definitions (memory's own; the agent adds its own)"
+#: A stored turn rebuilt without a record: the tools it was offered are not known; the list is memory's own.
+TOOLS_NOT_RECORDED = "Memory's tools (others not recorded)"
 SERVER = "Server-reported"
 ESTIMATE = "Our estimate (o200k_base)"
 _BODY_PARTS = ("model", "messages", "tools", "tool_choice", "instructions", "input")  # (a Responses call: the last two)
@@ -209,7 +211,7 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
         usage=usage_rows(usage, shown.total_tokens, call.finish_reason if call is not None else None),
         request=body,
         notes=notes,
-        tools_label=TOOLS_AS_SENT if info is not None else TOOLS_OF_MEMORY,
+        tools_label=TOOLS_AS_SENT if recorded else TOOLS_NOT_RECORDED if info is not None else TOOLS_OF_MEMORY,
         wire=wire,
         bytes_note=not_bytes_reason(info, call),
     )
@@ -240,5 +242,6 @@ def _status(call: CallReplay | None, info: ReplayInfo | None) -> str:
     return "; ".join(call.differences) or "differs from the record"
 
 
-__all__ = ["COPY_BYTES", "COPY_JSON", "COPY_READABLE", "ESTIMATE", "NOT_RECORDED", "PARTIAL", "TOOLS_AS_SENT", "TOOLS_OF_MEMORY", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view", "tool_rows",
+__all__ = ["COPY_BYTES", "COPY_JSON", "COPY_READABLE", "ESTIMATE", "NOT_RECORDED", "PARTIAL", "TOOLS_AS_SENT",
+           "TOOLS_NOT_RECORDED", "TOOLS_OF_MEMORY", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view", "tool_rows",
            "usage_rows"]

@@ -22,7 +22,8 @@ from core import Agent, Memory, MemoryOptions, Tool, open_store
 from core.embedding import HashingEmbedder
 from core.llm import LoopbackServer, OpenAICompatibleModel, ScriptedModel, ScriptedReply, tool_call
 from core.replay.record import bytes_hash
-from core.replay.wire import NOT_BYTES_CLIENT, NOT_BYTES_CUSTOM, NOT_BYTES_OLD, call_bytes, not_bytes_reason
+from core.replay.wire import (NOT_BYTES_CLIENT, NOT_BYTES_CUSTOM, NOT_BYTES_OLD, NOT_BYTES_PREVIEW,
+                              NOT_BYTES_RECONSTRUCTED, call_bytes, not_bytes_reason)
 
 SETTINGS = {"temperature": 0.3, "max_tokens": 96, "top_p": 0.9, "top_k": 40, "seed": 7, "stop": ["###"]}
 WETTER = Tool("wetter", "Das Wetter heute in einer Stadt — „Köln“, 東京 ☀️.",
@@ -206,3 +207,23 @@ def test_each_call_gets_its_own_bytes_when_calls_run_at_once(tmp_path: Path) -> 
     for messages, result in zip(asks, threaded + awaited):
         assert result.sent is not None and result.sent in received
         assert result.sent == wire_bytes(model.request_body(messages))  # type: ignore[arg-type]
+
+
+def test_a_turn_without_a_record_says_its_body_is_a_reconstruction_not_a_preview(tmp_path: Path) -> None:
+    """A stored turn whose record is gone (or was never written: Mastra's, an older engine's) was sent: its
+    copy is the rebuilt body as JSON, said to be a reconstruction, never "a preview was never sent"."""
+    _run_served(tmp_path / "m.db")
+    store = open_store(tmp_path / "m.db")
+    try:
+        with store.db.write() as conn:
+            conn.exec_driver_sql("DELETE FROM memory_studio_turns")
+        memory = _memory(store)
+        for turn in memory.turns("t-reise"):
+            info = memory.assemble(as_of=turn.input_message_id).replay
+            assert info is not None and info.kind == "reconstructed" and info.record is None
+            for call in info.calls:
+                assert call_bytes(info, call) is None
+                assert not_bytes_reason(info, call) == NOT_BYTES_RECONSTRUCTED
+        assert not_bytes_reason(None, None) == NOT_BYTES_PREVIEW
+    finally:
+        store.close()

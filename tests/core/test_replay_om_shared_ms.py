@@ -35,7 +35,9 @@ TEXTS = [f"Journal entry {n}: walked by the river, bought lemons, and planned th
          for n in range(1, 11)]
 HINT_TAGS = ("<current-task>", "<suggested-response>")
 OTHERS_HEADER = "Below are recent messages from this user's OTHER conversations"
-OTHERS_UNKNOWN = "other conversations' unobserved messages at the time (not shown)"
+OTHERS_UNKNOWN = ("the block of the user's other conversations' recent messages (resource scope sends, in one "
+                  "system message, those its log does not cover yet): left out, because how far the log covered "
+                  "each conversation then is not kept")
 
 
 def _observer() -> Callable[[list[dict[str, Any]], Any], str]:
@@ -233,3 +235,65 @@ def test_a_turns_stamp_reads_the_resources_threads_by_index_not_every_thread(sto
         assert store.memory.newest_in_resource("t-b", "someone-else", conn) is None
     assert any("mastra_threads_resourceid_createdat_idx" in step for step in plan), plan
     assert not any(step.startswith("SCAN") for step in plan), plan
+
+
+def test_two_turns_of_one_resource_running_at_once_say_their_shared_millisecond_when_rebuilt_without_records(
+        store: Any) -> None:
+    """Two threads of one resource, recall across them (resource scope), the clock stopped. A turn on t-a
+    waits for its model while a turn on t-b runs to its end: neither saw the other, and, as each is stamped
+    after the resource's newest stored message when it begins, both inputs share one millisecond. A rebuild
+    without records leaves a message of that millisecond out (memory is what is older than the input's
+    millisecond), which is what each turn saw here; but the data cannot say whether the other turn's message
+    was stored first, and the reconstruction says so, naming it, for the other thread too."""
+    import threading
+
+    from core.embedding import HashingEmbedder
+
+    clock = FixedClock(datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc), step_ms=0)
+    with LoopbackServer(lambda messages, tools: f"Noted {len(messages)}.") as server:
+        memory = Memory(store, MemoryOptions(last_messages=4, semantic_recall={"top_k": 3, "message_range": 0,
+                                                                               "scope": "resource"}),
+                        clock=clock, embedder=HashingEmbedder(), name="journal")
+        model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="sk-test", api_key_env=None,
+                                      keyring_service=None)
+        agent = Agent("journal", instructions=INSTRUCTIONS, model=model, memory=memory, tracer=False)
+        for n, text in enumerate(TEXTS[:4]):
+            agent.generate(text, memory={"resource": RESOURCE, "thread": ("t-a", "t-b")[n % 2]})
+        server.stall_next(1, matching=lambda body: "Alpha" in str(body["messages"][-1]["content"]))
+        first = threading.Thread(target=agent.generate, args=("Alpha: the lemons by the river again.",),
+                                 kwargs={"memory": {"resource": RESOURCE, "thread": "t-a"}})
+        first.start()
+        while not any("Alpha" in str(b["messages"][-1]["content"]) for b in server.chat_requests()):
+            first.join(0.01)  # until the server holds t-a's call (a condition, not a guessed wait)
+        agent.generate("Beta: the train to Porto and the lemons.", memory={"resource": RESOURCE, "thread": "t-b"})
+        server.release()
+        first.join(60)
+        assert not first.is_alive()
+        model.close()
+        sent = [without_transport(body)["messages"] for body in server.chat_requests()]
+    alpha, beta = memory.turns("t-a")[-1], memory.turns("t-b")[-1]
+    stamps = {m.id: m.created_at for t in ("t-a", "t-b") for m in store.memory.list_messages(MessageQuery(thread_id=t))}
+    assert stamps[alpha.input_message_id] == stamps[beta.input_message_id]  # the scene: one millisecond
+    with store.db.write() as conn:
+        conn.exec_driver_sql("DELETE FROM memory_studio_turns")
+    for turn, other, messages in ((alpha, beta, sent[-2]), (beta, alpha, sent[-1])):
+        prompt = memory.assemble(as_of=turn.input_message_id, instructions=INSTRUCTIONS)
+        assert prompt.replay is not None and prompt.replay.kind == "reconstructed"
+        assert prompt.messages == messages, turn.input_text
+        said = [u for u in prompt.replay.unknowns if "same millisecond" in u]
+        assert said and other.input_message_id in said[0] and "other conversations" in said[0], prompt.replay.unknowns
+
+
+def test_with_their_records_resource_scoped_turns_show_the_other_conversations_block_as_sent(store: Any) -> None:
+    """What a rebuild without a record leaves out (``OTHERS_UNKNOWN``), a turn's record gives: every turn of two
+    threads of one resource, the other conversations' block included, is the request the server received."""
+    journal, sent = _conversation(store, 0, threads=("t-a", "t-b"), scope="resource")
+    by_input = dict(zip(TEXTS, sent))
+    blocks = 0
+    for turn in [t for thread in ("t-a", "t-b") for t in journal.turns(thread)]:
+        prompt = journal.assemble(as_of=turn.input_message_id)
+        assert prompt.replay is not None and prompt.replay.exact and OTHERS_UNKNOWN not in prompt.replay.unknowns
+        received = by_input[turn.input_text]
+        assert prompt.messages == received, turn.input_text
+        blocks += any(m["role"] == "system" and str(m["content"]).startswith(OTHERS_HEADER) for m in received)
+    assert blocks

@@ -132,3 +132,24 @@ def test_a_client_that_serialises_otherwise_gives_json_not_a_wrong_exact_copy(qt
             assert copied.encode("utf-8") != sent and json.loads(copied) == view.request
     finally:
         store.close()
+
+
+def test_a_turn_without_a_record_is_labelled_a_reconstruction_not_a_preview_nor_as_sent(tmp_path: Path) -> None:
+    """A stored turn rebuilt without its record was sent: its copy says the body is rebuilt, never "a preview was
+    never sent", and its tool list is not headed "as sent" (the agent's tools it was offered are not known)."""
+    from core.replay.wire import NOT_BYTES_RECONSTRUCTED
+    from core.tokens import default_tokenizer
+    from studio.logic.request_layout import TOOLS_AS_SENT, TOOLS_NOT_RECORDED
+
+    store, memory, _received = _served_turn(tmp_path)
+    try:
+        turn = memory.turns("t")[0]
+        recorded = call_view(memory.assemble(as_of=turn.input_message_id), default_tokenizer())
+        assert recorded.tools_label == TOOLS_AS_SENT and recorded.bytes_note is None
+        with store.db.write() as conn:
+            conn.exec_driver_sql("DELETE FROM memory_studio_turns")
+        view = call_view(memory.assemble(as_of=turn.input_message_id), default_tokenizer())
+        assert view.copy_label == COPY_JSON and view.bytes_note == NOT_BYTES_RECONSTRUCTED
+        assert view.tools_label == TOOLS_NOT_RECORDED
+    finally:
+        store.close()
