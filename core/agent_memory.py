@@ -21,7 +21,7 @@ from core.llm.base import ChatModel, ToolCall
 from core.memory import Memory
 from core.message_list import MessageList, Provenance
 from core.messages import Message
-from core.processors.base import ProcessorContext, ThreadMustStillExist
+from core.processors.base import ProcessorContext, ThreadAsItStarted
 from core.prompt import AssembledPrompt
 from core.replay.capture import TurnCapture
 from core.replay.capture import capture as capture_turn
@@ -168,9 +168,12 @@ class MemoryTurn:
                            title_model=services.title_model or model)
         ctx = self._ctx = mem.new_context(request, services=services)
         ctx.live = True
-        if request.thread is not None and not request.read_only:
-            # Deleted or forgotten while the turn runs: the save refuses, rather than make the thread anew.
-            ctx.pending_writes.append(ThreadMustStillExist(request.thread.id))
+        if request.thread_id and not request.read_only:
+            # Deleted, forgotten or taken by another owner while the turn runs: the save refuses, rather than make
+            # the thread anew or write into another's.
+            ctx.pending_writes.append(ThreadAsItStarted(
+                request.thread_id, request.thread.resource_id if request.thread is not None else None,
+                request.resource_id))
         ctx.budget = budget
         inputs = mem.prepare_input(ctx, input=message, instructions=instructions, context=context)
         prompt = traced(tracer, "memory: recall", "memory_operation", {"operationType": "recall"},

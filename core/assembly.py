@@ -25,7 +25,7 @@ from core.processors.services import MemoryServices
 from core.processors.token_limiter import MemoryTokenLimiter
 from core.processors.working_memory import WorkingMemory
 from core.prompt import AssembledPrompt, build_prompt
-from core.scopes import check_thread_owner, parse_scopes
+from core.scopes import check_caller_owns, check_thread_as_started, check_thread_owner, from_outside, parse_scopes
 from core.storage import Store
 from core.storage.memory_store import InvalidArgumentError, Thread
 from core.timeutil import to_ms
@@ -264,7 +264,7 @@ class TurnAssembler:
         for processor in chain:
             self._run(processor, ctx, "input")
         if ctx.request.as_of is None:  # a rebuilt turn shows what its turn had, whatever it was
-            _created_meanwhile_is_not_read(ctx)
+            _thread_is_still_the_turns(ctx)
             _leave_out_later_turns(ctx)
         return self.record(ctx, [p.id for p in chain], extra_tools)
 
@@ -315,21 +315,29 @@ class TurnAssembler:
             span.set_attributes({"skipped": reason} if reason else {"notes": ctx.notes.get(processor.id, {})})
 
 
-def _created_meanwhile_is_not_read(ctx: ProcessorContext) -> None:
-    """Refuse a turn whose thread another resource created while its processors read (``ThreadOwnershipError``,
-    before any model call), as ``request_context`` refuses it when the thread is there at the start.
+def _thread_is_still_the_turns(ctx: ProcessorContext) -> None:
+    """Refuse a turn whose thread changed hands while its processors read (``ThreadOwnershipError``, before any
+    model call), as ``request_context`` refuses another's thread when it is there at the start.
 
     The owner is checked once, when the turn starts; the processors then read the thread's memory by its id
-    (thread-scoped working memory and observations). A thread that did not exist then and was stored by another
-    resource's turn in between (two users' first turns in one thread id at once) was read as this turn's own:
-    its working memory went into this turn's prompt, and a streamed reply relayed it before the save refused the
-    turn. Read again here, after every processor: one read, only for a turn that began without its thread."""
+    (thread-scoped working memory, recall, observations). A thread that another resource stored in between (two
+    users' first turns in one thread id at once; or the turn's own thread deleted, and its id taken by another
+    user) was read as this turn's own: its working memory went into this turn's prompt, and a streamed reply
+    relayed it before the save refused the turn. So was one another program stored without an owner, which no
+    caller of the gateway may read (for a gateway turn, ``from_outside``, one stored so after the gateway's check
+    and before the turn's own is refused here too). Read again here, after every processor
+    (``check_thread_as_started``); a thread gone by now is left to the save, which refuses it
+    (``ThreadAsItStarted``): none of it was read."""
     req = ctx.request
-    if req.thread is not None or not req.thread_id or req.resource_id is None:
+    if not req.thread_id or (req.thread is None and req.resource_id is None):
         return
     thread = ctx.store.memory.get_thread(req.thread_id)
+    if thread is not None and not thread.resource_id and from_outside(req.values):
+        # The gateway refused it before the turn began; one stored since (by another program) is nobody's too.
+        check_caller_owns(thread.id, thread.resource_id, req.resource_id or "")
     if thread is not None:
-        check_thread_owner(thread.id, thread.resource_id, req.resource_id)
+        check_thread_as_started(thread.id, req.thread.resource_id if req.thread is not None else None,
+                                thread.resource_id, req.resource_id)
 
 
 #: The note that names memory messages left out because they sort after the turn's own input.

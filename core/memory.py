@@ -21,13 +21,14 @@ from core.message_list import MessageList
 from core.ids import check_ids, clipped
 from core.messages import Message, MessageFormatError, new_id
 from core.options import MemoryOptions, OptionsError
-from core.processors.base import Processor, ProcessorContext, RequestContext, SavedAwareWrite, ThreadMustStillExist
+from core.processors.base import Processor, ProcessorContext, RequestContext, SavedAwareWrite, ThreadAsItStarted
 from core.processors.services import MemoryServices
 from core.prompt import AssembledPrompt
 from core.scopes import (
     DELEGATION_PREFIX,
     ScopeConflictError,
     ThreadOwnershipError,
+    check_thread_as_started,
     check_thread_owner,
     delegation_resource,
     is_delegation_of,
@@ -570,9 +571,9 @@ class Memory:
         staged = (self._recall_index.stage(prepared)
                   if _index and self._recall_index is not None and not self.options.read_only else None)
         # One write transaction: ownership check, thread creation, ordering and the upsert are atomic.
-        must_exist = {w.thread_id for w in _writes if isinstance(w, ThreadMustStillExist)}
+        started = {w.thread_id: w for w in _writes if isinstance(w, ThreadAsItStarted)}
         with self.store.db.write() as conn:
-            self._ensure_threads(prepared, conn, must_exist)
+            self._ensure_threads(prepared, conn, started)
             # An unstamped message goes after the newest stored in its thread's resource (as a turn's input
             # does, ``prepare_input``), and after the one before it of its thread in this call.
             newest = {tid: self.store.memory.newest_in_resource(tid, None, conn)
@@ -701,7 +702,8 @@ class Memory:
             logger.warning("recall did not follow %d edited message(s): %s", len(report.failed),
                            "; ".join(f"{k}: {v}" for k, v in list(report.failed.items())[:3]))
 
-    def _ensure_threads(self, messages: Iterable[Message], conn: Any, must_exist: Iterable[str] = ()) -> None:
+    def _ensure_threads(self, messages: Iterable[Message], conn: Any,
+                        started: Mapping[str, ThreadAsItStarted] | None = None) -> None:
         # Every message is checked, not only the first of its thread: one foreign message refuses the
         # whole batch, and the caller's transaction then rolls back everything (threads included).
         claims: dict[str, list[str]] = {}
@@ -713,7 +715,10 @@ class Memory:
         self.store.db.lock(conn, *(locks.thread_key(tid) for tid in claims))
         for thread_id, resource_ids in claims.items():
             stored = self.store.memory.thread_owner(thread_id, conn)
-            if stored is None and thread_id in must_exist:
+            began = (started or {}).get(thread_id)
+            if began is not None and stored is not None:
+                check_thread_as_started(thread_id, began.owner, stored[0] or "", began.resource_id)
+            if stored is None and began is not None and began.owner is not None:
                 raise NotFoundError(
                     f"Thread {thread_id} was deleted while this turn ran (the thread was deleted, or its resource "
                     "forgotten), so nothing of the turn was saved: saving it would have brought the thread back. "

@@ -14,7 +14,7 @@ the id back (``delegation_parent``, ``delegation_root``), never by comparing a p
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from core.errors import MemoryStudioError
 from core.ids import clipped
@@ -169,6 +169,32 @@ def check_thread_owner(thread_id: str, owner: str | None, resource_id: str | Non
     """
     if owner and resource_id is not None and owner != resource_id:
         raise ThreadOwnershipError(thread_id, owner, resource_id)
+
+
+def check_thread_as_started(thread_id: str, owner_at_start: str | None, owner_now: str,
+                            resource_id: str | None) -> None:
+    """A turn's thread, read again before its model call or its save, is still the one the turn began with.
+
+    ``owner_at_start``: the thread's owner when the turn began, None when it was not stored then; ``owner_now``:
+    its owner now (the thread is stored). A thread stored then must have the same owner now: a different one was
+    deleted and stored again meanwhile (by another resource, or by another program without an owner), and is not
+    the turn's. A thread not stored then must now be ``resource_id``'s: another resource's is refused as at the
+    start, and one stored meanwhile without an owner is another program's (the turn would otherwise read it, and
+    write its messages into it). Raises ``ThreadOwnershipError``."""
+    if owner_at_start is not None:
+        if owner_now != owner_at_start:
+            raise ThreadOwnershipError(thread_id, owner_now, resource_id or "")
+        return
+    if not owner_now and resource_id:
+        raise ThreadOwnershipError(thread_id, owner_now, resource_id)
+    check_thread_owner(thread_id, owner_now, resource_id)
+
+
+def from_outside(values: Mapping[str, Any]) -> bool:
+    """Whether a turn's request-context ``values`` say it came from outside (the gateway's turns carry
+    ``{"source": "gateway"}``): such a caller always names a resource, and a thread without an owner is nobody's to
+    it (``check_caller_owns``), where the engine lets an in-process caller use one."""
+    return values.get("source") == "gateway"
 
 
 def check_caller_owns(thread_id: str, owner: str | None, resource_id: str) -> None:

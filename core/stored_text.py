@@ -120,6 +120,26 @@ class NumberBeyondDouble(MemoryStudioError, ValueError):
         super().__init__(self.number)
 
 
+def nul_path(value: Any) -> str | None:
+    """Where the first NUL character (U+0000) in a JSON value's strings or keys is, as a path (``note``,
+    ``tags[2]``, ``a.b``; ``the key 'k\\x00' of a`` for a key; ``(the value)`` for a string at the top), or None.
+    PostgreSQL stores no NUL in a JSONB document ("unsupported Unicode escape sequence"), libSQL keeps it."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return path or "(the value)"
+        elif isinstance(item, dict):
+            for key in item:
+                if isinstance(key, str) and "\x00" in key:
+                    return f"the key {key!r}" + (f" of {path}" if path else "")
+            stack.extend((inner, f"{path}.{key}" if path else str(key)) for key, inner in reversed(item.items()))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((inner, f"{path}[{i}]") for i, inner in reversed(list(enumerate(item))))
+    return None
+
+
 def json_double(text: str) -> float:
     """``json.loads``' ``parse_float``: the number, or ``NumberBeyondDouble`` for one no double holds."""
     value = float(text)

@@ -135,6 +135,15 @@ def sees_thread(owner: str | None, resource_id: str) -> bool:
     return bool(owner) and owner == resource_id
 
 
+def still_the_thread(memory: Any, thread: Any) -> bool:
+    """Whether ``thread`` (a ``Thread`` read before its messages or working memory were) is still the stored thread:
+    the same owner and creation time. A read checks the owner, then reads by the thread's id; a thread deleted and
+    stored again by another resource in between (Bob's thread deleted, its id taken by Alice) was read as the
+    asker's. Read after the data, so what was read belongs to the thread that was checked (one primary-key read)."""
+    now = memory.get_thread(thread.id)
+    return now is not None and now.resource_id == thread.resource_id and now.created_at == thread.created_at
+
+
 def no_such_thread(thread_id: str, resource_id: str | None) -> NotFoundError:
     """The one answer to a caller who reads, searches or writes through a thread it may not see: a thread that
     does not exist and another resource's thread (or one without an owner) get the same words, so a token cannot

@@ -5,6 +5,8 @@ cross-site ``text/plain`` POST needs no CORS preflight, and a DNS-rebinding page
 resolving to 127.0.0.1) sends ``Host: evil.example`` and reads the replies. ``RequestGuard`` wraps any
 ASGI app (the chat gateway, the MCP server's HTTP transport) and refuses, before the app runs:
 
+- a request target (path and query) over ``MAX_TARGET_BYTES`` (414) or header lines over ``MAX_HEADER_BYTES``
+  (431), whatever else the request is (``head_refusal``);
 - a ``Host`` that is not one this server is served as: the bound address, ``localhost`` or an
   ``--allowed-host`` (421; behind a wildcard bind such as 0.0.0.0 any IP literal is accepted too, as
   an IP cannot be rebound);
@@ -59,6 +61,12 @@ ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
 MB = 1024 * 1024
 DEFAULT_MAX_BODY_MB = 16
+#: The longest request target (path and query, as sent) and header lines (names, values and their ``: `` and line
+#: ends, together) a request may have: nginx's limits for both (414 and 431 past them). A head larger than
+#: ``MAX_HEAD_BYTES`` never reaches the guard: the server's protocol answers it (``server.HeadLimitedH11``).
+MAX_TARGET_BYTES = 8 * 1024
+MAX_HEADER_BYTES = 32 * 1024
+MAX_HEAD_BYTES = 64 * 1024
 DEFAULT_MAX_JSON_DEPTH = 64
 #: Paths a load balancer may probe without the token (Host and Origin are still checked).
 DEFAULT_OPEN_PATHS = frozenset({"/health"})
@@ -217,6 +225,9 @@ class RequestGuard:
     def _refusal(self, scope: MutableMapping[str, Any], headers: dict[str, str], origin: str | None,
                  caller: Caller | None) -> RequestRefused | None:
         policy = self.policy
+        too_large = head_refusal(scope)
+        if too_large is not None:
+            return too_large
         host = headers.get("host")
         server = scope.get("server")
         if not policy.accepts_host(host, str(server[0]) if server else None):
@@ -251,6 +262,32 @@ class RequestGuard:
         if declared.isdigit() and int(declared) > policy.max_body_bytes:
             return _too_large(policy, int(declared))
         return None
+
+
+def head_refusal(scope: MutableMapping[str, Any]) -> RequestRefused | None:
+    """The 414 of a request target over ``MAX_TARGET_BYTES``, the 431 of header lines over ``MAX_HEADER_BYTES``."""
+    query = scope.get("query_string") or b""
+    target = len(scope.get("raw_path") or scope["path"].encode()) + (len(query) + 1 if query else 0)  # ("?" too)
+    if target > MAX_TARGET_BYTES:
+        return target_too_long(f"{target:,} bytes")
+    header_bytes = sum(len(name) + len(value) + 4 for name, value in scope.get("headers") or ())
+    if header_bytes > MAX_HEADER_BYTES:
+        return headers_too_large(f"{header_bytes:,} bytes")
+    return None
+
+
+def target_too_long(size: str) -> RequestRefused:
+    return RequestRefused(
+        414, f"The request's path and query are {size}, over this server's limit of {MAX_TARGET_BYTES:,} bytes. "
+        "Nothing was run. Ids and names of that size are refused anyway (at most 256 characters); send large "
+        "values in a JSON body.", code="uri_too_long")
+
+
+def headers_too_large(size: str) -> RequestRefused:
+    return RequestRefused(
+        431, f"The request's header lines are {size}, over this server's limit of {MAX_HEADER_BYTES:,} bytes. "
+        "Nothing was run. Send fewer or shorter headers (large values go in a JSON body).",
+        code="headers_too_large")
 
 
 class _Exchange:
@@ -543,13 +580,13 @@ def _too_large(policy: GuardPolicy, declared: int | None) -> RequestRefused:
                           "start the server with a larger --max-body-mb.", code="body_too_large")
 
 
-def _error_body(refusal: RequestRefused) -> bytes:
+def error_body(refusal: RequestRefused) -> bytes:
     return json.dumps({"error": {"message": refusal.message, "type": refusal.type, "code": refusal.code,
                                  "param": refusal.param}}).encode("utf-8")
 
 
 async def _send_error(send: Send, refusal: RequestRefused, *, origin: str | None, close: bool = False) -> None:
-    body = _error_body(refusal)
+    body = error_body(refusal)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if refusal.status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
@@ -583,5 +620,6 @@ def _cors_headers(origin: str, response_headers: Iterable[tuple[bytes, bytes]]) 
 
 
 __all__ = ["DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_JSON_DEPTH", "GuardPolicy", "JsonDepth", "RequestGuard",
+           "MAX_HEADER_BYTES", "MAX_HEAD_BYTES", "MAX_TARGET_BYTES", "error_body", "head_refusal",
            "RequestRefused", "add_guard_arguments", "check_token", "json_depth_exceeds", "normalize_origin",
            "policy_from_args", "token_from_args", "token_problem", "tokens_file_from_args"]

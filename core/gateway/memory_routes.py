@@ -57,7 +57,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from core.gateway import cursors
-from core.gateway.access import caller_of, no_such_thread, sees_thread
+from core.gateway.access import caller_of, no_such_thread, sees_thread, still_the_thread
 from core.gateway.conditional import IF_MATCH, IF_NONE_MATCH, Conditions, etag, precondition_failed
 from core.gateway.errors import GatewayError, bad_request
 from core.gateway.idempotency import Claim, Replay, key_of, request_hash, scope_of, single_header
@@ -204,7 +204,10 @@ async def list_messages(request: Request) -> Response:
         # thread (or one without an owner) the same 404, so reading tells no token which ids exist elsewhere.
         if thread is None or not sees_thread(thread.resource_id, resource_id):
             raise no_such_thread(thread_id, resource_id)
-        return memory.recall(thread_id=thread_id, resource_id=resource_id, page=page, per_page=per_page, before=before)
+        read = memory.recall(thread_id=thread_id, resource_id=resource_id, page=page, per_page=per_page, before=before)
+        if not still_the_thread(memory, thread):  # (deleted, and maybe another resource's now, while it was read)
+            raise no_such_thread(thread_id, resource_id)
+        return read
 
     result = await _run(request, read)
     oldest = result.oldest_key
@@ -231,6 +234,11 @@ async def get_working_memory(request: Request) -> Response:
             value = WorkingMemoryValue("thread", thread_id, None, opts.mode)
         else:
             value = memory.working_memory_service.get(opts, thread_id=thread_id if thread else None, resource_id=asked)
+            if thread is not None and not still_the_thread(memory, thread):
+                # Deleted, and maybe another resource's now, while it was read: as above (per resource: its own).
+                thread = None
+                if opts.scope == "thread":
+                    value = WorkingMemoryValue("thread", thread_id, None, opts.mode)
         return {"workingMemory": value.data if value.text is not None else None, "format": value.format,
                 "scope": value.scope, "threadExists": thread is not None, "resourceId": asked}, value.text
 

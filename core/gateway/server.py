@@ -16,9 +16,71 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Literal
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from core.gateway.guard import MAX_HEAD_BYTES, error_body, headers_too_large, target_too_long
 
 log = logging.getLogger(__name__)
+
+
+#: How much of an oversized request head is read (and dropped) after its 414 or 431, so that the client, still
+#: sending it, reads the answer rather than a connection reset; and for how long at most.
+DRAIN_BYTES = 16 * 1024 * 1024
+DRAIN_SECONDS = 10.0
+
+
+class HeadLimitedH11(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, answering a request head over ``MAX_HEAD_BYTES`` with 414 (its request line is
+    not over yet) or 431 (its header lines), in the OpenAI error shape, instead of closing the connection.
+
+    uvicorn gives a head over h11's limit a plain 400 and closes the socket at once; the client is still sending
+    the head, so the kernel resets the connection (the bytes it still receives are never read) and the client sees
+    a reset, not the answer. Here the answer is sent, the sending side shut (``write_eof``), and the rest of the
+    head read and dropped until it ends (at most ``DRAIN_BYTES``, ``DRAIN_SECONDS``), then the connection closed.
+    A head within ``MAX_HEAD_BYTES`` reaches the guard (``guard.head_refusal``), which refuses it by the same
+    limits, whichever pieces it arrived in."""
+
+    _draining = False
+    _drained = 0
+    _tail = b""
+
+    def data_received(self, data: bytes) -> None:
+        if not self._draining:
+            super().data_received(data)
+            return
+        self._drained += len(data)
+        seen = self._tail + data
+        if b"\r\n\r\n" in seen or b"\n\n" in seen or self._drained > DRAIN_BYTES:
+            self.transport.close()
+        self._tail = seen[-3:]
+
+    def send_400_response(self, msg: str) -> None:
+        held, _ = self.conn.trailing_data
+        if len(held) <= MAX_HEAD_BYTES:  # a malformed request: uvicorn's answer
+            super().send_400_response(msg)
+            return
+        line_ended = b"\n" in held
+        refusal = (headers_too_large if line_ended else target_too_long)(f"more than {MAX_HEAD_BYTES:,} bytes")
+        body = error_body(refusal)
+        for event in (h11.Response(status_code=refusal.status, headers=[
+                          (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                          (b"connection", b"close")]),
+                      h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        log.info("refused a request head over %d bytes (%d)", MAX_HEAD_BYTES, refusal.status)
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        self._draining, self._tail = True, held[-3:]
+        self.loop.call_later(DRAIN_SECONDS, self.transport.close)
+
+
+def server_config(app: Any, **settings: Any) -> uvicorn.Config:
+    """uvicorn's settings for ``app``: ``settings`` and the head limits (``HeadLimitedH11``)."""
+    return uvicorn.Config(app, http=HeadLimitedH11, h11_max_incomplete_event_size=MAX_HEAD_BYTES, **settings)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -53,7 +115,7 @@ def serve(app: Any, *, host: str = "127.0.0.1", port: int = 8787, log_level: str
         on_ready(url_of(sock))
     # Keep idle connections longer than a load balancer's usual 60 s idle timeout, so the balancer
     # never reuses a connection the gateway is closing at that instant (a spurious 502).
-    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=30, timeout_keep_alive=75)
+    config = server_config(app, log_level=log_level, timeout_graceful_shutdown=30, timeout_keep_alive=75)
     with exit_on_sigterm():
         uvicorn.Server(config).run(sockets=[sock])
 
@@ -105,7 +167,7 @@ class GatewayServer:
     def start(self, timeout: float = 30.0) -> GatewayServer:
         sock = bind(self.host, self.port)
         self.url = url_of(sock)
-        config = uvicorn.Config(self.app, log_config=None, access_log=False, lifespan=self.lifespan)
+        config = server_config(self.app, log_config=None, access_log=False, lifespan=self.lifespan)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
                                         name="gateway-server", daemon=True)

@@ -112,8 +112,8 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list of chat messages.", param="messages")
     n = body.get("n")
-    if n not in (None, 1):
-        raise bad_request("Only one choice per request is supported (n=1).", param="n")
+    if isinstance(n, bool) or n not in (None, 1):  # (JSON's true is no number, though Python's True == 1)
+        raise bad_request(f"'n' must be 1, got {shown(n)}: only one choice per request is supported.", param="n")
     last = messages[-1]
     if not isinstance(last, Mapping) or last.get("role") != "user":
         raise bad_request("The last message must be the user's new message (role 'user'): the agent's memory "
@@ -155,9 +155,12 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     if stream_options is not None and not isinstance(stream_options, Mapping):
         raise bad_request("'stream_options' must be an object, like {\"include_usage\": true}.",
                           param="stream_options")
-    include_usage = isinstance(stream_options, Mapping) and bool(stream_options.get("include_usage"))
-    return Turn(model, message, thread, resource, body.get("stream") is True, include_usage, legacy, caller.name,
-                ignored_fields(body))
+    include_usage = stream_options.get("include_usage") if isinstance(stream_options, Mapping) else None
+    if include_usage is not None and not isinstance(include_usage, bool):  # ("false" and 1 asked for usage)
+        raise bad_request(f"'stream_options.include_usage' must be true or false, got {shown(include_usage)}.",
+                          param="stream_options")
+    return Turn(model, message, thread, resource, body.get("stream") is True, include_usage is True, legacy,
+                caller.name, ignored_fields(body))
 
 
 def ignored_fields(body: Mapping[str, Any]) -> tuple[str, ...]:

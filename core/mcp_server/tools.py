@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from core.errors import MemoryStudioError
-from core.gateway.access import ANYONE, Caller, no_such_thread, sees_thread
+from core.gateway.access import ANYONE, Caller, no_such_thread, sees_thread, still_the_thread
 from core.gateway.idempotency import Claim, IdempotencySettings, Keeper, Replay, checked_key, request_hash, scope_of
 from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation, client_id
 from core.ids import clipped, shown
@@ -370,6 +370,8 @@ class MemoryTools:
                                            f"{shown(page)}.")
             found = self._owned(thread, owner)
             read = self.memory.recall(thread_id=thread, resource_id=owner, page=page, per_page=last)
+            if not still_the_thread(self.memory, found):  # (deleted, maybe another resource's now, while read)
+                raise no_such_thread(thread, owner)
             return {"thread": thread, "title": found.title, "resource": owner, "total": read.total, "page": page,
                     "hasMore": read.has_more,
                     "messages": [{"id": m.id, "role": m.role, "text": m.text,
@@ -388,6 +390,8 @@ class MemoryTools:
             if thread is None and opts.scope == "thread":
                 raise WorkingMemoryError("This memory keeps working memory per thread: name the thread.")
             value = self.memory.working_memory_service.get(opts, thread_id=thread if seen else None, resource_id=owner)
+            if seen is not None and opts.scope == "thread" and not still_the_thread(self.memory, seen):
+                raise no_such_thread(str(thread), owner)  # (deleted, maybe another resource's now, while read)
             return {"resource": owner, "thread": thread, "scope": value.scope, "format": value.format,
                     "workingMemory": value.data if value.text is not None else None,
                     "template": opts.template if opts.schema is None else None, "schema": opts.schema}

@@ -40,14 +40,20 @@ class SavedAwareWrite:
 
 
 @dataclass(frozen=True)
-class ThreadMustStillExist:
-    """A staged write of a turn that began on a stored thread: it writes nothing, but the save of the
-    turn (``Memory.save_messages``) refuses to run when the thread is gone by then. The thread was
-    deleted, or its resource forgotten (``memory-studio forget``), while the turn ran, maybe in
-    another process: saving would create the thread again with this turn's messages, and bring back
-    what its prompt held (a working-memory update, the turn record)."""
+class ThreadAsItStarted:
+    """A staged write of a turn that writes nothing: the turn's save (``Memory.save_messages``) refuses to run
+    when the turn's thread is no longer the one the turn began with (``core.scopes.check_thread_as_started``).
+
+    ``owner``: the thread's owner when the turn began; None when it was not stored yet. A thread stored then
+    and gone by the save was deleted, or its resource forgotten (``memory-studio forget``), while the turn ran,
+    maybe in another process: saving would create it again with this turn's messages, and bring back what its
+    prompt held (a working-memory update, the turn record). One stored again meanwhile under another owner
+    (deleted and taken by another resource, or stored by another program without an owner), or a new thread
+    stored meanwhile without an owner, is not this turn's to write into. ``resource_id``: the turn's."""
 
     thread_id: str
+    owner: str | None
+    resource_id: str | None
 
     def commit(self, conn: Any) -> None:
         return None

@@ -22,7 +22,7 @@ from core.storage import bulk, catalog, dialect, driver_sql, locks, message_page
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
 from core.storage.message_pages import MessageRows, UnreadableMessage
-from core.stored_text import decode_stored_text, stored_json, utf8_problem
+from core.stored_text import decode_stored_text, nul_path, stored_json, utf8_problem
 from core.timeutil import iso_now, parse_iso, to_iso
 
 
@@ -183,6 +183,17 @@ def check_text(value: Any, what: str) -> None:
             )
 
 
+def check_json_text(text: str | None, what: str) -> None:
+    """``check_text`` for a JSON document as it is stored (thread metadata): a NUL in one of its strings or keys is
+    written ``\\u0000``, which PostgreSQL's JSONB refuses (psycopg's "unsupported Unicode escape sequence", the
+    gateway's 500) and libSQL kept, so such a row failed an import into Postgres."""
+    check_text(text, what)
+    if text is not None and "\\u0000" in text and (where := nul_path(json.loads(text))) is not None:
+        raise InvalidArgumentError(
+            f"{what} holds a NUL character (U+0000) at {clipped(where)}, which PostgreSQL stores in no JSON. Nothing "
+            "was written. Remove it (or write what it stands for as text) and try again.")
+
+
 def _check_rows(rows: list[tuple[Any, ...]]) -> None:
     """``check_text`` for every text column of message rows; the common case is one encode per row."""
     try:
@@ -277,7 +288,7 @@ class MemoryStore:
         check_text(thread_id, "The thread id")
         check_text(resource_id, f"The resource id of thread {thread_id!r}")
         check_text(title, f"The title of thread {thread_id!r}")
-        check_text(meta_text, f"The metadata of thread {thread_id!r}")
+        check_json_text(meta_text, f"The metadata of thread {thread_id!r}")
         check_id(thread_id, "thread id", InvalidArgumentError)
         check_id(resource_id, "resource id", InvalidArgumentError)
         now = to_iso(created_at) if created_at else iso_now()
@@ -391,7 +402,7 @@ class MemoryStore:
             if metadata is not None:
                 merged = dict(metadata) if replace_metadata else {**(current.metadata or {}), **metadata}
                 values["metadata"] = dump_json(merged)
-                check_text(values["metadata"], f"The metadata of thread {thread_id!r}")
+                check_json_text(values["metadata"], f"The metadata of thread {thread_id!r}")
             wconn.execute(t.threads.update().where(t.threads.c.id == thread_id).values(**values))
             updated = self.get_thread(thread_id, conn=wconn)
         assert updated is not None

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.json_kind import json_kind
-from core.ids import id_problem, lone_surrogate
+from core.ids import clipped, id_problem, lone_surrogate
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.messages import MessageFormatError, normalize_content
 from core.observational.records import OMRecord, lookup_key
+from core.stored_text import nul_path
 from core.timeutil import stored_form_problem
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES, NUL_FIX, NUL_HELD, holds_nul
 from core.transfer.errors import ExportFormatError, TransferError
@@ -66,6 +67,7 @@ class Section:
     message_field: str | None = None  # names one of the file's messages, of the row's thread
     check: RowCheck | None = None  # further rules: why the row is refused, or None
     rows: Callable[[Mapping[str, Any]], Iterable[Row]] | None = None  # where the rows are (default: the list)
+    documents: tuple[str, ...] = ()  # fields stored as JSON documents (Postgres JSONB: no NUL in a string or key)
 
 
 @dataclass
@@ -216,7 +218,27 @@ def row_problem(sec: Section, row: Any, index: FileIndex) -> str | None:
             return f"it names message {message!r}, which is not in the file"
         if thread is not None and index.message_thread[message] != thread:
             return f"its message {message!r} is in thread {index.message_thread[message]!r}, not {thread!r}"
-    return sec.check(row, index) if sec.check is not None else None
+    problem = sec.check(row, index) if sec.check is not None else None
+    return problem if problem is not None else _document_problem(sec, row)
+
+
+def _document_problem(sec: Section, row: Mapping[str, Any]) -> str | None:
+    """A NUL character in a string or key of a field stored as a JSON document (``Section.documents``): PostgreSQL's
+    JSONB takes none, and the import failed there whole in the driver's words ("unsupported Unicode escape
+    sequence"), while libSQL kept it; the API refuses it on both (``memory_store.check_json_text``)."""
+    for name in sec.documents:
+        value = row.get(name)
+        if isinstance(value, str):  # JSON text, as an older export may hold it
+            try:
+                value = json.loads(value)
+            except ValueError:
+                continue  # (not JSON: the section's rule names it, or the column takes text)
+        where = nul_path(value) if value is not None else None
+        if where is not None:
+            return (f"its {name} holds a NUL character (U+0000) at {clipped(where)}, which PostgreSQL "
+                    "stores in no JSON (the API refuses it on every backend); remove it, or write what it stands for "
+                    "as text")
+    return None
 
 
 def _text_problem(value: Any, *, top: bool) -> str | None:
@@ -365,10 +387,45 @@ def _observation_rule(row: Row, index: FileIndex) -> str | None:
     # The record is read on every turn of its owner: it must read as the engine reads it.
     if (problem := times_problem(row, ("createdAt", "updatedAt", "lastObservedAt", "lastReflectionAt"))) is not None:
         return problem
+    if (problem := _typed_problem(row, _OM_INTEGERS, _OM_FLAGS)) is not None:
+        return problem
     try:
         OMRecord.from_row({"lookupKey": expected, "createdAt": None, "updatedAt": None, **row})
     except (TypeError, ValueError) as exc:
         return f"it cannot be read as an observation record ({exc})"
+    return None
+
+
+#: An observation row's integer columns (each: whether it may be null) and its flags (BOOLEAN in Postgres).
+_OM_INTEGERS = {"generationCount": False, "pendingMessageTokens": False, "totalTokensObserved": False,
+                "observationTokenCount": False, "lastBufferedAtTokens": False, "bufferedObservationTokens": True,
+                "bufferedReflectionTokens": True, "bufferedReflectionInputTokens": True,
+                "reflectedObservationLineCount": True}
+_OM_FLAGS = ("isObserving", "isReflecting", "isBufferingObservation", "isBufferingReflection")
+#: Postgres' INTEGER range, which every integer column of Mastra's tables has there.
+_INTEGER_RANGE = (-(2**31), 2**31 - 1)
+
+
+def _typed_problem(row: Row, integers: Mapping[str, bool], flags: tuple[str, ...]) -> str | None:
+    """Why a number or flag column of ``row`` would not be stored as the column's type on both backends: JSON's
+    true for a number (``True == 1`` in Python: libSQL stored it as 1, Postgres refused the import in the driver's
+    words), a fraction or text for a number (libSQL kept 1.5 or "12" in an INTEGER column), a number beyond
+    Postgres' INTEGER ("integer out of range"), text for a flag ("yes", which Postgres reads as true). A flag is
+    true or false, or 0 or 1 as a libSQL export writes it. ``integers``: name → whether it may be null (absent: the
+    table's NOT NULL answers, as for any column)."""
+    low, high = _INTEGER_RANGE
+    for name, nullable in integers.items():
+        if name not in row or (row[name] is None and nullable):
+            continue
+        value = row[name]
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"its {name} must be a whole number{' or null' if nullable else ''}, not {json_kind(value)}"
+        if not low <= value <= high:
+            return f"its {name} is {json_kind(value)}, beyond an INTEGER column's range ({low:,} to {high:,})"
+    for name in flags:
+        value = row.get(name, False)
+        if type(value) not in (bool, int) or value not in (0, 1):
+            return f"its {name} must be true or false (or 0 or 1), not {json_kind(value)}"
     return None
 
 
@@ -420,9 +477,10 @@ def _version_rows(data: Mapping[str, Any]) -> Iterator[Row]:
             for v in entry.get("versions") or [] if isinstance(v, Mapping))
 
 
-RESOURCES = register(Section("resources", "mastra_resources", "resource", check=_resource_rule))
+RESOURCES = register(Section("resources", "mastra_resources", "resource", check=_resource_rule,
+                             documents=("metadata",)))
 THREADS = register(Section("threads", "mastra_threads", "thread", id_fields=("id", "resourceId"),
-                           check=_thread_rule))
+                           check=_thread_rule, documents=("metadata",)))
 MESSAGES = register(Section("messages", "mastra_messages", "message", thread_field="threadId",
                             resource_field="resourceId", check=_message_rule))
 
@@ -438,6 +496,8 @@ WORKING_MEMORY = register(Section("workingMemory", None, "working-memory value",
 WM_VERSIONS = register(Section("workingMemoryVersions", "memory_studio_wm_versions", "working-memory version",
                                id_fields=("owner_id",), rows=_version_rows, check=_version_rule))
 OBSERVATIONS = register(Section("observations", "mastra_observational_memory", "observation row",
-                                thread_field="threadId", resource_field="resourceId", check=_observation_rule))
+                                thread_field="threadId", resource_field="resourceId", check=_observation_rule,
+                                documents=("observedMessageIds", "bufferedMessageIds", "bufferedObservationChunks",
+                                           "metadata")))
 TURNS = register(Section("turns", "memory_studio_turns", "turn record", id_fields=("input_message_id",),
                          thread_field="thread_id", resource_field="resource_id", message_field="input_message_id"))

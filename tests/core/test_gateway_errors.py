@@ -335,6 +335,30 @@ def test_a_stream_flag_that_is_not_a_boolean_is_400(client, memory):
     assert chunks and all(c.object == "chat.completion.chunk" for c in chunks)  # a real boolean still streams
 
 
+def test_a_boolean_where_a_number_or_a_flag_of_another_kind_is_taken_is_400(client, memory):
+    """JSON's true passed Python's integer checks (``True == 1``): ``n: true`` ran as one choice, and
+    ``stream_options.include_usage`` was read by truthiness ("false" and 1 asked for usage). OpenAI refuses both,
+    naming the parameter; so does the gateway, before anything is run or stored. 1 and 1.0 (an integer in JSON
+    Schema's terms) are one choice."""
+    for body, param in (({"n": True}, "n"), ({"n": False}, "n"), ({"n": "1"}, "n"), ({"n": 2}, "n"),
+                        ({"stream": True, "stream_options": {"include_usage": "false"}}, "stream_options"),
+                        ({"stream": True, "stream_options": {"include_usage": 1}}, "stream_options")):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model="echo", messages=[user("x")], extra_body=body,
+                                           metadata={"thread_id": "b", "resource_id": "ada"})
+        assert caught.value.body["param"] == param, (body, caught.value.body)
+        assert caught.value.body["message"].startswith(f"'{param}"), caught.value.body
+    assert memory.get_thread("b") is None  # nothing was run or stored
+    for n in (1, 1.0):
+        done = client.chat.completions.create(model="echo", messages=[user("x")], extra_body={"n": n},
+                                              metadata={"thread_id": "b", "resource_id": "ada"})
+        assert len(done.choices) == 1
+    streamed = list(client.chat.completions.create(
+        model="echo", messages=[user("x")], stream=True, stream_options={"include_usage": False},
+        metadata={"thread_id": "b", "resource_id": "ada"}))
+    assert all(c.usage is None for c in streamed)
+
+
 def test_serve_model_fits_a_thread_that_outgrew_the_servers_context_and_waits_as_long_as_told(tmp_path, monkeypatch):
     # `serve --model llamacpp/…` against llama.cpp (4,096 tokens of context): an uncapped reply wrote until the
     # context was full and was stored; from then on every turn of that thread was 502 "exceeds the available context

@@ -314,6 +314,60 @@ def test_working_memory_holding_a_nul_is_refused_as_the_api_refuses_it(exported,
             preview_import(store, data)
 
 
+@pytest.mark.parametrize("change, where", [
+    (lambda d: d["threads"][1].update(metadata={"note": "a\x00b"}), r"threads\[1\] \(id 't-party'\) .* at note"),
+    (lambda d: d["threads"][1].update(metadata=json.dumps({"tags": ["x", "y\x00"]})),
+     r"threads\[1\] \(id 't-party'\) .* at tags\[1\]"),
+    (lambda d: d["threads"][0].update(metadata={"a": {"k\x00": 1}}),
+     r"threads\[0\] \(id 't-groceries'\) .* at the key 'k\\x00' of a"),
+    (lambda d: d["resources"][0].update(metadata={"profile": [{"city": "\x00"}]}),
+     r"resources\[0\] \(id 'ada'\) .* at profile\[0\]\.city"),
+    (lambda d: d["observations"][0].update(metadata={"note": "\x00"}), r"observations\[0\] \(id '[^']+'\) .* at note"),
+])
+def test_a_nul_in_metadata_is_refused_naming_the_field_on_every_backend(exported, target, change, where):
+    """Postgres keeps metadata as JSONB, which takes no NUL: the import failed whole in the driver's words
+    ("unsupported Unicode escape sequence"); libSQL kept it, so the database could not be exported to Postgres."""
+    data = copy.deepcopy(exported)
+    change(data)
+    prefix, path = where.split(" .* at ")
+    words = (prefix + r" is refused: its metadata holds a NUL character \(U\+0000\) at " + path +
+             r", which PostgreSQL stores in no JSON .*Nothing was imported; fix or remove that row\.")
+    refused(target, data, words)
+    refused(target, data, words, overwrite=True)
+    # The text "\u0000" (six characters) is no NUL: it imports.
+    data = copy.deepcopy(exported)
+    data["threads"][1]["metadata"] = {"note": "C strings end at \\u0000"}
+    with open_store(target) as store:
+        import_data(store, data)
+        assert store.memory.get_thread("t-party").metadata["note"] == "C strings end at \\u0000"
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("generationCount", True, "its generationCount must be a whole number, not true"),
+    ("totalTokensObserved", 1.5, "its totalTokensObserved must be a whole number, not the number 1.5"),
+    ("pendingMessageTokens", "12", r"its pendingMessageTokens must be a whole number, not a string \(2 characters\)"),
+    ("bufferedObservationTokens", False, "its bufferedObservationTokens must be a whole number or null, not false"),
+    ("generationCount", 2**31, r"its generationCount is the number 2147483648, beyond an INTEGER column's range "
+                               r"\(-2,147,483,648 to 2,147,483,647\)"),
+    ("isObserving", "yes", r"its isObserving must be true or false \(or 0 or 1\), not a string \(3 characters\)"),
+    ("isReflecting", 2, r"its isReflecting must be true or false \(or 0 or 1\), not the number 2"),
+    ("isBufferingObservation", 1.0, r"its isBufferingObservation must be true or false \(or 0 or 1\), not the number"),
+])
+def test_an_observation_rows_numbers_and_flags_must_be_of_their_columns_type(exported, target, field, value, words):
+    """JSON's true passed for a number (``True == 1``): libSQL stored it, Postgres refused the import in the
+    driver's words ("column ... is of type integer but expression is of type boolean"); a fraction, text or a
+    number beyond Postgres' INTEGER went into libSQL as it was ("integer out of range" on Postgres), and "yes"
+    for a flag was true on Postgres, text on libSQL. Refused up front on both, naming the row and the field."""
+    data = copy.deepcopy(exported)
+    data["observations"][0][field] = value
+    refused(target, data, r"observations\[0\] \(id '[^']+'\) is refused: " + words)
+    # A libSQL export writes the flags 0 and 1, a Postgres export true and false: both import.
+    data = copy.deepcopy(exported)
+    data["observations"][0].update(isObserving=0, isReflecting=True, bufferedObservationTokens=None)
+    with open_store(target) as store:
+        import_data(store, data)
+
+
 def test_working_memory_text_spelling_the_escape_is_no_nul_and_imports(exported, target):
     """Markdown holding the six characters \\u0000 (no NUL), and a version in Markdown spelling it, import as the API
     writes them; a schema memory without a NUL imports and merges afterwards."""
