@@ -68,8 +68,9 @@ def same_answers(index: RecallIndex, scopes: list[tuple[str | None, str | None]]
                     by_rows = memory.search_rows(conn, terms, vset, resource_id=resource, thread_id=thread,
                                                  limit=limit, weight=keyword.CONTEXT_WEIGHT)
                     assert by_rows is not None
-                    rows, scores, mids = by_rows
+                    rows, scores, mids, _, _ = by_rows
                     assert mids == [h.message_id for h in fast] and scores.tolist() == [h.score for h in fast]
+                    assert by_rows.records() == fast
                     assert [vset.message_ids[r] if r != NO_ROW else None for r in rows.tolist()] == [
                         h.message_id if vset.row_of(h.message_id) is not None else None for h in fast]
             for term in terms:
