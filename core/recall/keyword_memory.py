@@ -622,7 +622,8 @@ class KeywordMemory:
                     ) -> "RowHits | None":
         """``search``'s hits as rows of ``vset`` (a ``matrix.VectorSet``), best first (``RowHits``); None when
         the statement must answer. The rows come from an array by doc kept for ``vset`` (``_doc_rows``),
-        filled for the docs a search finds and kept as docs are added."""
+        filled for the docs a search finds and kept as docs are added (forgotten when the docs are loaded again:
+        ``_reset``)."""
 
         def rows(places: np.ndarray, score: np.ndarray) -> RowHits:
             mid_objs, name_objs = self._objects()
