@@ -58,7 +58,7 @@ import math
 from dataclasses import dataclass
 from itertools import chain, compress, count, repeat
 from operator import and_, attrgetter, is_not, itemgetter, ne, not_
-from typing import AbstractSet, Mapping, NamedTuple, Sequence
+from typing import AbstractSet, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -166,6 +166,10 @@ def combine(
     return scored.fused(scored.order[:limit] if limit is not None else scored.order)
 
 
+# The ids, threads and resources of the candidates at some places, in that order (``Combined``'s feeders).
+Fields = Callable[[np.ndarray], "tuple[list[str], Sequence[str | None], Sequence[str | None]]"]
+
+
 class Links(NamedTuple):
     """Each candidate's next message, by candidate (``Combined``'s order): whether it names one other
     than itself (``has``), and that message's place among the candidates (``at``; -1: not a candidate)."""
@@ -230,43 +234,47 @@ class Combined:
         vat = np.full(m, -1, dtype=np.int64)
         vat[:nv] = list(vec_at.values()) if len(vec_at) != len(vector) else range(nv)
         kw_scores = np.fromiter(map(_SCORE, keyword), dtype=np.float64, count=len(keyword))
-        self._start(ids, [*map(_THREAD_ID, vec_rows), *map(_THREAD_ID, kw_only)],
-                    [*map(_RESOURCE_ID, vec_rows), *map(_RESOURCE_ID, kw_only)], None, cos, known, vat, kat, kw_scores,
-                    lo, span, bool(vector), keyword_share)
+        threads = [*map(_THREAD_ID, vec_rows), *map(_THREAD_ID, kw_only)]
+        resources = [*map(_RESOURCE_ID, vec_rows), *map(_RESOURCE_ID, kw_only)]
+
+        def fields(at: np.ndarray) -> tuple[list[str], list[str | None], list[str | None]]:
+            where = at.tolist()
+            return [ids[i] for i in where], [threads[i] for i in where], [resources[i] for i in where]
+
+        self._threads = threads
+        self._start(m, ids, fields, None, cos, known if not known.all() else None, vat, kat, kw_scores, lo, span,
+                    bool(vector), keyword_share)
 
     @classmethod
-    def of_rows(cls, ids: list[str], threads: "Sequence[str | None] | np.ndarray",
-                resources: "Sequence[str | None] | np.ndarray", codes: np.ndarray,
-                cos: np.ndarray, vector_count: int, kat: np.ndarray, kw_scores: np.ndarray, *,
-                keyword_share: float = KEYWORD_SHARE) -> "Combined":
-        """The candidates as the vector set's rows give them (the rows feeder, ``search._fuse``): the
+    def of_rows(cls, count: int, fields: Fields, codes: np.ndarray, cos: np.ndarray, vector_count: int, kat: np.ndarray,
+                kw_scores: np.ndarray, *, keyword_share: float = KEYWORD_SHARE) -> "Combined":
+        """The candidates as the vector set's rows give them (the rows feeder, ``search._RowLists``): the
         vector list's ``vector_count`` first (best first, each message once), then the keyword list's
-        others in its order; each one's id, thread and resource (as its hit in either list names them, the
-        vector list's first), thread code (equal codes: the same thread), cosine (float64 of the scan's
-        float32, as the records hold it), place in the keyword list (-1: none) and the keyword list's
-        scores. The same candidates, arrays and scores as ``Combined(vector, keyword, cosines)`` of the
-        records these rows stand for."""
+        others in its order (``count`` in all); ``fields`` gives the ids, threads and resources of the
+        candidates at some places (as their hits in either list name them, the vector list's first), built
+        only when asked (a search asks for its top k); each one's thread code (equal codes: the same
+        thread), cosine (float64 of the scan's float32, as the records hold it) and place in the keyword
+        list (-1: none), and the keyword list's scores. The same candidates, arrays and scores as
+        ``Combined(vector, keyword, cosines)`` of the records these rows stand for."""
         self = cls.__new__(cls)
-        m = len(ids)
-        vat = np.full(m, -1, dtype=np.int64)
+        vat = np.full(count, -1, dtype=np.int64)
         vat[:vector_count] = np.arange(vector_count)
         vcos = cos[:vector_count]
         lo = float(vcos.min()) if vector_count else 0.0
         span = float(vcos.max()) - lo if vector_count else 0.0
-        self._start(ids, threads, resources, codes, cos, np.ones(m, dtype=bool), vat, kat, kw_scores, lo, span,
-                    vector_count > 0, keyword_share)
+        self._start(count, None, fields, codes, cos, None, vat, kat, kw_scores, lo, span, vector_count > 0,
+                    keyword_share)
         return self
 
-    def _start(self, ids: list[str], threads: "Sequence[str | None] | np.ndarray",
-               resources: "Sequence[str | None] | np.ndarray",
-               codes: np.ndarray | None, cos: np.ndarray, known: np.ndarray, vat: np.ndarray, kat: np.ndarray,
-               kw_scores: np.ndarray, lo: float, span: float, has_vector: bool, keyword_share: float) -> None:
+    def _start(self, count: int, ids: list[str] | None, fields: Fields, codes: np.ndarray | None, cos: np.ndarray,
+               known: np.ndarray | None, vat: np.ndarray, kat: np.ndarray, kw_scores: np.ndarray, lo: float,
+               span: float, has_vector: bool, keyword_share: float) -> None:
         """Both feeders' arrays by candidate, and ``combine``'s scores from them."""
         if not 0.0 <= keyword_share <= 1.0:
             raise ValueError(f"keyword_share must be between 0 and 1, not {keyword_share}")
-        m = len(ids)
-        self.ids = ids
-        self._threads, self._resources, self._codes = threads, resources, codes
+        m = self.count = count
+        self._ids, self._fields, self._codes = ids, fields, codes
+        # (``known``: None when every candidate's cosine is known)
         self._cos, self._known, self._vat, self._kat, self._kw_scores = cos, known, vat, kat, kw_scores
         best_kw = float(kw_scores.max()) if len(kw_scores) else 0.0
         kw_scale = keyword_share / best_kw if best_kw > 0 else 0.0
@@ -288,18 +296,24 @@ class Combined:
         else:
             with np.errstate(invalid="ignore"):
                 part = np.where(cos >= lo, 1.0, 0.0)
-        every = bool(known.all())
-        if not every:
+        if known is not None:
             part[~known] = 0.0
         self._s = kw_part + vec_share * part
         self._s0 = self._s  # (each candidate's score from its own two lists: ``own``)
         tie = -cos
-        if not every:
+        if known is not None:
             tie[~known] = 2.0  # (-(-2.0): no cosine counts as -2)
         self._tie = tie
         self._keys: np.ndarray | None = None
         self._rank: np.ndarray | None = None  # candidates best first (None: not sorted yet)
         self._links: tuple[object, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    @property
+    def ids(self) -> list[str]:
+        """The candidates' message ids, in their order (built when first asked, by the rows feeder)."""
+        if self._ids is None:
+            self._ids = self._fields(np.arange(self.count))[0]
+        return self._ids
 
     # -- arrays --------------------------------------------------------------------------------------
 
@@ -483,7 +497,7 @@ class Combined:
         """Whether a step with this share changes anything (a negative share is refused)."""
         if share < 0:
             raise ValueError(f"share must not be negative, not {share}")
-        return share != 0 and bool(self.ids)
+        return share != 0 and self.count > 0
 
     def reach(self, top_k: int, *, dated: bool, spoken: bool = True, among: int | None = None) -> int:
         """How many of the best candidates (of the best ``among``, or of all) the re-rank could place in the
@@ -563,16 +577,15 @@ class Combined:
     def _records(self, at: np.ndarray, scores: Sequence[float]) -> list[Fused]:
         """The records of the candidates at ``at`` with these scores: each one's thread and resource as its
         hit names them, its cosine (None: not known), keyword score, and 1-based places in the lists."""
-        ids, threads, resources = self.ids, self._threads, self._resources
-        where = at.tolist()
+        ids, threads, resources = self._fields(at)
         cos = self._cos[at].tolist()
-        known = self._known[at].tolist()
+        known = self._known[at].tolist() if self._known is not None else repeat(True)
         vat = self._vat[at].tolist()
         kat = self._kat[at].tolist()
         kw = self._kw_scores.tolist() if len(self._kw_scores) else []
-        return [Fused(ids[i], threads[i], resources[i], float(score), c if ok else None,
+        return [Fused(mid, thread, resource, float(score), c if ok else None,
                       kw[k] if k >= 0 else None, v + 1 if v >= 0 else None, k + 1 if k >= 0 else None)
-                for i, score, c, ok, v, k in zip(where, scores, cos, known, vat, kat)]
+                for mid, thread, resource, score, c, ok, v, k in zip(ids, threads, resources, scores, cos, known, vat, kat)]
 
 
 def _any(which: "AbstractSet[str] | np.ndarray | None") -> bool:

@@ -18,6 +18,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
+from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol
 
@@ -462,8 +463,10 @@ def _row_hits(index: Searchable, conn: sa.Connection, out: SearchRun, mode: Mode
     memory = getattr(index.keywords, "memory", None)
     if not (mode == "hybrid" and kept is not None and isinstance(memory, KeywordMemory) and isinstance(vset, VectorSet)
             and qvec is not None and index.has_fts and out.terms and until is None and exclude_thread is None
-            and not out.gone and out.updated is not None and not out.updated and not out.unstored
-            and vset.depth_suffices(qvec, depth, narrowed)):
+            and not out.gone and out.updated is not None and not out.updated and not out.unstored):
+        return None
+    vset.positions_of("")  # (the set's map by message, built once: a first search would build it for its cosines)
+    if not vset.depth_suffices(qvec, depth, narrowed):
         return None
     if vector_only_too and getattr(index, "pieces", False):
         backend = getattr(index, "vectors", None)
@@ -481,7 +484,8 @@ class _RowLists:
     def __init__(self, vset: VectorSet, qvec: np.ndarray, pos: np.ndarray, cos: np.ndarray, hits: RowHits) -> None:
         self.vset, self.qvec, self.pos, self.cos, self.hits = vset, qvec, pos, cos, hits
         self.cand = pos  # (the candidates' rows, ``Combined.ids``' order: set by ``combined``)
-        self._only: list[str] = []
+        self._only: list[str] | None = []  # (the keyword-only candidates' ids; None: see ``_only_at``)
+        self._only_at = np.empty(0, dtype=np.int64)  # (their places in the keyword list)
         self._only_cos = np.empty(0, dtype=np.float32)
 
     def vector(self) -> list[hybrid.Ranked]:
@@ -493,18 +497,20 @@ class _RowLists:
 
     def cosines(self) -> dict[str, float]:
         """``VectorSet.cosines`` of the keyword-only candidates (after ``combined``)."""
-        return dict(zip(self._only, self._only_cos.tolist()))
+        only = self._only if self._only is not None else [self.hits.mids[k] for k in self._only_at.tolist()]
+        return dict(zip(only, self._only_cos.tolist()))
 
     def combined(self, keyword_share: float) -> hybrid.Combined:
         """``Combined`` of these lists: the vector list's rows, then the keyword list's others (their cosines
         by ``take`` on the matrix, as ``VectorSet.cosines`` computes them), each one's place in the keyword
-        list, thread code, id, thread and resource gathered by row."""
+        list and thread code by row; ids, threads and resources gathered only for the candidates asked
+        (``fields``). (Small lists: Python's sets and maps over ~120 ints cost less than arrays of the set's
+        size.)"""
         vset, hits, vrows = self.vset, self.hits, self.pos
         krows = hits.rows
-        count = len(krows)
-        place = np.full(vset.n, -1, dtype=np.int64)
-        place[krows] = np.arange(count)
-        if count and not (place[krows] == np.arange(count)).all():
+        listed = krows.tolist()
+        kw_at = dict(zip(listed, range(len(listed))))
+        if len(kw_at) != len(listed):
             # (a message listed twice by the keyword memory: the records feeder, which keeps its last place)
             vector = self.vector()
             vec_at = hybrid.places(vector)
@@ -512,34 +518,56 @@ class _RowLists:
             self._only, self._only_cos = list(found), np.array(list(found.values()), dtype=np.float32)
             self.cand = np.empty(0, dtype=np.int64)
             return hybrid.Combined(vector, hits.records(), found, keyword_share=keyword_share, vec_at=vec_at)
-        kat = place[vrows]
-        place[vrows] = -2
-        only_at = np.flatnonzero(place[krows] >= 0)
+        scanned = vrows.tolist()
+        kat = np.fromiter(map(kw_at.get, scanned, repeat(-1)), dtype=np.int64, count=len(scanned))
+        seen = set(scanned)
+        self._only, self._only_at = None, np.array([i for i, row in enumerate(listed) if row not in seen], dtype=np.int64)
+        only_at = self._only_at
         only = krows[only_at]
         # (``take`` of the rows in the keyword list's order, as ``VectorSet.cosines`` does: the same bits)
         self._only_cos = only_cos = np.take(vset._matrix, only, axis=0) @ self.qvec
-        at = only_at.tolist()
-        mids = hits.mids
-        self._only = only_ids = [mids[i] for i in at]
         self.cand = np.concatenate((vrows, only))
-        mid_col, thread_col, resource_col = vset._id_columns()
-        ids = mid_col[vrows].tolist() + only_ids
-        threads = np.concatenate((thread_col[vrows], hits.threads[only_at]))
-        resources = np.concatenate((resource_col[vrows], hits.resources[only_at]))
-        # Thread codes: the set's for the vector list's rows; for the keyword list's others, the code of the
-        # thread their hit names (the keyword doc's, as the records feeder groups them), new codes for others.
-        codes = vset._thread_codes[vrows].astype(np.int64)
-        if at:
-            index = vset._thread_index
-            extra: dict[str | None, int] = {}
-            start = len(index)
-            named = [index.get(t) if t in index else extra.setdefault(t, start + len(extra))
-                     for t in hits.threads[only_at].tolist()]
-            codes = np.concatenate((codes, np.array(named, dtype=np.int64)))
+        # Thread codes: the set's; a keyword-only candidate's is its hit's thread's (the keyword doc's, as the
+        # records feeder groups them), the same as its row's but where they differ (then looked up by name).
+        codes = vset._thread_codes[self.cand].astype(np.int64)
+        if len(only):
+            named = hits.threads[only_at]
+            differ = np.flatnonzero(named != vset._id_columns()[1][only])
+            if len(differ):
+                index, start = vset._thread_index, len(vset._thread_index)
+                extra: dict[str | None, int] = {}
+                for i in differ.tolist():
+                    t = named[i]
+                    codes[len(vrows) + i] = index[t] if t in index else extra.setdefault(t, start + len(extra))
         cos = np.concatenate((self.cos, only_cos)).astype(np.float64)
-        return hybrid.Combined.of_rows(ids, threads, resources, codes, cos, len(vrows),
+        return hybrid.Combined.of_rows(len(self.cand), self.fields, codes, cos, len(vrows),
                                        np.concatenate((kat, only_at)), hits.score.astype(np.float64),
                                        keyword_share=keyword_share)
+
+    def fields(self, at: np.ndarray) -> tuple[list[str], list[str | None], list[str | None]]:
+        """The ids, threads and resources of the candidates at ``at`` (``Combined.of_rows``): the vector
+        list's from the set's columns, a keyword-only one's from its hit."""
+        mids, threads, resources = self.vset._id_columns()
+        nv = len(self.pos)
+        if not len(at) or int(at.max()) < nv:
+            rows = self.pos[at]
+            return mids[rows].tolist(), threads[rows].tolist(), resources[rows].tolist()
+        hits, only_at = self.hits, self._only_at
+        ids: list[str] = []
+        thread_of: list[str | None] = []
+        resource_of: list[str | None] = []
+        for i in at.tolist():
+            if i < nv:
+                row = int(self.pos[i])
+                ids.append(mids[row])
+                thread_of.append(threads[row])
+                resource_of.append(resources[row])
+            else:
+                k = int(only_at[i - nv])
+                ids.append(hits.mids[k])
+                thread_of.append(hits.threads[k])
+                resource_of.append(hits.resources[k])
+        return ids, thread_of, resource_of
 
 
 class _Answers(Protocol):
@@ -553,14 +581,15 @@ class _Answers(Protocol):
 class _ByRow:
     """The candidates' answers gathered from the vector set's ``OrderRows`` (the rows feeder)."""
 
-    def __init__(self, got: Gathered, cand: np.ndarray, n: int) -> None:
-        self.got, self.cand, self.n = got, cand, n
+    def __init__(self, got: Gathered, cand: np.ndarray) -> None:
+        self.got, self.cand = got, cand
 
     def links(self, combined: hybrid.Combined) -> hybrid.Links:
-        nr = self.got.next_row.astype(np.int64)
-        slot = np.full(self.n + 1, -1, dtype=np.int64)  # (row -> candidate; the last entry for no row)
-        slot[self.cand] = np.arange(len(self.cand))
-        at = slot[np.where(nr >= 0, nr, self.n)]
+        nr = self.got.next_row
+        # (each next row's place among the candidates, -1 for none: a map over ~120 ints, not an array of the
+        # set's size; ``NO_NEXT`` and ``NEXT_BY_ID`` are never a candidate's row)
+        slot = dict(zip(self.cand.tolist(), range(len(self.cand))))
+        at = np.fromiter(map(slot.get, nr.tolist(), repeat(-1)), dtype=np.int64, count=len(nr))
         if self.got.next_ids:  # (a next message kept by id: a candidate only if it has a row now)
             place = dict(zip(combined.ids, range(len(combined.ids))))
             for i, mid in self.got.next_ids.items():
@@ -630,7 +659,7 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     dated = bool(spans)
     labels = hybrid.SPEAKER_BOOST > 0
     answers: _ByRow | _ById = _ById({})
-    if combined.ids and (hybrid.NEXT_SHARE > 0 or spans or labels or neighbours):
+    if combined.count and (hybrid.NEXT_SHARE > 0 or spans or labels or neighbours):
         try:
             def threads() -> dict[str, str | None]:  # (asked only when a candidate's answer is not kept)
                 hints = {r.message_id: r.thread_id for r in out.keyword}
@@ -645,14 +674,14 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
                 if vset.order_rows.fill(conn, kept, vset, rows.cand, reader=thread_order, threads=threads,
                                         synced=synced):
                     found = vset.order_rows.gather(rows.cand)
-                    got = _ByRow(found, rows.cand, vset.n) if found is not None else None
+                    got = _ByRow(found, rows.cand) if found is not None else None
             if got is not None:
                 answers = got
             else:
                 # (every candidate, in ``ids``' order, when the scores are reshaped; else the best that may
                 # reach the top_k)
                 reading = (combined.ids if reshaped else combined.best_ids(
-                    len(combined.ids) if everyone else combined.reach(top_k, dated=dated)))
+                    combined.count if everyone else combined.reach(top_k, dated=dated)))
                 if kept is not None:
                     order = kept.read(conn, reading, labels=labels, reader=thread_order, threads=threads, synced=synced)
                 else:
@@ -666,7 +695,7 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     if reshaped:  # (``propagate`` then ``thread_prior``, sorted once)
         combined.reshape(next_of, hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
     # The receivers: the best candidates that may reach the top_k (every one for a threshold or the playground).
-    out.received = received = len(combined.ids) if everyone else combined.reach(top_k, dated=dated)
+    out.received = received = combined.count if everyone else combined.reach(top_k, dated=dated)
     best = combined.rank[:received]
     out.by_speaker = set()
     if labels and received and answers.labelled(best):

@@ -50,7 +50,6 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Any:
         msgs = [message(i, thread, 55 * i + k, rng) for i in range(600)]
         store.memory.save_messages(msgs)
         assert index.index_messages(msgs).ok
-    index.search(QUERIES[0], resource_id="u", mode="hybrid")  # (the set's map by message built: one row each)
     yield store, index
     store.close()
 
