@@ -7,8 +7,10 @@ with what the search did.
 
 Hybrid fuses by normalised scores (``hybrid.combine``); every keyword candidate gets its exact cosine
 from the scope's vectors first, so the fusion sees both signals and every hit shows a similarity.
-Then ``hybrid.rerank`` adds each candidate's next message and the period the query names, from one
-batched read of the candidates' rows (thread order and ``createdAt``).
+Then the re-rank adds each candidate's next message and the period the query names, from one
+batched read of the candidates' rows (thread order and ``createdAt``). The fusion runs on arrays by
+candidate (``hybrid.Combined``), fed the in-process vector set's rows when it can (``_RowLists``: no
+record built but for the answer), else the lists' records and the order by id (``_fuse``).
 """
 
 from __future__ import annotations
