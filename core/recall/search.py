@@ -588,10 +588,13 @@ class _ByRow:
 
     def links(self, combined: hybrid.Combined) -> hybrid.Links:
         nr = self.got.next_row
-        # (each next row's place among the candidates, -1 for none: a map over ~120 ints, not an array of the
-        # set's size; ``NO_NEXT`` and ``NEXT_BY_ID`` are never a candidate's row)
-        slot = dict(zip(self.cand.tolist(), range(len(self.cand))))
-        at = np.fromiter(map(slot.get, nr.tolist(), repeat(-1)), dtype=np.int64, count=len(nr))
+        # (each next row's place among the candidates, -1 for none, by a search in the candidates' rows sorted:
+        # not an array of the set's size; ``NO_NEXT`` and ``NEXT_BY_ID`` are never a candidate's row)
+        cand = self.cand
+        by_row = np.argsort(cand)
+        rows = cand[by_row]
+        found = np.minimum(np.searchsorted(rows, nr), len(rows) - 1)
+        at = np.where(rows[found] == nr, by_row[found], -1)
         if self.got.next_ids:  # (a next message kept by id: a candidate only if it has a row now)
             place = dict(zip(combined.ids, range(len(combined.ids))))
             for i, mid in self.got.next_ids.items():
