@@ -32,7 +32,7 @@ from core.recall.backends import KeywordBackend
 from core.recall.keyword import CONTEXT_WEIGHT
 from core.recall.keyword_memory import KeywordMemory, RowHits
 from core.recall.matrix import ScopeVectors, VectorSet
-from core.recall.order_rows import NEXT_BY_ID, NO_DAY, NO_LABEL, NO_NEXT, Gathered
+from core.recall.order_rows import NO_DAY, NO_LABEL, NO_NEXT, Gathered
 from core.recall import order_cache
 from core.recall.order_cache import OrderCache
 from core.recall.text import (LABEL_CHARS, MAX_QUERY_TERMS, SpeakerMatcher, query_dates, query_text,
