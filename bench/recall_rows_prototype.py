@@ -344,8 +344,8 @@ def steps(index: Any, store: Any, rows: RowFusion, at: dict[str, int], queries: 
     def loops(vector: Any, keyword: Any, cosines: Any, next_of: Any) -> Any:
         combined = hybrid.Combined(vector, keyword, cosines, keyword_share=fusion.keyword_share)
         combined.reshape(next_of, hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
-        receivers = pipeline._may_reach(combined.order, 10, dated=False)
-        fewer = pipeline._may_reach(receivers, 10, dated=False, spoken=False)
+        received = combined.reach(10, dated=False)
+        fewer = combined.reach(10, dated=False, spoken=False, among=received)
         return combined.reranked(fewer, next_of, None, limit=10)
 
     cpu: dict[str, list[int]] = {"rows": [], "loops": []}
@@ -490,8 +490,8 @@ def row_steps(index: Any, store: Any, rows: RowFusion, at: dict[str, int], queri
     def loops(case: Any, got: Any) -> Any:  # ``steps``' loops (the engine's ``_fuse`` after its order read)
         combined = hybrid.Combined(case[3], case[2], case[6], keyword_share=fusion.keyword_share)
         combined.reshape(case[7], hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
-        receivers = pipeline._may_reach(combined.order, 10, dated=False)
-        fewer = pipeline._may_reach(receivers, 10, dated=False, spoken=False)
+        received = combined.reach(10, dated=False)
+        fewer = combined.reach(10, dated=False, spoken=False, among=received)
         return combined.reranked(fewer, case[7], None, limit=10)
 
     def top_plain(case: Any, got: Any) -> Any:

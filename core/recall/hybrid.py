@@ -54,9 +54,13 @@ recall@1 / @10 / nDCG@10): combine alone .351 / .717 / .548; with the next messa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from operator import attrgetter
-from typing import AbstractSet, Mapping, Sequence
+from itertools import chain, compress, count, repeat
+from operator import and_, attrgetter, is_not, itemgetter, ne, not_
+from typing import AbstractSet, Callable, Mapping, NamedTuple, Sequence
+
+import numpy as np
 
 from core.recall.types import CANDIDATES, Fused as Fused, Ranked as Ranked  # (re-exported: the fusion's types)
 
@@ -162,27 +166,42 @@ def combine(
     return scored.fused(scored.order[:limit] if limit is not None else scored.order)
 
 
+# The ids, threads and resources of the candidates at some places, in that order (``Combined``'s feeders).
+Fields = Callable[[np.ndarray], "tuple[list[str], Sequence[str | None], Sequence[str | None]]"]
+
+
+class Links(NamedTuple):
+    """Each candidate's next message, by candidate (``Combined``'s order): whether it names one other
+    than itself (``has``), and that message's place among the candidates (``at``; -1: not a candidate)."""
+
+    has: np.ndarray
+    at: np.ndarray
+
+
 class Combined:
     """``combine``'s scores of every candidate, best first (``order``: (-score, -cosine, message id)),
     with the ``Fused`` records built only for the candidates asked for (``fused``): a search needs
     every score (any candidate may be another's next message) but records for the few that can
-    still reach its top k."""
+    still reach its top k.
+
+    The scores are kept as arrays by candidate (``ids``: the vector list's candidates, then the keyword
+    list's others; a message listed twice counts once, as its last entry), and every step after the
+    fusion (``propagate``, ``thread_prior``, ``reshape``, the cut ``reach`` and ``reranked``) works on
+    them in numpy, with the floating-point operations of the formulas in their docstrings in the same
+    order as a loop over the candidates would do them, so each score is the same to the bit; the
+    order's ties go by cosine, then message id, as a sort of ``(-score, -cosine, id)`` tuples would.
+    The tuples (``order``, ``entries``) and maps by id (``scores``, ``own``) are built only when asked
+    (the playground, tests); a search asks for records of its hits only."""
 
     def __init__(self, vector: Sequence[Ranked], keyword: Sequence[Ranked], cosines: Mapping[str, float] | None = None,
                  *, keyword_share: float = KEYWORD_SHARE, vec_at: dict[str, int] | None = None) -> None:
-        """``vec_at``: ``places(vector)``, when the caller has it."""
-        if not 0.0 <= keyword_share <= 1.0:
-            raise ValueError(f"keyword_share must be between 0 and 1, not {keyword_share}")
+        """The candidates of two lists of records (the records feeder; ``of_rows`` is the vector set's).
+        ``vec_at``: ``places(vector)``, when the caller has it."""
         cosines = cosines or {}
         # Each candidate's place in its lists (0-based; a message listed twice: its last place). Places,
         # not (rank, hit) pairs: small ints are shared objects, so the maps allocate nothing per candidate.
-        self._vector, self._keyword = vector, keyword
-        self._vec_at = vec_at = places(vector) if vec_at is None else vec_at
-        self._kw_at = kw_at = places(keyword)
-        self._cosines = cosines
-        best_kw: float = max(map(_SCORE, keyword), default=0.0)
-        kw_scale = keyword_share / best_kw if best_kw > 0 else 0.0
-        vec_share = 1.0 - keyword_share
+        vec_at = places(vector) if vec_at is None else vec_at
+        kw_at = places(keyword)
         lo: float
         span: float
         if vector:
@@ -190,102 +209,209 @@ class Combined:
             span = max(map(_SCORE, vector)) - lo
         else:
             lo, span = 0.0, 0.0
+        # The candidates: the vector list's (each once, at its last place), then the keyword list's others.
+        # (each step a C-level map over the candidates, not a Python loop: ~120 of them a search)
+        vec_rows: Sequence[Ranked] = vector if len(vec_at) == len(vector) else list(map(vector.__getitem__, vec_at.values()))
+        kw_rows: Sequence[Ranked] = keyword if len(kw_at) == len(keyword) else list(map(keyword.__getitem__, kw_at.values()))
+        kw_ids = list(map(_MESSAGE_ID, kw_rows))
+        outside = list(map(not_, map(vec_at.__contains__, kw_ids)))
+        kw_only = list(compress(kw_rows, outside))
+        only_ids = list(compress(kw_ids, outside))
+        vec_ids = list(map(_MESSAGE_ID, vec_rows))
+        nv = len(vec_rows)
+        ids = vec_ids + only_ids
+        m = len(ids)
+        # Each candidate's cosine (a keyword-only one without a known cosine: NaN, ``known`` False), and its
+        # places in the lists (-1: not listed).
+        known_cos: list[float | None] = list(map(cosines.get, only_ids))
+        known = np.ones(m, dtype=bool)
+        if None in known_cos:
+            known[nv:] = [c is not None for c in known_cos]
+            known_cos = [math.nan if c is None else c for c in known_cos]
+        cos = np.fromiter(chain(map(_SCORE, vec_rows), known_cos), dtype=np.float64, count=m)
+        kat = np.fromiter(chain(map(kw_at.get, vec_ids, repeat(-1)), map(kw_at.__getitem__, only_ids)),
+                          dtype=np.int64, count=m)
+        vat = np.full(m, -1, dtype=np.int64)
+        vat[:nv] = list(vec_at.values()) if len(vec_at) != len(vector) else range(nv)
+        kw_scores = np.fromiter(map(_SCORE, keyword), dtype=np.float64, count=len(keyword))
+        threads = [*map(_THREAD_ID, vec_rows), *map(_THREAD_ID, kw_only)]
+        resources = [*map(_RESOURCE_ID, vec_rows), *map(_RESOURCE_ID, kw_only)]
 
-        def vec_part(cos: float | None) -> float:
-            if cos is None or not vector:
-                return 0.0
-            if span <= 1e-12:
-                return 1.0 if cos >= lo else 0.0
-            # Not clamped: a keyword hit whose cosine is below every vector candidate's counts against it
-            # (clamping at 0 cost .009 recall@20 and .006 recall@5 on LoCoMo public).
-            # Capped at 1: a keyword candidate more similar than every vector candidate (possible when
-            # the vector list was cut by a filter) must not outrank the best of both lists.
-            return min((cos - lo) / span, 1.0)
+        def fields(at: np.ndarray) -> tuple[list[str], list[str | None], list[str | None]]:
+            where = at.tolist()
+            return [ids[i] for i in where], [threads[i] for i in where], [resources[i] for i in where]
 
-        scored: list[tuple[float, float, str]] = []
-        # Each candidate's score by id, kept as computed (``scores``' values, the same floats): the re-rank's
-        # lookups would otherwise build a new float per candidate from ``order``.
-        self._score_of: dict[str, float] = {}
-        score_of = self._score_of
-        # Each candidate's thread, as its hit in either list names it (the vector list's first): the thread
-        # prior's groups, noted here while the hit is at hand rather than looked up again per candidate.
-        self._thread_of: dict[str, str | None] = {}
-        thread_of = self._thread_of
-        # Each candidate's score from its own two lists, kept when ``propagate`` adds its neighbours' share
-        # (the recall playground shows both parts).
-        self.own: dict[str, float] = score_of
-        spread = span > 1e-12
-        add = scored.append
-        if spread and len(vec_at) == len(vector) and len(kw_at) == len(keyword):
-            # Each message listed once in each list (the common case): the lists read as they are, each
-            # record unpacked once; the same operations as the general loops below, in the same order.
-            kw_get = kw_at.get
-            for mid, thread, _, cos in vector:
-                k = kw_get(mid)
-                part = (cos - lo) / span
-                part = 1.0 if part > 1.0 else part
-                score = (keyword[k].score * kw_scale if k is not None else 0.0) + vec_share * part
-                add((-score, -cos, mid))
-                score_of[mid] = score
-                thread_of[mid] = thread
-            cos_get = cosines.get
-            for mid, thread, _, kw_score in keyword:
-                if mid in vec_at:
-                    continue
-                known = cos_get(mid)
-                if known is not None:
-                    part = (known - lo) / span
-                    score = kw_score * kw_scale + vec_share * (1.0 if part > 1.0 else part)
-                    add((-score, -known, mid))
-                else:
-                    score = kw_score * kw_scale + vec_share * vec_part(known)
-                    add((-score, 2.0, mid))  # (-(-2.0): no cosine counts as -2)
-                score_of[mid] = score
-                thread_of[mid] = thread
+        self._threads = threads
+        self._start(m, ids, fields, None, cos, known if not known.all() else None, vat, kat, kw_scores, lo, span,
+                    bool(vector), keyword_share)
+
+    @classmethod
+    def of_rows(cls, count: int, fields: Fields, codes: np.ndarray, cos: np.ndarray, vector_count: int, kat: np.ndarray,
+                kw_scores: np.ndarray, *, keyword_share: float = KEYWORD_SHARE) -> "Combined":
+        """The candidates as the vector set's rows give them (the rows feeder, ``search._RowLists``): the
+        vector list's ``vector_count`` first (best first, each message once), then the keyword list's
+        others in its order (``count`` in all); ``fields`` gives the ids, threads and resources of the
+        candidates at some places (as their hits in either list name them, the vector list's first), built
+        only when asked (a search asks for its top k); each one's thread code (equal codes: the same
+        thread), cosine (float64 of the scan's float32, as the records hold it) and place in the keyword
+        list (-1: none), and the keyword list's scores. The same candidates, arrays and scores as
+        ``Combined(vector, keyword, cosines)`` of the records these rows stand for."""
+        self = cls.__new__(cls)
+        vat = np.full(count, -1, dtype=np.int64)
+        vat[:vector_count] = np.arange(vector_count)
+        vcos = cos[:vector_count]
+        lo = float(vcos.min()) if vector_count else 0.0
+        span = float(vcos.max()) - lo if vector_count else 0.0
+        self._start(count, None, fields, codes, cos, None, vat, kat, kw_scores, lo, span, vector_count > 0,
+                    keyword_share)
+        return self
+
+    def _start(self, count: int, ids: list[str] | None, fields: Fields, codes: np.ndarray | None, cos: np.ndarray,
+               known: np.ndarray | None, vat: np.ndarray, kat: np.ndarray, kw_scores: np.ndarray, lo: float,
+               span: float, has_vector: bool, keyword_share: float) -> None:
+        """Both feeders' arrays by candidate, and ``combine``'s scores from them."""
+        if not 0.0 <= keyword_share <= 1.0:
+            raise ValueError(f"keyword_share must be between 0 and 1, not {keyword_share}")
+        m = self.count = count
+        self._ids, self._fields, self._codes = ids, fields, codes
+        # (``known``: None when every candidate's cosine is known)
+        self._cos, self._known, self._vat, self._kat, self._kw_scores = cos, known, vat, kat, kw_scores
+        best_kw = float(kw_scores.max()) if len(kw_scores) else 0.0
+        kw_scale = keyword_share / best_kw if best_kw > 0 else 0.0
+        vec_share = 1.0 - keyword_share
+        listed = kat >= 0
+        kw_part = np.zeros(m)
+        if len(kw_scores):
+            kw_part[listed] = kw_scores[kat[listed]] * kw_scale
+        # ``vec_part``: (cos - lo) / span capped at 1, not clamped at 0 (a keyword hit whose cosine is below
+        # every vector candidate's counts against it: clamping at 0 cost .009 recall@20 and .006 recall@5 on
+        # LoCoMo public; the cap keeps a keyword candidate more similar than every vector candidate, possible
+        # when the vector list was cut by a filter, from outranking the best of both lists). With no spread,
+        # 1 for a cosine at least the lowest, else 0; without a vector list or a cosine, 0.
+        if not has_vector:
+            part = np.zeros(m)
+        elif span > 1e-12:
+            with np.errstate(invalid="ignore"):
+                part = np.minimum((cos - lo) / span, 1.0)
         else:
-            for i in vec_at.values():  # (a message listed twice counts once, as its last entry)
-                h = vector[i]
-                k = kw_at.get(h.message_id)
-                cos = h.score
-                if spread:  # (vec_part, inlined: the common case)
-                    part = (cos - lo) / span
-                    part = 1.0 if part > 1.0 else part
-                else:
-                    part = vec_part(cos)
-                score = (keyword[k].score * kw_scale if k is not None else 0.0) + vec_share * part
-                scored.append((-score, -cos, h.message_id))
-                score_of[h.message_id] = score
-                thread_of[h.message_id] = h.thread_id
-            for i in kw_at.values():
-                h = keyword[i]
-                if h.message_id in vec_at:
-                    continue
-                known = cosines.get(h.message_id)
-                if spread and known is not None:  # (vec_part, inlined: the common case)
-                    part = (known - lo) / span
-                    score = h.score * kw_scale + vec_share * (1.0 if part > 1.0 else part)
-                else:
-                    score = h.score * kw_scale + vec_share * vec_part(known)
-                scored.append((-score, -(known if known is not None else -2.0), h.message_id))
-                score_of[h.message_id] = score
-                thread_of[h.message_id] = h.thread_id
-        # Sorted when ``order`` is first asked: a search that reshapes the scores (``reshape``) sorts only
-        # their new entries, and reads the candidates in any order (``entries``).
-        self.entries = scored
-        self._order: list[tuple[float, float, str]] | None = None
+            with np.errstate(invalid="ignore"):
+                part = np.where(cos >= lo, 1.0, 0.0)
+        if known is not None:
+            part[~known] = 0.0
+        self._s = kw_part + vec_share * part
+        self._s0 = self._s  # (each candidate's score from its own two lists: ``own``)
+        tie = -cos
+        if known is not None:
+            tie[~known] = 2.0  # (-(-2.0): no cosine counts as -2)
+        self._tie = tie
+        self._keys: np.ndarray | None = None
+        self._rank: np.ndarray | None = None  # candidates best first (None: not sorted yet)
+        self._links: tuple[object, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    @property
+    def ids(self) -> list[str]:
+        """The candidates' message ids, in their order (built when first asked, by the rows feeder)."""
+        if self._ids is None:
+            self._ids = self._fields(np.arange(self.count))[0]
+        return self._ids
+
+    # -- arrays --------------------------------------------------------------------------------------
+
+    def _id_keys(self) -> np.ndarray:
+        """The candidates' ids as a numpy array that sorts as Python sorts the strings (numpy's fixed-width
+        text drops trailing NUL characters, so ids with a NUL are compared as Python objects)."""
+        if self._keys is None:
+            self._keys = np.array(self.ids, dtype=object if "\0" in "".join(self.ids) else str)
+        return self._keys
+
+    def _sorted(self, scores: np.ndarray, at: np.ndarray | None = None, group: np.ndarray | None = None) -> np.ndarray:
+        """Positions (in ``at``, or of every candidate) by (-score, -cosine, id), as tuples sort (within
+        each ``group`` code first, when given). The ids are compared only when two candidates have the same
+        score and cosine (rare: the sort by the two numbers is then the whole order)."""
+        tie = self._tie if at is None else self._tie[at]
+        neg = -scores
+        keys = (tie, neg) if group is None else (tie, neg, group)
+        order = np.lexsort(keys)
+        if len(order) > 1:
+            same = (neg[order[1:]] == neg[order[:-1]]) & (tie[order[1:]] == tie[order[:-1]])
+            if group is not None:
+                same &= group[order[1:]] == group[order[:-1]]
+            if same.any():
+                ids = self._id_keys() if at is None else self._id_keys()[at]
+                order = np.lexsort((ids, *keys))
+        return order
+
+    @property
+    def rank(self) -> np.ndarray:
+        """The candidates, best first (positions in ``ids``)."""
+        if self._rank is None:
+            self._rank = self._sorted(self._s)
+        return self._rank
+
+    def sorted_scores(self) -> np.ndarray:
+        """Every candidate's score, best first."""
+        ranked: np.ndarray = self._s[self.rank]
+        return ranked
+
+    def _linked(self, next_of: "Mapping[str, str | None] | Links") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per candidate: whether ``next_of`` names a next message other than itself, that message's
+        position (-1: not a candidate), and the candidate whose next message it is (-1: none; of two, the
+        last in ``next_of``'s order). Kept for the same map (a search passes one to both steps).
+        ``next_of``: a map by id, or ``Links`` (the first two by candidate, as the vector set's rows give them)."""
+        if self._links is not None and self._links[0] is next_of:
+            return self._links[1], self._links[2], self._links[3]
+        if isinstance(next_of, Links):
+            has, nidx = next_of
+            pidx = np.full(len(nidx), -1, dtype=np.int64)
+            linked = np.flatnonzero(nidx >= 0)
+            pidx[nidx[linked]] = linked  # (a thread's order: no two candidates have the same next message)
+            self._links = (next_of, has, nidx, pidx)
+            return has, nidx, pidx
+        ids = self.ids
+        m = len(ids)
+        at: dict[str | None, int] = dict(zip(ids, range(m)))
+        # (C-level maps over the candidates, not a Python loop: each one's next message, whether it names one
+        # other than itself, and that message's position)
+        nexts = list(map(next_of.get, ids))
+        has = np.fromiter(map(and_, map(is_not, nexts, repeat(None)), map(ne, nexts, ids)), dtype=bool, count=m)
+        nidx = np.fromiter(map(at.get, nexts, repeat(-1)), dtype=np.int64, count=m)
+        nidx[~has] = -1
+        pidx = np.full(m, -1, dtype=np.int64)
+        linked = np.flatnonzero(nidx >= 0)
+        to = nidx[linked]
+        if len(set(to.tolist())) == len(to):
+            pidx[to] = linked
+        else:  # (two name the same next message: the last in the map's order counts, as a map by next would keep)
+            place = {mid: k for k, mid in enumerate(next_of)}
+            for k in sorted(linked.tolist(), key=lambda k: place[ids[k]]):
+                pidx[nidx[k]] = k
+        self._links = (next_of, has, nidx, pidx)
+        return has, nidx, pidx
 
     @property
     def order(self) -> list[tuple[float, float, str]]:
         """Every candidate's ``(-score, -(cosine or -2.0), message id)``, best first."""
-        if self._order is None:
-            self.entries.sort()
-            self._order = self.entries
-        return self._order
+        return self._tuples(self.rank)
+
+    @property
+    def entries(self) -> list[tuple[float, float, str]]:
+        """``order``'s entries in the candidates' order (``ids``)."""
+        return list(zip((-self._s).tolist(), self._tie.tolist(), self.ids))
+
+    def _tuples(self, at: np.ndarray) -> list[tuple[float, float, str]]:
+        ids = self.ids
+        return list(zip((-self._s[at]).tolist(), self._tie[at].tolist(), [ids[i] for i in at.tolist()]))
 
     def scores(self) -> dict[str, float]:
-        return {mid: -neg for neg, _, mid in self.order}
+        return dict(zip(self.ids, self._s.tolist()))
 
-    def propagate(self, next_of: Mapping[str, str | None], share: float) -> None:
+    @property
+    def own(self) -> dict[str, float]:
+        """Each candidate's score from its own two lists, before ``propagate`` and ``thread_prior`` (the
+        recall playground shows both parts)."""
+        return dict(zip(self.ids, self._s0.tolist()))
+
+    def propagate(self, next_of: "Mapping[str, str | None] | Links", share: float) -> None:
         """Each candidate's score becomes ``(score + share * (previous's + next's)) / (1 + 2 * share)``,
         its thread neighbours' scores counted when they are candidates (``next_of``: the next message of
         each candidate, as for ``rerank``; the previous one is the candidate whose next it is), then
@@ -301,46 +427,18 @@ class Combined:
         at most .005."""
         if not self._takes(share):
             return
-        self._reorder(self._propagated(next_of, share)[0])
+        self._s = self._propagated(next_of, share)
+        self._rank = None
 
-    def _propagated(self, next_of: Mapping[str, str | None], share: float) -> tuple[
-            list[tuple[float, float, str]], dict[str | None, tuple[float, float, str]],
-            dict[str | None, tuple[float, float, str]]]:
-        """The candidates' entries with ``propagate``'s scores, in ``entries``' order (not sorted again),
-        and, found in the same pass, each thread's best and second-best new entry (``reshape``'s)."""
-        base = self._score_of
-        prev_of = {nxt: mid for mid, nxt in next_of.items() if nxt != mid and nxt in base and mid in base}
-        scale = 1.0 / (1.0 + 2.0 * share)
-        thread_of = self._thread_of
-        scored: list[tuple[float, float, str]] = []
-        best_of: dict[str | None, tuple[float, float, str]] = {}
-        second_of: dict[str | None, tuple[float, float, str]] = {}
-        get_next, get_prev, get_base = next_of.get, prev_of.get, base.get
-        get_best, get_second = best_of.get, second_of.get
-        add = scored.append
-        for neg, tie, mid in self.entries:
-            score = -neg
-            nxt = get_next(mid)
-            if nxt is not None and nxt != mid:
-                score += share * get_base(nxt, 0.0)
-            prev = get_prev(mid)
-            if prev is not None:
-                score += share * base[prev]
-            entry = (-(score * scale), tie, mid)
-            add(entry)
-            # (entries are unique, so the two best of a thread do not depend on the pass's order)
-            thread = thread_of[mid]
-            best = get_best(thread)
-            if best is None:
-                best_of[thread] = entry
-            elif entry < best:
-                second_of[thread] = best
-                best_of[thread] = entry
-            else:
-                second = get_second(thread)
-                if second is None or entry < second:
-                    second_of[thread] = entry
-        return scored, best_of, second_of
+    def _propagated(self, next_of: "Mapping[str, str | None] | Links", share: float) -> np.ndarray:
+        """``propagate``'s scores (a candidate named as its own next message, or naming a message that is not
+        a candidate, gains ``share * 0.0``, as the formula's loop adds it)."""
+        has, nidx, pidx = self._linked(next_of)
+        base = self._s
+        nxt = np.where(nidx >= 0, base[nidx], 0.0)
+        s = np.where(has, base + share * nxt, base)
+        s = np.where(pidx >= 0, s + share * base[pidx], s)
+        return s * (1.0 / (1.0 + 2.0 * share))
 
     def thread_prior(self, share: float) -> None:
         """Each candidate's score becomes ``(score + share * best) / (1 + share)``, ``best`` being the best
@@ -358,112 +456,149 @@ class Combined:
         .804)."""
         if not self._takes(share):
             return
-        base = self._score_of
-        thread_of = self._thread_of
-        # Per thread: its best candidate's id and score, and the second-best score (None: no other).
-        best_of: dict[str | None, tuple[str, float]] = {}
-        second_of: dict[str | None, float] = {}
-        for neg, _, mid in self.order:  # (best first: the first seen of a thread is its best)
-            thread = thread_of[mid]
-            if thread not in best_of:
-                best_of[thread] = (mid, -neg)
-            elif thread not in second_of:
-                second_of[thread] = -neg
-        scale = 1.0 / (1.0 + share)
-        scored: list[tuple[float, float, str]] = []
-        for neg, tie, mid in self.order:
-            thread = thread_of[mid]
-            best_id, best = best_of[thread]
-            other = second_of.get(thread, 0.0) if mid == best_id else best
-            scored.append((-((base[mid] + share * other) * scale), tie, mid))
-        self._reorder(scored)
+        self._s = self._prior(self._s, share)
+        self._rank = None
 
-    def reshape(self, next_of: Mapping[str, str | None], neighbour_share: float, thread_share: float) -> None:
-        """``propagate(next_of, neighbour_share)`` then ``thread_prior(thread_share)``: the same scores and
-        the same order, with ``order`` sorted once instead of twice (each thread's best and second-best
-        candidate after the neighbours' share found by comparing their entries, not by sorting them)."""
+    def _prior(self, s: np.ndarray, share: float) -> np.ndarray:
+        """``thread_prior``'s scores from scores ``s``: each thread's best and second-best candidate by
+        (-score, -cosine, id), as the sorted order has them."""
+        if self._codes is None:
+            codes = dict(zip(dict.fromkeys(self._threads), count()))
+            self._codes = np.fromiter(map(codes.__getitem__, self._threads), dtype=np.int64, count=len(self._threads))
+        th = self._codes
+        groups = int(th.max()) + 1 if len(th) else 0
+        order = self._sorted(s, group=th)
+        grouped = th[order]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = grouped[1:] != grouped[:-1]
+        second = np.zeros(len(order), dtype=bool)
+        second[1:] = first[:-1] & ~first[1:]
+        best_of = np.full(groups, -1, dtype=np.int64)
+        second_of = np.full(groups, -1, dtype=np.int64)
+        best_of[grouped[first]] = order[first]
+        second_of[grouped[second]] = order[second]
+        best, other = best_of[th], second_of[th]
+        to_best = np.where(other >= 0, share * s[np.maximum(other, 0)], share * 0.0)
+        return (s + np.where(best == np.arange(len(s)), to_best, share * s[best])) * (1.0 / (1.0 + share))
+
+    def reshape(self, next_of: "Mapping[str, str | None] | Links", neighbour_share: float, thread_share: float) -> None:
+        """``propagate(next_of, neighbour_share)`` then ``thread_prior(thread_share)``, sorted once."""
         takes_neighbours, takes_thread = self._takes(neighbour_share), self._takes(thread_share)
-        if not (takes_neighbours and takes_thread):
-            if takes_neighbours:
-                self.propagate(next_of, neighbour_share)
-            elif takes_thread:
-                self.thread_prior(thread_share)
-            return
-        entries, best_of, second_of = self._propagated(next_of, neighbour_share)
-        thread_of = self._thread_of
-        # ``thread_prior``'s step over those entries (its ``base`` is ``propagate``'s scores, ``-neg``): per
-        # thread, its best candidate's id, what the others add (the best's score) and what the best adds
-        # (the second's, or 0), each product computed once per thread
-        scale = 1.0 / (1.0 + thread_share)
-        adds: dict[str | None, tuple[str, float, float]] = {}
-        for thread, best in best_of.items():
-            second = second_of.get(thread)
-            adds[thread] = (best[2], thread_share * -best[0], thread_share * (-second[0] if second is not None else 0.0))
-        scored: list[tuple[float, float, str]] = []
-        add = scored.append
-        score_of: dict[str, float] = {}
-        for neg, tie, mid in entries:
-            best_id, to_others, to_best = adds[thread_of[mid]]
-            score = (-neg + (to_best if best_id == mid else to_others)) * scale
-            add((-score, tie, mid))
-            score_of[mid] = score
-        scored.sort()
-        self.entries = self._order = scored
-        self._score_of = score_of  # (``_reorder``'s map: the same keys and floats, built in the same pass)
+        s = self._s
+        if takes_neighbours:
+            s = self._propagated(next_of, neighbour_share)
+        if takes_thread:
+            s = self._prior(s, thread_share)
+        if takes_neighbours or takes_thread:
+            self._s = s
+            self._rank = None
 
     def _takes(self, share: float) -> bool:
         """Whether a step with this share changes anything (a negative share is refused)."""
         if share < 0:
             raise ValueError(f"share must not be negative, not {share}")
-        return share != 0 and bool(self.entries)
+        return share != 0 and self.count > 0
 
-    def _reorder(self, scored: list[tuple[float, float, str]]) -> None:
-        """``order`` and the scores by id from a step's new (negated score, tie, id) entries."""
-        scored.sort()
-        self.entries = self._order = scored
-        self._score_of = {mid: -neg for neg, _, mid in scored}
+    def reach(self, top_k: int, *, dated: bool, spoken: bool = True, among: int | None = None) -> int:
+        """How many of the best candidates (of the best ``among``, or of all) the re-rank could place in the
+        top ``top_k``: gains are never negative, so the top_k-th candidate keeps at least its score, and
+        no candidate gains more than the next-message share of the best score plus the speaker boost
+        (unless no candidate gains it: ``spoken`` False) and, when the query names a period (``dated``),
+        the date boost (the common divisor changes no order). Of a prefix, the same cut."""
+        ranked = self.sorted_scores()
+        n = len(ranked) if among is None else among
+        if n <= top_k:
+            return n
+        # (without the speaker boost's slack, a margin for rounding: scores and gains are a few units at most,
+        # their sums' rounding errors about 1e-15)
+        gain = (NEXT_SHARE * max(float(ranked[0]), 0.0) + (SPEAKER_BOOST if spoken else _ROUNDING)
+                + (DATE_BOOST if dated else 0.0))
+        bar = float(ranked[top_k - 1]) - gain
+        return int(np.count_nonzero(ranked[:n] >= bar))
+
+    def best_ids(self, count: int) -> list[str]:
+        """The ids of the best ``count`` candidates, best first."""
+        ids = self.ids
+        return [ids[i] for i in self.rank[:count].tolist()]
 
     def reranked(
         self,
-        entries: Sequence[tuple[float, float, str]],
-        next_of: Mapping[str, str | None],
-        in_period: AbstractSet[str] | None = None,
+        entries: Sequence[tuple[float, float, str]] | int,
+        next_of: "Mapping[str, str | None] | Links",
+        in_period: "AbstractSet[str] | np.ndarray | None" = None,
         *,
         limit: int | None = None,
-        by_speaker: AbstractSet[str] | None = None,
-        scores: Mapping[str, float] | None = None,
+        by_speaker: "AbstractSet[str] | np.ndarray | None" = None,
     ) -> list[Fused]:
         """``rerank(self.fused(entries), next_of, in_period, limit=limit, scores=self.scores(),
         by_speaker=by_speaker)``, the same records in the same order, with a record built only for each
-        candidate returned (a search keeps ``limit`` of about a hundred). ``scores``: ``self.scores()``,
-        when the caller has it."""
-        base = self._score_of if scores is None else scores
-        kept = _rescored(entries, base, next_of, in_period, by_speaker, NEXT_SHARE, DATE_BOOST, SPEAKER_BOOST, limit)
-        return self.fused([(neg, tie, mid) for neg, tie, mid, _ in kept])  # (each record's score: the re-ranked one)
+        candidate returned (a search keeps ``limit`` of about a hundred). ``entries``: entries of
+        ``order``, or a count of its best (a search's cut, ``reach``)."""
+        if NEXT_SHARE < 0 or DATE_BOOST < 0 or SPEAKER_BOOST < 0:
+            raise ValueError("next_share, date_boost and speaker_boost must not be negative")
+        if isinstance(entries, int):
+            at = self.rank[:entries]
+        else:
+            place = dict(zip(self.ids, range(len(self.ids))))
+            at = np.fromiter(map(place.__getitem__, map(_ENTRY_ID, entries)), dtype=np.int64, count=len(entries))
+        _, nidx, _ = self._linked(next_of)
+        s = self._s
+        # ``_rescored``'s sums, in its order: the next message's share (a candidate), the date boost, the
+        # speaker boost; then the common divisor.
+        nx = nidx[at]
+        score = s[at]
+        score = np.where(nx >= 0, score + NEXT_SHARE * s[np.maximum(nx, 0)], score)
+        dated = in_period is not None
+        spoken = by_speaker if _any(by_speaker) else None
+        if dated and _any(in_period):
+            marked = self._marked(in_period, at)  # type: ignore[arg-type]
+            score = np.where(marked, score + DATE_BOOST, score)
+        if spoken:
+            marked = self._marked(spoken, at)
+            score = np.where(marked, score + SPEAKER_BOOST, score)
+        score = score * (1.0 / (1.0 + NEXT_SHARE + (DATE_BOOST if dated else 0.0) + (SPEAKER_BOOST if spoken else 0.0)))
+        picked = self._sorted(score, at)[:limit]
+        return self._records(at[picked], score[picked].tolist())
+
+    def _marked(self, which: "AbstractSet[str] | np.ndarray", at: np.ndarray) -> np.ndarray:
+        """Whether each candidate at ``at`` is in ``which`` (ids, or a mask by candidate)."""
+        if isinstance(which, np.ndarray):
+            marked: np.ndarray = which[at]
+            return marked
+        ids = self.ids
+        return np.fromiter(map(which.__contains__, map(ids.__getitem__, at.tolist())), dtype=bool, count=len(at))
 
     def fused(self, entries: Sequence[tuple[float, float, str]]) -> list[Fused]:
         """The records of these entries of ``order``, in their order."""
-        out: list[Fused] = []
-        vec_at, kw_at, vector, keyword, cosines = self._vec_at, self._kw_at, self._vector, self._keyword, self._cosines
-        for neg_score, _, mid in entries:
-            v = vec_at.get(mid)
-            k = kw_at.get(mid)
-            if v is not None:
-                first = vector[v]
-                cos: float | None = first.score
-            else:
-                first = keyword[k]  # type: ignore[index]
-                cos = cosines.get(mid)
-            out.append(
-                Fused(mid, first.thread_id, first.resource_id, float(-neg_score), cos,
-                      keyword[k].score if k is not None else None,
-                      v + 1 if v is not None else None, k + 1 if k is not None else None)
-            )
-        return out
+        place = dict(zip(self.ids, range(len(self.ids))))
+        at = np.fromiter(map(place.__getitem__, map(_ENTRY_ID, entries)), dtype=np.int64, count=len(entries))
+        return self._records(at, [-e[0] for e in entries])
+
+    def _records(self, at: np.ndarray, scores: Sequence[float]) -> list[Fused]:
+        """The records of the candidates at ``at`` with these scores: each one's thread and resource as its
+        hit names them, its cosine (None: not known), keyword score, and 1-based places in the lists."""
+        ids, threads, resources = self._fields(at)
+        cos = self._cos[at].tolist()
+        known = self._known[at].tolist() if self._known is not None else repeat(True)
+        vat = self._vat[at].tolist()
+        kat = self._kat[at].tolist()
+        kw = self._kw_scores.tolist() if len(self._kw_scores) else []
+        return [Fused(mid, thread, resource, float(score), c if ok else None,
+                      kw[k] if k >= 0 else None, v + 1 if v >= 0 else None, k + 1 if k >= 0 else None)
+                for mid, thread, resource, score, c, ok, v, k in zip(ids, threads, resources, scores, cos, known, vat, kat)]
 
 
+def _any(which: "AbstractSet[str] | np.ndarray | None") -> bool:
+    """Whether a set of ids, or a mask by candidate, holds any candidate."""
+    return bool(which.any()) if isinstance(which, np.ndarray) else bool(which)
+
+
+_ROUNDING = 1e-9
 _SCORE = attrgetter("score")
 _MESSAGE_ID = attrgetter("message_id")
+_THREAD_ID = attrgetter("thread_id")
+_RESOURCE_ID = attrgetter("resource_id")
+_ENTRY_ID = itemgetter(2)
 
 
 def places(ranked: Sequence[Ranked]) -> dict[str, int]:

@@ -36,7 +36,7 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 import sqlalchemy as sa
@@ -624,14 +624,16 @@ class KeywordMemory:
 
     def search_rows(self, conn: sa.Connection, terms: list[str], vset: "Rows", *, resource_id: str | None,
                     thread_id: str | None, limit: int, weight: float, exclude_thread: str | None = None,
-                    ) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
-        """``search``'s hits as rows of ``vset`` (a ``matrix.VectorSet``): each hit's row (``NO_ROW``: its
-        message has no single row there), its score, and each hit's message id (the same objects as the
-        records'), best first; None when the statement must answer. The rows come from an array by doc
-        kept for ``vset`` (``_doc_rows``), filled for the docs a search finds and kept as docs are added."""
+                    ) -> "RowHits | None":
+        """``search``'s hits as rows of ``vset`` (a ``matrix.VectorSet``), best first (``RowHits``); None when
+        the statement must answer. The rows come from an array by doc kept for ``vset`` (``_doc_rows``),
+        filled for the docs a search finds and kept as docs are added (forgotten when the docs are loaded again:
+        ``_reset``)."""
 
-        def rows(places: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
-            return self._rows_of(vset, places), score, self._objects()[0][places].tolist()
+        def rows(places: np.ndarray, score: np.ndarray) -> RowHits:
+            mid_objs, name_objs = self._objects()
+            return RowHits(self._rows_of(vset, places), score, mid_objs[places].tolist(),
+                           name_objs[self._threads[places]], name_objs[self._resources[places]])
 
         return self._ranked(conn, terms, resource_id, thread_id, limit, weight, exclude_thread, rows)
 
@@ -750,6 +752,22 @@ class KeywordMemory:
                 return None
             keys = self._mid_keys = np.array([m or "" for m in self._mids], dtype=str)
         return keys
+
+
+class RowHits(NamedTuple):
+    """``KeywordMemory.search_rows``'s hits, best first: each hit's row (``NO_ROW``: its message has no
+    single row in the set), score, message id, thread and resource (the same objects as ``search``'s
+    records; the last two as object arrays)."""
+
+    rows: np.ndarray
+    score: np.ndarray
+    mids: list[str]
+    threads: np.ndarray
+    resources: np.ndarray
+
+    def records(self) -> list[Ranked]:
+        """``search``'s records of these hits."""
+        return list(map(ranked_of, zip(self.mids, self.threads.tolist(), self.resources.tolist(), self.score.tolist())))
 
 
 def _plain(mid: object) -> bool:

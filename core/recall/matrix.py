@@ -310,6 +310,11 @@ class VectorSet:
             self._columns_n = n
         return cols
 
+    def depth_suffices(self, qvec: np.ndarray, depth: int, thread_id: str | None) -> bool:
+        """Whether ``ranked(qvec, depth, thread_id)`` is ``search(qvec, depth)``'s rows as they come, each a
+        different message (``_depth_suffices``): then a hybrid search is fed those rows (``search._RowLists``)."""
+        return self._depth_suffices(qvec, depth, thread_id, None)
+
     def _depth_suffices(self, qvec: np.ndarray, depth: int, thread_id: str | None, until: str | None) -> bool:
         """Whether ``search(qvec, depth)`` gives exactly the first ``depth`` rows of ``search(qvec, 2 * depth)``
         and those are ``depth`` different messages: every message has one row here (known once

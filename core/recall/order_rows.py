@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import threading
 from datetime import date
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, Protocol
 
 import numpy as np
 
@@ -60,6 +60,18 @@ class Rows(Protocol):
     def row_of(self, message_id: str) -> int | None: ...
 
     def positions_of(self, message_id: str) -> list[int]: ...
+
+
+class Gathered(NamedTuple):
+    """``OrderRows.gather``'s answers of some rows, in their order: each one's next message (a row,
+    ``NO_NEXT`` or ``NEXT_BY_ID``), day (an ordinal, ``NO_DAY``: None) and label (a code of ``labels``,
+    ``NO_LABEL``: None); by place, the next message's id of those whose next is ``NEXT_BY_ID``."""
+
+    next_row: np.ndarray
+    day: np.ndarray
+    label: np.ndarray
+    next_ids: dict[int, str]
+    labels: list[str]
 
 
 class OrderRows:
@@ -181,6 +193,17 @@ class OrderRows:
         if not ua:
             self._others.setdefault(code, set()).add(row)
         self.known[row] = True
+
+    def gather(self, rows: np.ndarray) -> "Gathered | None":
+        """The kept answers of ``rows`` as arrays (``Gathered``); None when one of them is unknown (``fill``
+        left it so)."""
+        with self._lock:
+            if len(rows) and (int(rows.max()) >= len(self.known) or not self.known[rows].all()):
+                return None
+            nxt = self.next_row[rows]
+            by_id = np.flatnonzero(nxt == NEXT_BY_ID)
+            next_ids = {i: self.next_ids[int(rows[i])] for i in by_id.tolist()}
+            return Gathered(nxt, self.day[rows], self.label[rows], next_ids, self.labels)
 
     def answers(self, vset: Rows, rows: np.ndarray) -> dict[int, "Order"] | None:
         """The kept answers of ``rows`` as ``thread_order`` gives them (next message id, day, label), by row;

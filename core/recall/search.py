@@ -7,8 +7,10 @@ with what the search did.
 
 Hybrid fuses by normalised scores (``hybrid.combine``); every keyword candidate gets its exact cosine
 from the scope's vectors first, so the fusion sees both signals and every hit shows a similarity.
-Then ``hybrid.rerank`` adds each candidate's next message and the period the query names, from one
-batched read of the candidates' rows (thread order and ``createdAt``).
+Then the re-rank adds each candidate's next message and the period the query names, from one
+batched read of the candidates' rows (thread order and ``createdAt``). The fusion runs on arrays by
+candidate (``hybrid.Combined``), fed the in-process vector set's rows when it can (``_RowLists``: no
+record built but for the answer), else the lists' records and the order by id (``_fuse``).
 """
 
 from __future__ import annotations
@@ -18,15 +20,19 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
+from itertools import repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol
 
 import numpy as np
 import sqlalchemy as sa
 
 from core.recall import hybrid, pieces
 from core.recall.backends import KeywordBackend
-from core.recall.matrix import ScopeVectors
+from core.recall.keyword import CONTEXT_WEIGHT
+from core.recall.keyword_memory import KeywordMemory, RowHits
+from core.recall.matrix import ScopeVectors, VectorSet
+from core.recall.order_rows import NO_DAY, NO_LABEL, NO_NEXT, Gathered
 from core.recall import order_cache
 from core.recall.order_cache import OrderCache
 from core.recall.text import (LABEL_CHARS, MAX_QUERY_TERMS, SpeakerMatcher, query_dates, query_text,
@@ -77,13 +83,17 @@ class SearchRun:
     dropped_terms: list[str] = field(default_factory=list)  # quoted terms dropped as very common
     qvec: np.ndarray | None = None
     vset: ScopeVectors | None = None
-    vector: list[hybrid.Ranked] = field(default_factory=list)  # best first, deleted messages left out
-    keyword: list[hybrid.Ranked] = field(default_factory=list)
-    cosines: dict[str, float] = field(default_factory=dict)  # keyword candidates outside the vector list
+    # ``vector``, ``keyword`` (best first, deleted messages left out) and ``cosines`` (of the keyword candidates
+    # outside the vector list) are properties: a search fed the vector set's rows (``_RowLists``) builds their
+    # records only when they are read (the playground, a test), not for the fusion.
+    _vector: list[hybrid.Ranked] | None = field(default=None, repr=False)
+    _keyword: list[hybrid.Ranked] | None = field(default=None, repr=False)
+    _cosines: dict[str, float] | None = field(default=None, repr=False)
+    rows: "_RowLists | None" = field(default=None, repr=False)  # the lists as rows, when the search was fed them
     # ``fused`` (a property): ``combine``'s records of every candidate (``every_candidate`` or a threshold),
     # else of those that may reach the top_k; built when first read (a search itself needs none).
     combined: hybrid.Combined | None = None
-    receivers: list[tuple[float, float, str]] = field(default_factory=list)  # entries of ``combined.order`` re-ranked
+    received: int = 0  # how many of ``combined.order``'s best were re-ranked (``receivers``)
     reranked: list[hybrid.Fused] = field(default_factory=list)  # ``rerank`` (all, or those that may reach top_k)
     gone: set[str] = field(default_factory=set)  # deleted since indexed (left out of every list)
     # Updated since indexed (queued; None: the backend does not list them, every keyword hit is checked),
@@ -107,6 +117,47 @@ class SearchRun:
     # playground), best first; empty when the index reads no pieces in this scope (then it is ``vector``).
     vector_only: list[hybrid.Ranked] = field(default_factory=list)
     _fused: list[hybrid.Fused] | None = field(default=None, repr=False)
+
+    @property
+    def vector(self) -> list[hybrid.Ranked]:
+        if self._vector is None:
+            self._vector = self.rows.vector() if self.rows is not None else []
+        return self._vector
+
+    @vector.setter
+    def vector(self, ranked: list[hybrid.Ranked]) -> None:
+        self._vector = ranked
+
+    @property
+    def keyword(self) -> list[hybrid.Ranked]:
+        if self._keyword is None:
+            self._keyword = self.rows.hits.records() if self.rows is not None else []
+        return self._keyword
+
+    @keyword.setter
+    def keyword(self, ranked: list[hybrid.Ranked]) -> None:
+        self._keyword = ranked
+
+    @property
+    def cosines(self) -> dict[str, float]:
+        if self._cosines is None:
+            self._cosines = self.rows.cosines() if self.rows is not None else {}
+        return self._cosines
+
+    @cosines.setter
+    def cosines(self, found: dict[str, float]) -> None:
+        self._cosines = found
+
+    def counts(self) -> tuple[int, int]:
+        """How many candidates the vector and the keyword list gave (without building their records)."""
+        if self.rows is not None:
+            return len(self.rows.pos), len(self.rows.hits.rows)
+        return len(self.vector), len(self.keyword)
+
+    @property
+    def receivers(self) -> list[tuple[float, float, str]]:
+        """The entries of ``combined.order`` re-ranked (or that could be: the best ``received``)."""
+        return self.combined.order[: self.received] if self.combined is not None else []
 
     @property
     def fused(self) -> list[hybrid.Fused]:
@@ -233,9 +284,22 @@ def run(
         # a search once its hits' fields were gathered by numpy; looking up the keyword hits' rows before
         # the scan as well cost 0.02-0.03 ms more than after it.) A server's vectors (Postgres) are read
         # after it, with its cosines.
-        keyword_list()
+        narrowed = thread_id if resource_id is not None else None
+        hits = _row_hits(index, conn, out, mode, kw_depth, depth, narrowed, kept, resource_id=resource_id,
+                         thread_id=thread_id, until=until_iso, exclude_thread=exclude_thread,
+                         vector_only_too=vector_only_too)
+        if hits is None:
+            keyword_list()
+        elif (hits.rows < 0).any():  # (a hit without a single row: the lists as records, ``_fuse``'s other feeder)
+            _keyword_listed(index, conn, out, hits.records(), degrade)
         vector: list[hybrid.Ranked] | None = None
-        if mode in ("vector", "hybrid") and qvec is not None:
+        if hits is not None and not (hits.rows < 0).any():
+            assert isinstance(out.vset, VectorSet) and qvec is not None
+            for skipped in out.vset.skips.reasons():
+                degrade(skipped, failure=False)
+            pos, cos = out.vset.search(qvec, depth)  # (``VectorSet.ranked``'s scan, its records not built)
+            out.rows = _RowLists(out.vset, qvec, pos, cos, hits)
+        elif mode in ("vector", "hybrid") and qvec is not None:
             if out.vset is None:
                 # A writable database's table is made by its first write: until then nothing was embedded,
                 # which the empty answer's reason says ("no messages indexed for ...").
@@ -244,7 +308,6 @@ def run(
             else:
                 for skipped in out.vset.skips.reasons():
                     degrade(skipped, failure=False)
-                narrowed = thread_id if resource_id is not None else None
                 backend = getattr(index, "vectors", None)
                 # Vector mode re-scores its best messages by their pieces, where the scope has any
                 # (``_with_pieces``); hybrid fuses the passage cosines as they are.
@@ -390,20 +453,203 @@ def _keyword_listed(index: Searchable, conn: sa.Connection, out: SearchRun, rank
     _listed(out, "keyword", ranked)
 
 
+def _row_hits(index: Searchable, conn: sa.Connection, out: SearchRun, mode: Mode, kw_depth: int, depth: int,
+              narrowed: str | None, kept: OrderCache | None, *, resource_id: str | None, thread_id: str | None,
+              until: str | None, exclude_thread: str | None, vector_only_too: bool) -> RowHits | None:
+    """The keyword list as rows of the scope's vector set (``KeywordMemory.search_rows``) when a hybrid
+    search can be fed the set's rows (``_RowLists``): an in-process set with one row a message whose scan
+    is ``VectorSet.ranked``'s (``depth_suffices``), the keyword memory answering, the order cache kept, and
+    nothing to leave out of the lists (no deletion, edit or unstored message pending, no thread left out,
+    no past turn's view, no pieces to re-score for the playground). None: the lists are read as records."""
+    vset, qvec = out.vset, out.qvec
+    memory = getattr(index.keywords, "memory", None)
+    if not (mode == "hybrid" and kept is not None and isinstance(memory, KeywordMemory) and isinstance(vset, VectorSet)
+            and qvec is not None and index.has_fts and out.terms and until is None and exclude_thread is None
+            and not out.gone and out.updated is not None and not out.updated and not out.unstored):
+        return None
+    vset.positions_of("")  # (the set's map by message, built once: a first search would build it for its cosines)
+    if not vset.depth_suffices(qvec, depth, narrowed):
+        return None
+    if vector_only_too and getattr(index, "pieces", False):
+        backend = getattr(index, "vectors", None)
+        if backend is not None and backend.has_pieces(conn, resource_id, thread_id):
+            return None
+    return memory.search_rows(conn, out.terms, vset, resource_id=resource_id, thread_id=thread_id, limit=kw_depth,
+                              weight=CONTEXT_WEIGHT)
+
+
+class _RowLists:
+    """A hybrid search's two lists as the vector set's rows (the rows feeder of ``_fuse``): the scan's
+    positions and float32 cosines as they come, and the keyword hits as rows (every one with a row). The
+    records (``vector``, ``cosines``; ``hits.records``) are built only when read: ``SearchRun``'s lists."""
+
+    def __init__(self, vset: VectorSet, qvec: np.ndarray, pos: np.ndarray, cos: np.ndarray, hits: RowHits) -> None:
+        self.vset, self.qvec, self.pos, self.cos, self.hits = vset, qvec, pos, cos, hits
+        self.cand = pos  # (the candidates' rows, ``Combined.ids``' order: set by ``combined``)
+        self._only: list[str] | None = []  # (the keyword-only candidates' ids; None: see ``_only_at``)
+        self._only_at = np.empty(0, dtype=np.int64)  # (their places in the keyword list)
+        self._only_cos = np.empty(0, dtype=np.float32)
+
+    def vector(self) -> list[hybrid.Ranked]:
+        """``VectorSet.ranked``'s records of the scan."""
+        mids, threads, resources = self.vset._id_columns()
+        pos = self.pos
+        return list(map(ranked_of, zip(mids[pos].tolist(), threads[pos].tolist(), resources[pos].tolist(),
+                                       self.cos.tolist())))
+
+    def cosines(self) -> dict[str, float]:
+        """``VectorSet.cosines`` of the keyword-only candidates (after ``combined``)."""
+        only = self._only if self._only is not None else [self.hits.mids[k] for k in self._only_at.tolist()]
+        return dict(zip(only, self._only_cos.tolist()))
+
+    def combined(self, keyword_share: float) -> hybrid.Combined:
+        """``Combined`` of these lists: the vector list's rows, then the keyword list's others (their cosines
+        by ``take`` on the matrix, as ``VectorSet.cosines`` computes them), each one's place in the keyword
+        list and thread code by row; ids, threads and resources gathered only for the candidates asked
+        (``fields``). (Small lists: Python's sets and maps over ~120 ints cost less than arrays of the set's
+        size.)"""
+        vset, hits, vrows = self.vset, self.hits, self.pos
+        krows = hits.rows
+        listed = krows.tolist()
+        kw_at = dict(zip(listed, range(len(listed))))
+        if len(kw_at) != len(listed):
+            # (a message listed twice by the keyword memory: the records feeder, which keeps its last place)
+            vector = self.vector()
+            vec_at = hybrid.places(vector)
+            found = vset.cosines(self.qvec, [m for m in hits.mids if m not in vec_at])
+            self._only, self._only_cos = list(found), np.array(list(found.values()), dtype=np.float32)
+            self.cand = np.empty(0, dtype=np.int64)
+            return hybrid.Combined(vector, hits.records(), found, keyword_share=keyword_share, vec_at=vec_at)
+        scanned = vrows.tolist()
+        kat = np.fromiter(map(kw_at.get, scanned, repeat(-1)), dtype=np.int64, count=len(scanned))
+        seen = set(scanned)
+        self._only, self._only_at = None, np.array([i for i, row in enumerate(listed) if row not in seen], dtype=np.int64)
+        only_at = self._only_at
+        only = krows[only_at]
+        # (``take`` of the rows in the keyword list's order, as ``VectorSet.cosines`` does: the same bits)
+        self._only_cos = only_cos = np.take(vset._matrix, only, axis=0) @ self.qvec
+        self.cand = np.concatenate((vrows, only))
+        # Thread codes: the set's; a keyword-only candidate's is its hit's thread's (the keyword doc's, as the
+        # records feeder groups them), the same as its row's but where they differ (then looked up by name).
+        codes = vset._thread_codes[self.cand].astype(np.int64)
+        if len(only):
+            named = hits.threads[only_at]
+            differ = np.flatnonzero(named != vset._id_columns()[1][only])
+            if len(differ):
+                index, start = vset._thread_index, len(vset._thread_index)
+                extra: dict[str | None, int] = {}
+                for i in differ.tolist():
+                    t = named[i]
+                    codes[len(vrows) + i] = index[t] if t in index else extra.setdefault(t, start + len(extra))
+        cos = np.concatenate((self.cos, only_cos)).astype(np.float64)
+        return hybrid.Combined.of_rows(len(self.cand), self.fields, codes, cos, len(vrows),
+                                       np.concatenate((kat, only_at)), hits.score.astype(np.float64),
+                                       keyword_share=keyword_share)
+
+    def fields(self, at: np.ndarray) -> tuple[list[str], list[str | None], list[str | None]]:
+        """The ids, threads and resources of the candidates at ``at`` (``Combined.of_rows``): the vector
+        list's from the set's columns, a keyword-only one's from its hit."""
+        mids, threads, resources = self.vset._id_columns()
+        nv = len(self.pos)
+        if not len(at) or int(at.max()) < nv:
+            rows = self.pos[at]
+            return mids[rows].tolist(), threads[rows].tolist(), resources[rows].tolist()
+        hits, only_at = self.hits, self._only_at
+        ids: list[str] = []
+        thread_of: list[str | None] = []
+        resource_of: list[str | None] = []
+        for i in at.tolist():
+            if i < nv:
+                row = int(self.pos[i])
+                ids.append(mids[row])
+                thread_of.append(threads[row])
+                resource_of.append(resources[row])
+            else:
+                k = int(only_at[i - nv])
+                ids.append(hits.mids[k])
+                thread_of.append(hits.threads[k])
+                resource_of.append(hits.resources[k])
+        return ids, thread_of, resource_of
+
+
+class _Answers(Protocol):
+    """The thread order of a search's candidates (``Combined.ids``' order), as either feeder has it."""
+
+    def links(self, combined: hybrid.Combined) -> "Mapping[str, str | None] | hybrid.Links": ...
+
+    def found(self, combined: hybrid.Combined, at: list[int]) -> list[tuple[date | None, str | None]]: ...
+
+
+class _ByRow:
+    """The candidates' answers gathered from the vector set's ``OrderRows`` (the rows feeder)."""
+
+    def __init__(self, got: Gathered, cand: np.ndarray) -> None:
+        self.got, self.cand = got, cand
+
+    def links(self, combined: hybrid.Combined) -> hybrid.Links:
+        nr = self.got.next_row
+        # (each next row's place among the candidates, -1 for none, by a search in the candidates' rows sorted:
+        # not an array of the set's size; ``NO_NEXT`` and ``NEXT_BY_ID`` are never a candidate's row)
+        cand = self.cand
+        by_row = np.argsort(cand)
+        rows = cand[by_row]
+        found = np.minimum(np.searchsorted(rows, nr), len(rows) - 1)
+        at = np.where(rows[found] == nr, by_row[found], -1)
+        if self.got.next_ids:  # (a next message kept by id: a candidate only if it has a row now)
+            place = dict(zip(combined.ids, range(len(combined.ids))))
+            for i, mid in self.got.next_ids.items():
+                at[i] = place.get(mid, -1)
+        return hybrid.Links(nr != NO_NEXT, at)
+
+    def found(self, combined: hybrid.Combined, at: list[int]) -> list[tuple[date | None, str | None]]:
+        days, labels, names = self.got.day[at].tolist(), self.got.label[at].tolist(), self.got.labels
+        return [(date.fromordinal(d) if d != NO_DAY else None, names[c] if c != NO_LABEL else None)
+                for d, c in zip(days, labels)]
+
+    def labelled(self, at: np.ndarray) -> bool:
+        return bool((self.got.label[at] != NO_LABEL).any())
+
+
+class _ById:
+    """The candidates' answers as ``thread_order`` (or the order cache, or Postgres's read) gives them, by id
+    (the records feeder)."""
+
+    def __init__(self, order: dict[str, tuple[str | None, date | None, str | None]]) -> None:
+        self.order = order
+
+    def links(self, combined: hybrid.Combined) -> dict[str, str | None]:
+        order = self.order
+        return dict(zip(order, map(_NEXT, order.values())))
+
+    def found(self, combined: hybrid.Combined, at: list[int]) -> list[tuple[date | None, str | None]]:
+        ids, get = combined.ids, self.order.get
+        return [(o[1], o[2]) if (o := get(ids[i])) is not None else (None, None) for i in at]
+
+    def labelled(self, at: np.ndarray) -> bool:
+        return any(o[2] is not None for o in self.order.values())
+
+
 def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold: float | None,
           until: datetime | None, every_candidate: bool, degrade: Callable[[str], None],
           keyword_share: float = hybrid.KEYWORD_SHARE, kept: OrderCache | None = None,
           synced: bool | None = None) -> None:
     """Hybrid: fuse the two lists (``combine``), add each candidate's share of its thread neighbours'
     scores (``Combined.propagate``) and of its thread's best other candidate (``Combined.thread_prior``),
-    then re-rank by next message, named period and named speaker."""
+    then re-rank by next message, named period and named speaker. One pipeline on arrays by candidate,
+    fed either the vector set's rows (``out.rows``: the scan's positions and cosines, the keyword hits as
+    rows, each row's next message, day and speaker from its ``OrderRows``) or records and maps by id
+    (Postgres, and every search the rows cannot feed: ``_row_hits``)."""
     qvec = out.qvec
-    if out.vset is not None and qvec is not None:
-        vec_at = hybrid.places(out.vector)  # (the fusion's map, built once for both)
-        out.cosines = out.vset.cosines(qvec, [r.message_id for r in out.keyword if r.message_id not in vec_at])
+    rows = out.rows
+    if rows is not None:
+        combined = rows.combined(keyword_share)
     else:
-        vec_at = None
-    combined = hybrid.Combined(out.vector, out.keyword, out.cosines, keyword_share=keyword_share, vec_at=vec_at)
+        if out.vset is not None and qvec is not None:
+            vec_at = hybrid.places(out.vector)  # (the fusion's map, built once for both)
+            out.cosines = out.vset.cosines(qvec, [r.message_id for r in out.keyword if r.message_id not in vec_at])
+        else:
+            vec_at = None
+        combined = hybrid.Combined(out.vector, out.keyword, out.cosines, keyword_share=keyword_share, vec_at=vec_at)
     # A past turn's "last week" counts from that turn's day.
     spans = query_dates(query, until.astimezone(timezone.utc).date() if until is not None else today())
     out.date_spans = len(spans)
@@ -415,57 +661,67 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     # thread prior (``Combined.thread_prior``) moves candidates too, so the cut comes after both.
     neighbours = hybrid.NEIGHBOUR_SHARE > 0
     reshaped = neighbours or hybrid.THREAD_SHARE > 0
-    # (every candidate, unsorted, when the scores are reshaped: ``reshape`` sorts their new entries once)
-    out.receivers = receivers = (combined.entries if reshaped else combined.order if everyone
-                                 else _may_reach(combined.order, top_k, dated=bool(spans)))
-    order: dict[str, tuple[str | None, date | None, str | None]] = {}
-    if receivers and (hybrid.NEXT_SHARE > 0 or spans or hybrid.SPEAKER_BOOST > 0 or neighbours):
+    dated = bool(spans)
+    labels = hybrid.SPEAKER_BOOST > 0
+    answers: _ByRow | _ById = _ById({})
+    if combined.count and (hybrid.NEXT_SHARE > 0 or spans or labels or neighbours):
         try:
-            ids = list(map(_ID, receivers))
-            labels = hybrid.SPEAKER_BOOST > 0
-            if kept is not None:
-                def threads() -> dict[str, str | None]:  # (asked only when a candidate's answer is not kept)
-                    hints = {r.message_id: r.thread_id for r in out.keyword}
-                    hints.update((r.message_id, r.thread_id) for r in out.vector)
-                    return hints
+            def threads() -> dict[str, str | None]:  # (asked only when a candidate's answer is not kept)
+                hints = {r.message_id: r.thread_id for r in out.keyword}
+                hints.update((r.message_id, r.thread_id) for r in out.vector)
+                return hints
 
-                order = kept.read(conn, ids, labels=labels, reader=thread_order, threads=threads, synced=synced)
+            got = None
+            if rows is not None and kept is not None and len(rows.cand):
+                # Every candidate's answer from the set's arrays by row: the unknown ones filled from the order
+                # cache first (a few a search after a write), then gathered.
+                vset = rows.vset
+                if vset.order_rows.fill(conn, kept, vset, rows.cand, reader=thread_order, threads=threads,
+                                        synced=synced):
+                    found = vset.order_rows.gather(rows.cand)
+                    got = _ByRow(found, rows.cand) if found is not None else None
+            if got is not None:
+                answers = got
             else:
-                order = thread_order(conn, ids, labels=labels)
+                # (every candidate, in ``ids``' order, when the scores are reshaped; else the best that may
+                # reach the top_k)
+                reading = (combined.ids if reshaped else combined.best_ids(
+                    combined.count if everyone else combined.reach(top_k, dated=dated)))
+                if kept is not None:
+                    order = kept.read(conn, reading, labels=labels, reader=thread_order, threads=threads, synced=synced)
+                else:
+                    order = thread_order(conn, reading, labels=labels)
+                answers = _ById(order)
         except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
             degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
-    # Each read candidate's next message (None: none), for the neighbours' share and the re-rank alike: both
-    # look up only candidates, so one map serves both (built in C, not per candidate in Python).
-    next_of = dict(zip(order, map(_NEXT, order.values())))
+    # Each candidate's next message, for the neighbours' share and the re-rank alike (positions by candidate:
+    # ``Combined._linked``).
+    next_of = answers.links(combined)
     if reshaped:  # (``propagate`` then ``thread_prior``, sorted once)
         combined.reshape(next_of, hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
-        out.receivers = receivers = combined.order if everyone else _may_reach(combined.order, top_k, dated=bool(spans))
-    # The receivers' labels, days and next messages are looked up in ``order`` (read for every candidate, or
-    # for the receivers: a map not cut down to them).
-    found_of = order.get
-    labels_read = list(map(_LABEL, order.values()))
-    if labels_read.count(None) < len(labels_read):
+    # The receivers: the best candidates that may reach the top_k (every one for a threshold or the playground).
+    out.received = received = combined.count if everyone else combined.reach(top_k, dated=dated)
+    best = combined.rank[:received]
+    out.by_speaker = set()
+    if labels and received and answers.labelled(best):
         # (the query's words read only when some receiver has a label to match them against)
-        labelled = [(mid, label) for _, _, mid in receivers
-                    if (found := found_of(mid)) is not None and (label := found[2]) is not None]
-    else:
-        labelled = []
-    if labelled:
+        at = best.tolist()
         named = SpeakerMatcher(query)
-        out.by_speaker = {mid for mid, label in labelled if named(label)}
-    else:
-        out.by_speaker = set()
+        ids = combined.ids
+        out.by_speaker = {ids[i] for i, (_, label) in zip(at, answers.found(combined, at))
+                          if label is not None and named(label)}
     # When no receiver was spoken by a speaker the query names, none gains the speaker boost, so only
-    # those that reach the top_k without it are re-ranked (``_may_reach``'s bound less the boost): the
+    # those that reach the top_k without it are re-ranked (``Combined.reach``'s bound less the boost): the
     # same records, scores and order, without a lookup of each other receiver's next message.
-    entries = receivers
+    entries = received
     if not everyone and not out.by_speaker and hybrid.SPEAKER_BOOST > 0:
-        entries = _may_reach(receivers, top_k, dated=bool(spans), spoken=False)
-    in_period = (
-        {mid for _, _, mid in entries if (found := found_of(mid)) is not None and (day := found[1]) is not None
-         and any(s.contains(day) for s in spans)}
-        if spans else None
-    )
+        entries = combined.reach(top_k, dated=dated, spoken=False, among=received)
+    in_period: set[str] | None = None
+    if spans:
+        at = best[:entries].tolist()
+        ids = combined.ids
+        in_period = {ids[i] for i, (day, _) in zip(at, answers.found(combined, at))
+                     if day is not None and any(s.contains(day) for s in spans)}
     # Without a threshold only the top_k are needed; with one, every candidate may be.
     out.reranked = combined.reranked(
         entries, next_of, in_period, limit=top_k if threshold is None and not every_candidate else None,
@@ -534,7 +790,7 @@ def run_search(
         notes.insert(0, _empty_reason(index, done.vset, done.keyword, mode, done.scope))
     reason = "; ".join(n for n in notes if n) or None
     details: dict[str, Any] = {
-        "vector_candidates": len(done.vector), "keyword_candidates": len(done.keyword),
+        "vector_candidates": done.counts()[0], "keyword_candidates": done.counts()[1],
         "vectors_in_scope": done.vset.n if done.vset is not None else 0, "model_id": index.model_id,
     }
     if done.date_spans:
@@ -542,26 +798,7 @@ def run_search(
     return SearchResult(hits, reason, mode, details)
 
 
-_ROUNDING = 1e-9
-_ID = itemgetter(2)  # (an entry's message id)
 _NEXT, _LABEL = itemgetter(0), itemgetter(2)  # (of a ``thread_order`` answer)
-
-
-def _may_reach(order: list[tuple[float, float, str]], top_k: int, *, dated: bool,
-               spoken: bool = True) -> list[tuple[float, float, str]]:
-    """The candidates ``hybrid.rerank`` could place in the top ``top_k`` (of ``Combined.order``: negated
-    scores, best first): gains are never negative, so the top_k-th candidate keeps at least its score,
-    and no candidate gains more than the next-message share of the best score plus the speaker boost
-    (unless no candidate gains it: ``spoken`` False) and, when the query names a period (``dated``), the
-    date boost (the common divisor changes no order). A prefix of ``order``: of a prefix, the same cut."""
-    if len(order) <= top_k:
-        return order
-    # (without the speaker boost's slack, a margin for rounding: scores and gains are a few units at most,
-    # their sums' rounding errors about 1e-15)
-    gain = (hybrid.NEXT_SHARE * max(-order[0][0], 0.0) + (hybrid.SPEAKER_BOOST if spoken else _ROUNDING)
-            + (hybrid.DATE_BOOST if dated else 0.0))
-    bar = -order[top_k - 1][0] - gain
-    return [e for e in order if -e[0] >= bar]
 
 
 def today() -> date:

@@ -68,8 +68,9 @@ def same_answers(index: RecallIndex, scopes: list[tuple[str | None, str | None]]
                     by_rows = memory.search_rows(conn, terms, vset, resource_id=resource, thread_id=thread,
                                                  limit=limit, weight=keyword.CONTEXT_WEIGHT)
                     assert by_rows is not None
-                    rows, scores, mids = by_rows
+                    rows, scores, mids, _, _ = by_rows
                     assert mids == [h.message_id for h in fast] and scores.tolist() == [h.score for h in fast]
+                    assert by_rows.records() == fast
                     assert [vset.message_ids[r] if r != NO_ROW else None for r in rows.tolist()] == [
                         h.message_id if vset.row_of(h.message_id) is not None else None for h in fast]
             for term in terms:
@@ -335,3 +336,26 @@ def test_hits_as_rows_follow_the_vector_set_as_it_grows_and_messages_with_severa
     assert vset.message_ids[:2] != [hit[0], hit[1]]  # (the rows did move)
     assert [vset.message_ids[r] if r != NO_ROW else None for r in rows()] == [
         None, None, hit[2], hit[3]] + [None] * (len(hit) - 4)
+    # The docs loaded again with other places (the first doc's message deleted: later docs move up) while a set stays the same: its rows are looked up again, not read from the places they had.
+    with store.db.read() as conn:
+        every, _ = index.keywords.terms(conn, " ".join(WORDS))
+    docs = [m for m in memory._mids if m is not None]
+    half = docs[1::2]  # (every other doc's message has a row: a shift by one place gives every doc a wrong row)
+    own = VectorSet.of_rows(8, "m", np.eye(len(half), 8, dtype=np.float32), half, ["t1"] * len(half),
+                            ["u"] * len(half), [None] * len(half))
+
+    def all_rows() -> tuple[list[int], list[int]]:
+        with store.db.read() as conn:
+            got = memory.search_rows(conn, every, own, resource_id="u", thread_id=None, limit=1000,
+                                     weight=keyword.CONTEXT_WEIGHT)
+        assert got is not None and len(got.mids) > len(half)
+        return got.rows.tolist(), [r if (r := own.row_of(m)) is not None else NO_ROW for m in got.mids]
+
+    got, want = all_rows()
+    assert got == want
+    before = memory._mids
+    store.memory.delete_messages([docs[0]])
+    assert index.refresh_messages([docs[0]]).ok
+    got, want = all_rows()
+    assert memory._mids is not before  # (loaded again)
+    assert got == want

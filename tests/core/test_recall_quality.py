@@ -645,4 +645,4 @@ def test_combined_reads_lists_of_unique_messages_as_the_general_loops_do(vec, kw
 
     assert bits(unique) == bits(general)
     assert [(m, s.hex()) for m, s in unique.own.items()] == [(m, s.hex()) for m, s in general.own.items()]
-    assert unique._thread_of == general._thread_of
+    assert unique.ids == general.ids and unique._threads == general._threads

@@ -249,7 +249,7 @@ def test_a_query_naming_no_speaker_of_a_candidate_reranks_fewer_with_the_same_re
     real = hybrid.Combined.reranked
 
     def counted(self, entries, *args, **kw):  # type: ignore[no-untyped-def]
-        sizes.append(len(entries))
+        sizes.append(entries if isinstance(entries, int) else len(entries))
         return real(self, entries, *args, **kw)
 
     monkeypatch.setattr(hybrid.Combined, "reranked", counted)
@@ -275,16 +275,17 @@ def test_a_query_naming_no_speaker_of_a_candidate_reranks_fewer_with_the_same_re
     top_k=st.integers(1, 8),
 )
 def test_without_a_named_speaker_the_tighter_cut_keeps_the_top_k(vec, kw, nexts, period, top_k):
-    """``_may_reach(..., spoken=False)`` of the receivers, re-ranked, gives the top_k of every candidate
+    """``Combined.reach(..., spoken=False)`` of the receivers, re-ranked, gives the top_k of every candidate
     re-ranked (no speaker boost), ties and equal scores included."""
     vector = [R(m, "t", "u", s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
     keyword_list = [R(m, "t2", None, s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
     combined = hybrid.Combined(vector, keyword_list, {})
-    receivers = pipeline._may_reach(combined.order, top_k, dated=period is not None)
-    fewer = pipeline._may_reach(receivers, top_k, dated=period is not None, spoken=False)
-    assert fewer == receivers[: len(fewer)]
+    received = combined.reach(top_k, dated=period is not None)
+    fewer = combined.reach(top_k, dated=period is not None, spoken=False, among=received)
+    assert fewer <= received <= len(combined.order)
     want = combined.reranked(combined.order, nexts, period, limit=top_k)
     assert combined.reranked(fewer, nexts, period, limit=top_k) == want
+    assert combined.reranked(combined.order[:fewer], nexts, period, limit=top_k) == want
 
 
 @settings(max_examples=120, deadline=None)
