@@ -340,9 +340,9 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
             notes.append(f"Fitted into the {budget.context_window:,}-token context window of {budget.model_id}, "
                          f"as this thread's last recorded turn was ({budget.reply_tokens:,} tokens kept for the "
                          f"reply: {budget.reply_source}); the next turn on that model is fitted the same way.")
-        from studio.logic.om_buffer_layout import observe_first_notice, prompt_buffer_note
+        from studio.logic.om_buffer_layout import next_turn_notice, prompt_buffer_note
 
-        notice = observe_first_notice(prompt)
+        notice = next_turn_notice(prompt)
         buffering = prompt_buffer_note(prompt.notes)
         if buffering:
             notes.append(buffering)

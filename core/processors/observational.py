@@ -174,7 +174,7 @@ class ObservationalMemory(BaseProcessor):
                     why = "read-only turn" if req.read_only else "preview"
                     ctx.note(self.id, observation=f"{why}: an observation would run now: {pending:,} unobserved "
                              f"tokens ≥ {opts.message_tokens:,}")
-                    if not ctx.live:
+                    if _previews_next(ctx):
                         self._note_observe_first(ctx, turn, input_tokens, waits=False)
             else:
                 turn = self._observe(ctx, job, turn, input_tokens, now)
@@ -192,10 +192,10 @@ class ObservationalMemory(BaseProcessor):
             if may_write:
                 turn = self._activate(ctx, job, turn, pending, input_tokens, now, force=False)
                 pending = self._pending(ctx, turn, input_tokens)
-            elif not ctx.live:
+            elif _previews_next(ctx):
                 turn = self._activate_in_memory(ctx, turn, pending)
                 pending = self._pending(ctx, turn, input_tokens)
-            else:  # a read-only turn sends its prompt without: it activates nothing
+            else:  # a read-only turn sends its prompt without (it activates nothing); a past turn is as it was
                 n = activation_count(turn.chunks, pending, opts.retained_tokens)
                 ctx.note(self.id, activation=f"{n} buffered observation chunk(s) would be activated now")
         if pending >= opts.block_after_tokens:
@@ -204,7 +204,7 @@ class ObservationalMemory(BaseProcessor):
             elif not may_write:
                 ctx.note(self.id, observation=f"a turn would wait for the observer now: {pending:,} unobserved "
                          f"tokens ≥ {opts.block_after_tokens:,} (block_after)")
-                if not ctx.live:
+                if _previews_next(ctx):
                     if turn.chunks:  # after waiting, the turn takes everything buffered
                         turn = self._activate_in_memory(ctx, turn, self._pending(ctx, turn, input_tokens), force=True)
                     if self._pending(ctx, turn, input_tokens) >= opts.message_tokens and turn.unobserved:
@@ -414,9 +414,18 @@ class ObservationalMemory(BaseProcessor):
         if not may_write:
             # A reflector backing off reflects nothing: the note says so (``reflectionError``), not "would run".
             if due and (record.buffered_reflection or not self._backing_off(ctx, turn, "reflector", now)):
-                what = "the buffered reflection would be swapped in" if record.buffered_reflection else \
-                    "a reflection would run now"
+                # What a turn that may write does here (below): swap, wait then swap or reflect, reflect,
+                # or (buffered, below reflection_block_after) leave it to the background.
+                first = ("swap" if record.buffered_reflection else
+                         "wait" if size >= opts.reflection_block_after_tokens else None) if opts.buffering \
+                    else "reflect"
+                what = {"swap": "the buffered reflection would be swapped in",
+                        "wait": "a turn would wait for the reflector now", "reflect": "a reflection would run now",
+                        None: "a reflection would be prepared in the background; the turn would not wait"}[first]
                 ctx.note(self.id, reflection=f"{what}: {size:,} observation tokens ≥ {opts.observation_tokens:,}")
+                if first is not None and _previews_next(ctx):
+                    ctx.note(self.id, reflectFirst={"how": first, "tokens": size,
+                                                    "threshold": opts.observation_tokens})
             return turn
         if not opts.buffering:
             return self._reflect(ctx, job, turn, now) if due else turn
@@ -582,6 +591,12 @@ class ObservationalMemory(BaseProcessor):
                                            lambda token: buffer_observations(job, token),
                                            description=f"observe {key} in the background")
             ctx.note(self.id, bufferingStarted={"unbufferedTokens": unbuffered, "interval": interval})
+
+
+def _previews_next(ctx: ProcessorContext) -> bool:
+    """A preview of the next turn (not a live turn, not a past turn rebuilt): what that turn does first
+    is applied to it (activation) or named (an observer or reflector call it cannot make)."""
+    return not ctx.live and ctx.request.as_of is None
 
 
 def _written_at(ctx: ProcessorContext, now: datetime) -> str:

@@ -196,11 +196,31 @@ def prompt_buffer_note(notes: Mapping[str, Any]) -> str | None:
 OBSERVE_FIRST_LISTED = 5
 
 
-def observe_first_notice(prompt: AssembledPrompt) -> str | None:
-    """The preview's notice when the next turn calls the observer before its own model call (None when it
-    does not): the preview makes no model call, so the prompt the turn sends will differ from the one
-    shown. Names how many messages leave the window and which, and that observations are added."""
-    first = _section(_section(prompt.notes, "observational-memory"), "observeFirst")
+def next_turn_notice(prompt: AssembledPrompt) -> str | None:
+    """The preview's notice when the next turn calls the observer or the reflector before its own model
+    call, or swaps in a prepared reflection (None when it does none of these): the prompt the turn sends
+    will differ from the one shown. For an observation: how many messages leave the window and which,
+    and that observations are added; for a reflection: that the observations shown are replaced."""
+    om = _section(prompt.notes, "observational-memory")
+    parts = [p for p in (_observe_first(prompt, _section(om, "observeFirst")),
+                         _reflect_first(_section(om, "reflectFirst"))) if p]
+    return "Not the exact prompt: the next turn will first " + " Then it will ".join(parts) if parts else None
+
+
+def _reflect_first(first: Mapping[str, Any]) -> str | None:
+    how = first.get("how")
+    if how not in ("swap", "wait", "reflect"):
+        return None
+    size = f"(the log holds {int(first.get('tokens') or 0):,} tokens ≥ {int(first.get('threshold') or 0):,})"
+    if how == "swap":
+        return (f"swap in the reflection prepared in the background {size}: the observations shown here are "
+                "replaced by it.")
+    wait = "wait for the background reflector and swap in what it prepared, or else " if how == "wait" else ""
+    return (f"{wait}reflect {size} with the reflector model, which this preview does not call: the observations "
+            "shown here are replaced by its rewrite.")
+
+
+def _observe_first(prompt: AssembledPrompt, first: Mapping[str, Any]) -> str | None:
     ids = [str(i) for i in first.get("messages") or ()]
     if not ids:
         return None
@@ -213,7 +233,7 @@ def observe_first_notice(prompt: AssembledPrompt) -> str | None:
                      else f"{i[:8]} (another conversation of this resource)")
     more = f" and {len(ids) - OBSERVE_FIRST_LISTED} more" if len(ids) > OBSERVE_FIRST_LISTED else ""
     wait = "wait for the background observer, then " if first.get("waitsForBackground") else ""
-    return (f"Not the exact prompt: the next turn will first {wait}observe {len(ids)} message(s) "
+    return (f"{wait}observe {len(ids)} message(s) "
             f"({int(first.get('tokens') or 0):,} tokens) with the observer model, which this preview does not "
             f"call. The prompt it sends will differ here: those messages leave the window and the observations "
             f"made of them are added. Would go: {'; '.join(named)}{more}.")
@@ -226,4 +246,4 @@ def buffer_view(record: OMRecord) -> BufferView:
 
 
 __all__ = ["NO_BUFFERING", "BufferView", "ChunkRow", "EventRow", "buffer_view", "chunk_rows", "event_rows",
-           "observe_first_notice", "prompt_buffer_note", "settings_text", "status_text", "turn_activity"]
+           "next_turn_notice", "prompt_buffer_note", "settings_text", "status_text", "turn_activity"]

@@ -47,6 +47,11 @@ def _observer() -> ScriptedModel:
     return ScriptedModel(reply, name="observer")
 
 
+#: A reflection shorter than any log it rewrites (so it is accepted and the log shrinks).
+REFLECTOR = ScriptedModel(lambda messages, tools: "<observations>\nDate: Mar 2, 2026\n* 🔴 Zoë: Fluss.\n</observations>",
+                          name="reflector")
+
+
 def database_state(store: Any) -> dict[str, tuple[int, str]]:
     """Every table's row count and a hash of its rows (in a fixed order)."""
     out: dict[str, tuple[int, str]] = {}
@@ -58,14 +63,15 @@ def database_state(store: Any) -> dict[str, tuple[int, str]]:
     return out
 
 
-def previews_and_turns(store: Any, om: dict[str, Any]) -> list[tuple[Any, list[dict[str, Any]], set[str]]]:
+def previews_and_turns(store: Any, om: dict[str, Any]) -> list[tuple[Any, list[dict[str, Any]], set[str], bool]]:
     """For each text: the preview of the next turn (the database checked unchanged by it), the messages
-    the server then received from the turn, and the ids the turn's observation took out of the window."""
+    the server then received from the turn, the ids the turn's observation took out of the window, and
+    whether the turn started a new generation (reflected)."""
     clock = FixedClock(datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc), step_ms=1000)
     out = []
     with LoopbackServer(lambda messages, tools: "Notiert ✓.") as server:
         memory = Memory(store, MemoryOptions(last_messages=40, observational_memory={"enabled": True, **om}),
-                        clock=clock, observer_model=_observer(), name="preview")
+                        clock=clock, observer_model=_observer(), reflector_model=REFLECTOR, name="preview")
         model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="sk-test", api_key_env=None,
                                       keyring_service=None)
         agent = Agent("preview", instructions=INSTRUCTIONS, model=model, memory=memory, tracer=False)
@@ -74,12 +80,13 @@ def previews_and_turns(store: Any, om: dict[str, Any]) -> list[tuple[Any, list[d
                 assert memory.wait_idle(30)
                 before = database_state(store)
                 observed_before = _observed(store)
+                generation = _generation(store)
                 preview = memory.assemble(thread_id=THREAD, resource_id=RESOURCE, input=[Message.user(text)],
                                           instructions=INSTRUCTIONS)
                 assert database_state(store) == before, "the preview changed the database"
                 agent.generate(text, memory={"resource": RESOURCE, "thread": THREAD})
                 sent = without_transport(json.loads(server.chat_request_bytes()[-1]))["messages"]
-                out.append((preview, sent, _observed(store) - observed_before))
+                out.append((preview, sent, _observed(store) - observed_before, 0 <= generation < _generation(store)))
             assert memory.wait_idle(30)
         finally:
             model.close()
@@ -91,26 +98,31 @@ def _observed(store: Any) -> set[str]:
     return set(record.observed_message_ids) if record is not None else set()
 
 
+def _generation(store: Any) -> int:
+    record = load_current(store, THREAD)
+    return record.generation_count if record is not None else -1
+
+
 def om_notes(preview: Any) -> dict[str, Any]:
     return dict(preview.notes.get("observational-memory", {}))
 
 
 def test_a_preview_shows_the_buffered_chunks_the_next_turn_activates_and_writes_nothing(store: Any) -> None:
     runs = previews_and_turns(store, {"message_tokens": 60, "buffer_tokens": 0.25, "block_after": 10.0})
-    for n, (preview, sent, _observed_ids) in enumerate(runs, 1):
+    for n, (preview, sent, _observed_ids, _reflected) in enumerate(runs, 1):
         assert preview.messages == sent, f"turn {n}: the preview is not what the turn sent"
         assert "observeFirst" not in om_notes(preview)
         assert "would be activated" not in json.dumps(om_notes(preview), ensure_ascii=False)
-    activated = [om_notes(p)["previewActivated"] for p, _sent, _obs in runs if "previewActivated" in om_notes(p)]
+    activated = [om_notes(p)["previewActivated"] for p, _sent, _obs, _refl in runs if "previewActivated" in om_notes(p)]
     assert len(activated) >= 2, "the case under test came up (turns that activate buffered chunks first)"
     assert all(a["chunks"] >= 1 and a["messages"] >= 1 for a in activated)
 
 
 def test_a_preview_names_the_messages_the_next_turn_observes_first_exactly_when_it_does(store: Any) -> None:
     runs = previews_and_turns(store, {"message_tokens": 60, "buffer_tokens": False})
-    observing = [n for n, (_p, _s, observed) in enumerate(runs) if observed]
+    observing = [n for n, (_p, _s, observed, _r) in enumerate(runs) if observed]
     assert len(observing) >= 2 and len(observing) < len(runs), "turns that observe first and turns that do not"
-    for n, (preview, sent, observed) in enumerate(runs, 1):
+    for n, (preview, sent, observed, _reflected) in enumerate(runs, 1):
         first = om_notes(preview).get("observeFirst")
         if not observed:
             assert first is None, f"turn {n} observed nothing, yet the preview said it would"
@@ -124,3 +136,21 @@ def test_a_preview_names_the_messages_the_next_turn_observes_first_exactly_when_
         assert gone and gone <= {str(m["content"]) for m in preview.messages}
         assert not gone & {str(m["content"]) for m in sent}
         assert "Eintrag-Bündel" in json.dumps(sent, ensure_ascii=False)
+
+
+def test_a_preview_says_when_the_next_turn_reflects_first_exactly_when_it_does(store: Any) -> None:
+    runs = previews_and_turns(store, {"message_tokens": 60, "buffer_tokens": 0.25, "block_after": 10.0,
+                                      "observation_tokens": 45})
+    reflecting = [n for n, (_p, _s, _o, reflected) in enumerate(runs) if reflected]
+    assert reflecting and len(reflecting) < len(runs), "turns that reflect first and turns that do not"
+    hows = set()
+    for n, (preview, sent, _observed, reflected) in enumerate(runs, 1):
+        first = om_notes(preview).get("reflectFirst")
+        if not reflected:
+            assert first is None, f"turn {n} did not reflect, yet the preview said it would"
+            assert preview.messages == sent, f"turn {n}: the preview is not what the turn sent"
+            continue
+        assert first is not None, f"turn {n} reflected first; the preview did not say so"
+        assert first["threshold"] == 45 and first["tokens"] >= 45
+        hows.add(first["how"])
+    assert hows == {"swap", "wait"}  # a reflection prepared in the background, and one the turn waits for

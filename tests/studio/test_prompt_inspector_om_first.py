@@ -44,7 +44,9 @@ def build(path: Path, om: dict[str, Any], *, until: str | None = None, turns: in
     store = open_store(path)
     try:
         memory = Memory(store, MemoryOptions(last_messages=40, observational_memory={"enabled": True, **om}),
-                        observer_model=_observer(), name="walker")
+                        observer_model=_observer(), name="walker",
+                        reflector_model=ScriptedModel(lambda m, t: "<observations>\nDate: Mar 2, 2026\n* 🔴 Zoë "
+                                                      "walks.\n</observations>", name="reflector"))
         memory.register("walker")
         agent = Agent("walker", instructions="Answer briefly.", model=ScriptedModel(lambda m, t: "Noted.", name="a"),
                       memory=memory, tracer=False)
@@ -133,3 +135,23 @@ def test_buffered_chunks_the_next_turn_activates_are_shown_activated(qtbot: Any,
     assert any("Zoë walked by the river" in f.text for f in preview.prompt.fragments if f.role == "system")
     assert "this preview shows them activated (nothing was written)" in pane.banner.text()
     _shots(qtbot, pane, "activated")
+
+
+def test_the_notice_says_when_the_next_turn_reflects_first(qtbot: Any, tmp_path: Path, pane_on: Any) -> None:
+    path = tmp_path / "memory.db"
+    build(path, {"message_tokens": 60, "buffer_tokens": 0.25, "block_after": 10.0, "observation_tokens": 45},
+          until="reflectFirst")
+    pane = pane_on(path)
+    before = checksum(pane.session.store)
+    preview = preview_of_next(qtbot, pane)
+    assert checksum(pane.session.store) == before
+    first = preview.prompt.notes["observational-memory"]["reflectFirst"]
+    start = {"swap": "Not the exact prompt: the next turn will first swap in the reflection prepared in the "
+                     "background (the log holds",
+             "wait": "Not the exact prompt: the next turn will first wait for the background reflector and swap "
+                     "in what it prepared, or else reflect (the log holds"}[first["how"]]
+    assert preview.notice is not None and preview.notice.startswith(start)
+    assert f"{first['tokens']:,} tokens ≥ 45)" in preview.notice and "the observations shown here are replaced" \
+        in preview.notice
+    assert pane.banner.text().startswith(start) and pane.banner.level == "warning"
+    _shots(qtbot, pane, "reflect_first")
