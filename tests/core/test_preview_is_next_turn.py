@@ -48,8 +48,8 @@ def _observer() -> ScriptedModel:
 
 
 #: A reflection shorter than any log it rewrites (so it is accepted and the log shrinks).
-REFLECTOR = ScriptedModel(lambda messages, tools: "<observations>\nDate: Mar 2, 2026\n* 🔴 Zoë: Fluss.\n</observations>",
-                          name="reflector")
+REFLECTOR = ScriptedModel(lambda messages, tools: "<observations>\nDate: Mar 2, 2026\n* 🔴 Zoë: Fluss.\n"
+                          "</observations>", name="reflector")
 
 
 def database_state(store: Any) -> dict[str, tuple[int, str]]:
@@ -118,21 +118,32 @@ def test_a_preview_shows_the_buffered_chunks_the_next_turn_activates_and_writes_
     assert all(a["chunks"] >= 1 and a["messages"] >= 1 for a in activated)
 
 
-def test_a_preview_names_the_messages_the_next_turn_observes_first_exactly_when_it_does(store: Any) -> None:
-    runs = previews_and_turns(store, {"message_tokens": 60, "buffer_tokens": False})
-    observing = [n for n, (_p, _s, observed, _r) in enumerate(runs) if observed]
-    assert len(observing) >= 2 and len(observing) < len(runs), "turns that observe first and turns that do not"
-    for n, (preview, sent, observed, _reflected) in enumerate(runs, 1):
-        first = om_notes(preview).get("observeFirst")
-        if not observed:
-            assert first is None, f"turn {n} observed nothing, yet the preview said it would"
+def noted_exactly_when(runs: list[Any], key: str, did: Any) -> list[tuple[int, Any, list[Any], set[str], Any]]:
+    """On every turn where ``did(run)`` is false the preview has no ``key`` note and is what the turn sent;
+    the others must have one: their (turn number, preview, messages sent, ids observed, the note)."""
+    out = []
+    for n, (preview, sent, observed, reflected) in enumerate(runs, 1):
+        note = om_notes(preview).get(key)
+        if not did(observed, reflected):
+            assert note is None, f"turn {n} did not, yet the preview's {key} said it would"
             assert preview.messages == sent, f"turn {n}: the preview is not what the turn sent"
             continue
-        assert first is not None, f"turn {n} observed first; the preview did not say so"
+        assert note is not None, f"turn {n} did first; the preview's {key} did not say so"
+        out.append((n, preview, sent, observed, note))
+    assert out and len(out) < len(runs), "turns that do it first and turns that do not"
+    return out
+
+
+def test_a_preview_names_the_messages_the_next_turn_observes_first_exactly_when_it_does(store: Any) -> None:
+    runs = previews_and_turns(store, {"message_tokens": 60, "buffer_tokens": False})
+    observing = noted_exactly_when(runs, "observeFirst", lambda observed, _reflected: bool(observed))
+    assert len(observing) >= 2
+    for _n, preview, sent, observed, first in observing:
         assert set(first["messages"]) == observed and first["threads"] == [THREAD]
         assert first["waitsForBackground"] is False and first["tokens"] > 0
         # What the notice says: these messages left the window, observations were added.
-        gone = {f.text for f in preview.fragments if f.role == "user" and f.stored_ids and set(f.stored_ids) <= observed}
+        gone = {f.text for f in preview.fragments
+                if f.role == "user" and f.stored_ids and set(f.stored_ids) <= observed}
         assert gone and gone <= {str(m["content"]) for m in preview.messages}
         assert not gone & {str(m["content"]) for m in sent}
         assert "Eintrag-Bündel" in json.dumps(sent, ensure_ascii=False)
@@ -141,16 +152,7 @@ def test_a_preview_names_the_messages_the_next_turn_observes_first_exactly_when_
 def test_a_preview_says_when_the_next_turn_reflects_first_exactly_when_it_does(store: Any) -> None:
     runs = previews_and_turns(store, {"message_tokens": 60, "buffer_tokens": 0.25, "block_after": 10.0,
                                       "observation_tokens": 45})
-    reflecting = [n for n, (_p, _s, _o, reflected) in enumerate(runs) if reflected]
-    assert reflecting and len(reflecting) < len(runs), "turns that reflect first and turns that do not"
-    hows = set()
-    for n, (preview, sent, _observed, reflected) in enumerate(runs, 1):
-        first = om_notes(preview).get("reflectFirst")
-        if not reflected:
-            assert first is None, f"turn {n} did not reflect, yet the preview said it would"
-            assert preview.messages == sent, f"turn {n}: the preview is not what the turn sent"
-            continue
-        assert first is not None, f"turn {n} reflected first; the preview did not say so"
-        assert first["threshold"] == 45 and first["tokens"] >= 45
-        hows.add(first["how"])
-    assert hows == {"swap", "wait"}  # a reflection prepared in the background, and one the turn waits for
+    reflecting = noted_exactly_when(runs, "reflectFirst", lambda _observed, reflected: reflected)
+    assert all(first["threshold"] == 45 and first["tokens"] >= 45 for *_, first in reflecting)
+    # a reflection prepared in the background, and one the turn waits for
+    assert {first["how"] for *_, first in reflecting} == {"swap", "wait"}
