@@ -316,6 +316,7 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
     from studio.logic.request_layout import call_view
 
     notes: list[str] = []
+    notice: str | None = None
     embedder = embedders.get(store) if req.options.recall else None
     memory = memory_factory(memory_options_for(req), req.memory_name, embedder)
     overrides = req.options.to_overrides()
@@ -339,15 +340,16 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
             notes.append(f"Fitted into the {budget.context_window:,}-token context window of {budget.model_id}, "
                          f"as this thread's last recorded turn was ({budget.reply_tokens:,} tokens kept for the "
                          f"reply: {budget.reply_source}); the next turn on that model is fitted the same way.")
-        from studio.logic.om_buffer_layout import prompt_buffer_note
+        from studio.logic.om_buffer_layout import next_turn_notice, prompt_buffer_note
 
+        notice = next_turn_notice(prompt)
         buffering = prompt_buffer_note(prompt.notes)
         if buffering:
             notes.append(buffering)
     model, model_note = thread_model(store, req.thread_id) if req.thread_id else (None, "")
     calls = len(prompt.replay.calls) if prompt.replay is not None and prompt.replay.calls else 1
     requests = [call_view(prompt, memory.tokenizer, k) for k in range(calls)]  # token counts: on this worker
-    return Preview(req, prompt, turn, notes, model, model_note, requests)
+    return Preview(req, prompt, turn, notes, model, model_note, requests, notice)
 
 
 MODEL_LOOKBACK = 50  # newest messages searched for a reply that names its model

@@ -11,14 +11,14 @@ chunk is appended only when it starts where the list (or the cursor) ends.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import sqlalchemy as sa
 
 from core.observational.buffer import Backoff, backoff_of, with_appended, with_event, with_hints
 from core.observational.records import STUDIO_KEY, BufferedChunk, OMRecord, merge_observed_ids, parse_chunks
-from core.observational.store import OM, Cursor, _merge_thread_om, _new_row, _select_key, thread_hints
+from core.observational.store import OM, Cursor, ThreadHints, _merge_thread_om, _new_row, _select_key, thread_hints
 from core.observational.store import metadata_with as _metadata_with
 from core.observational.store import row_studio as _studio
 from core.storage import locks
@@ -135,13 +135,7 @@ def commit_activation(store: "Store", *, record: OMRecord, thread_id: str, activ
             "kind": "activated", "at": now, "chunks": len(ids), "blocked": activation.blocked,
             "messageTokens": sum(c.message_tokens for c in activation.chunks), "left": len(left)})
         studio = with_appended(studio, activation.active_observations, now, last.last_observed_at)
-        # The hints of the newest activated chunk replace the thread's (stale ones are cleared).
-        hints: dict[str, Any] = {"lastObservedAt": last.last_observed_at, "lastObservedMessageCursor": {
-            "createdAt": last.last_observed_at, "id": last.last_observed_message_id or ""},
-            "currentTask": last.current_task, "suggestedResponse": last.suggested_response}
-        if last.thread_title:
-            hints["threadTitle"] = last.thread_title
-        merged = _merge_thread_om(conn, thread_id, hints, now)
+        merged = _merge_thread_om(conn, thread_id, _activation_hints(last), now)
         if merged is not None:
             studio = with_hints(studio, now, thread_id, *merged)
         conn.execute(OM.update().where(OM.c.id == record.id).values(
@@ -157,6 +151,41 @@ def commit_activation(store: "Store", *, record: OMRecord, thread_id: str, activ
             metadata=_metadata_with(head, studio), updatedAt=now,
         ))
         return _fresh(conn, record.id)
+
+
+def _activation_hints(last: BufferedChunk) -> dict[str, Any]:
+    """What an activation writes over the thread's ``mastra.om``: the hints of the newest activated chunk
+    replace the thread's (stale ones are cleared)."""
+    hints: dict[str, Any] = {"lastObservedAt": last.last_observed_at, "lastObservedMessageCursor": {
+        "createdAt": last.last_observed_at, "id": last.last_observed_message_id or ""},
+        "currentTask": last.current_task, "suggestedResponse": last.suggested_response}
+    if last.thread_title:
+        hints["threadTitle"] = last.thread_title
+    return hints
+
+
+def activation_in_memory(record: OMRecord, thread_metadata: Mapping[str, Any] | None,
+                         activation: Activation) -> tuple[OMRecord, ThreadHints | None]:
+    """What ``commit_activation`` would leave, without writing: the record with ``activation`` applied, and
+    the thread's hints after it (None when the thread is gone: the commit would change no hints). A
+    preview shows the prompt the next turn sends once it has activated. Only what a prompt is built from
+    is applied; the row's bookkeeping (events, marks, dates) is not."""
+    chunks = activation.chunks
+    left = parse_chunks(record.buffered_observation_chunks)[len(chunks):]
+    observed = [i for c in chunks for i in c.message_ids]
+    after = replace(
+        record, active_observations=activation.active_observations,
+        observation_token_count=activation.observation_tokens, last_observed_at=chunks[-1].last_observed_at,
+        pending_message_tokens=activation.pending_after,
+        total_tokens_observed=record.total_tokens_observed + sum(c.message_tokens for c in chunks),
+        observed_message_ids=merge_observed_ids(record.observed_message_ids, observed),
+        buffered_observation_chunks=json_text([c.to_json() for c in left], ensure_ascii=False) if left else None)
+    if thread_metadata is None:
+        return after, None
+    mastra = thread_metadata.get("mastra")
+    om = mastra.get("om") if isinstance(mastra, Mapping) else None
+    before = dict(om) if isinstance(om, Mapping) else {}
+    return after, thread_hints({"mastra": {"om": {**before, **_activation_hints(chunks[-1])}}})
 
 
 # -- reflection --------------------------------------------------------------------------------------
@@ -283,6 +312,7 @@ def current_backoff(record: OMRecord | None, which: str) -> Backoff | None:
 
 __all__ = [
     "Activation",
+    "activation_in_memory",
     "add_event",
     "after_log_edit",
     "commit_activation",

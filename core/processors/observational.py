@@ -174,6 +174,8 @@ class ObservationalMemory(BaseProcessor):
                     why = "read-only turn" if req.read_only else "preview"
                     ctx.note(self.id, observation=f"{why}: an observation would run now: {pending:,} unobserved "
                              f"tokens ≥ {opts.message_tokens:,}")
+                    if _previews_next(ctx):
+                        self._note_observe_first(ctx, turn, input_tokens, waits=False)
             else:
                 turn = self._observe(ctx, job, turn, input_tokens, now)
         turn = self._reflection(ctx, job, turn, now, may_write)
@@ -190,7 +192,10 @@ class ObservationalMemory(BaseProcessor):
             if may_write:
                 turn = self._activate(ctx, job, turn, pending, input_tokens, now, force=False)
                 pending = self._pending(ctx, turn, input_tokens)
-            else:
+            elif _previews_next(ctx):
+                turn = self._activate_in_memory(ctx, turn, pending)
+                pending = self._pending(ctx, turn, input_tokens)
+            else:  # a read-only turn sends its prompt without (it activates nothing); a past turn is as it was
                 n = activation_count(turn.chunks, pending, opts.retained_tokens)
                 ctx.note(self.id, activation=f"{n} buffered observation chunk(s) would be activated now")
         if pending >= opts.block_after_tokens:
@@ -199,6 +204,11 @@ class ObservationalMemory(BaseProcessor):
             elif not may_write:
                 ctx.note(self.id, observation=f"a turn would wait for the observer now: {pending:,} unobserved "
                          f"tokens ≥ {opts.block_after_tokens:,} (block_after)")
+                if _previews_next(ctx):
+                    if turn.chunks:  # after waiting, the turn takes everything buffered
+                        turn = self._activate_in_memory(ctx, turn, self._pending(ctx, turn, input_tokens), force=True)
+                    if self._pending(ctx, turn, input_tokens) >= opts.message_tokens and turn.unobserved:
+                        self._note_observe_first(ctx, turn, input_tokens, waits=True)
             elif ctx.services.observer_model is not None:
                 blocked = True
                 # A background observer may be about to deliver: wait for it, take everything ready,
@@ -221,18 +231,50 @@ class ObservationalMemory(BaseProcessor):
         ctx.note(self.id, blocked=blocked)
         return turn
 
-    def _activate(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, pending: int, input_tokens: int,
-                  now: datetime, *, force: bool, blocked: bool = False) -> _Turn:
-        opts = self._options(ctx)
+    def _activation(self, ctx: ProcessorContext, turn: _Turn, pending: int, *, force: bool,
+                    blocked: bool = False) -> buffer_store.Activation:
+        """Which chunks a turn activates now, and the log they make."""
         record = turn.record
-        assert record is not None and ctx.request.thread_id is not None
-        chunks = turn.chunks[:activation_count(turn.chunks, pending, opts.retained_tokens, force=force)]
+        assert record is not None
+        chunks = turn.chunks[:activation_count(turn.chunks, pending, self._options(ctx).retained_tokens, force=force)]
         active = activated_log(record.active_observations, chunks)
         covered = {i for c in chunks for i in c.message_ids}
         left = [m for m in turn.unobserved if m.id not in covered and (to_iso(m.created_at), m.id) > chunks[-1].cursor]
-        activation = buffer_store.Activation(
-            tuple(chunks), active, count_text(ctx.tokenizer, active),
-            pending_after=messages_tokens(ctx.tokenizer, left), blocked=blocked)
+        return buffer_store.Activation(tuple(chunks), active, count_text(ctx.tokenizer, active),
+                                       pending_after=messages_tokens(ctx.tokenizer, left), blocked=blocked)
+
+    def _activate_in_memory(self, ctx: ProcessorContext, turn: _Turn, pending: int, *, force: bool = False) -> _Turn:
+        """A preview: the activation the next turn makes first, applied to this prompt only (nothing is
+        written: the Studio never changes data by looking at it), so the prompt shown is the one sent."""
+        req = ctx.request
+        assert turn.record is not None and req.thread_id is not None
+        activation = self._activation(ctx, turn, pending, force=force)
+        thread = ctx.store.memory.get_thread(req.thread_id)
+        record, hints = buffer_store.activation_in_memory(
+            turn.record, dict(thread.metadata or {}) if thread is not None else None, activation)
+        hints = hints if hints is not None else turn.hints
+        unobserved = om_store.unobserved_messages(ctx.store, thread_id=req.thread_id, resource_id=req.resource_id,
+                                                  record=record, hints=hints)
+        others: dict[str, list[Message]] = {}
+        if self._options(ctx).scope == "resource" and req.resource_id:
+            others = rs.other_unobserved(ctx.store, resource_id=req.resource_id, current_thread=req.thread_id,
+                                         record=record)
+        n = len(activation.chunks)
+        done = ctx.notes.get(self.id, {}).get("previewActivated") or {"chunks": 0, "messages": 0}
+        done = {"chunks": done["chunks"] + n,
+                "messages": done["messages"] + sum(len(c.message_ids) for c in activation.chunks),
+                "left": len(turn.chunks) - n}
+        ctx.note(self.id, activation=f"the next turn first activates {done['chunks']} buffered observation "
+                 "chunk(s); this preview shows them activated (nothing was written)", previewActivated=done)
+        return _Turn(turn.key, record, hints, unobserved, others)
+
+    def _activate(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, pending: int, input_tokens: int,
+                  now: datetime, *, force: bool, blocked: bool = False) -> _Turn:
+        record = turn.record
+        assert record is not None and ctx.request.thread_id is not None
+        activation = self._activation(ctx, turn, pending, force=force, blocked=blocked)
+        chunks = activation.chunks
+        covered = {i for c in chunks for i in c.message_ids}
         with ctx.tracer.start_span("memory: activate observations", "memory_operation",
                                    thread_id=ctx.request.thread_id, resource_id=ctx.request.resource_id,
                                    attributes={"operationType": "activate", "chunks": len(chunks),
@@ -257,6 +299,29 @@ class ObservationalMemory(BaseProcessor):
                              f"the {which} failed ({backoff.error}); backing off until {backoff.retry_at} "
                              f"(failure {backoff.failures}); the messages stay raw meanwhile"})
         return True
+
+    def _note_observe_first(self, ctx: ProcessorContext, turn: _Turn, input_tokens: int, *, waits: bool) -> None:
+        """A preview of a turn that calls the observer before its own model call: the preview makes no
+        model call, so it names the messages that call would take out of the window (``observeFirst``),
+        in the order ``_observe`` takes them, as if each observation succeeds. Whether this Memory has an
+        observer does not matter: the Studio previews with none, the turn runs with its agent's."""
+        req = ctx.request
+        assert req.thread_id is not None
+        opts = self._options(ctx)
+        batches = rs.observation_order(req.thread_id, turn.unobserved, turn.others) if opts.scope == "resource" \
+            else [(req.thread_id, list(turn.unobserved))]
+        pending = self._pending(ctx, turn, input_tokens)
+        taken: list[Message] = []
+        for _thread, batch in batches:
+            if taken and pending < opts.message_tokens:
+                break
+            taken += batch
+            pending -= messages_tokens(ctx.tokenizer, batch)
+        if taken:
+            ctx.note(self.id, observeFirst={"messages": [m.id for m in taken],
+                                            "tokens": messages_tokens(ctx.tokenizer, taken),
+                                            "threads": sorted({m.thread_id or req.thread_id for m in taken}),
+                                            "waitsForBackground": waits})
 
     # -- observing ---------------------------------------------------------------------------------
     def _observe(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, input_tokens: int, now: datetime,
@@ -349,9 +414,18 @@ class ObservationalMemory(BaseProcessor):
         if not may_write:
             # A reflector backing off reflects nothing: the note says so (``reflectionError``), not "would run".
             if due and (record.buffered_reflection or not self._backing_off(ctx, turn, "reflector", now)):
-                what = "the buffered reflection would be swapped in" if record.buffered_reflection else \
-                    "a reflection would run now"
+                # What a turn that may write does here (below): swap, wait then swap or reflect, reflect,
+                # or (buffered, below reflection_block_after) leave it to the background.
+                first = ("swap" if record.buffered_reflection else
+                         "wait" if size >= opts.reflection_block_after_tokens else None) if opts.buffering \
+                    else "reflect"
+                what = {"swap": "the buffered reflection would be swapped in",
+                        "wait": "a turn would wait for the reflector now", "reflect": "a reflection would run now",
+                        None: "a reflection would be prepared in the background; the turn would not wait"}[first]
                 ctx.note(self.id, reflection=f"{what}: {size:,} observation tokens ≥ {opts.observation_tokens:,}")
+                if first is not None and _previews_next(ctx):
+                    ctx.note(self.id, reflectFirst={"how": first, "tokens": size,
+                                                    "threshold": opts.observation_tokens})
             return turn
         if not opts.buffering:
             return self._reflect(ctx, job, turn, now) if due else turn
@@ -517,6 +591,12 @@ class ObservationalMemory(BaseProcessor):
                                            lambda token: buffer_observations(job, token),
                                            description=f"observe {key} in the background")
             ctx.note(self.id, bufferingStarted={"unbufferedTokens": unbuffered, "interval": interval})
+
+
+def _previews_next(ctx: ProcessorContext) -> bool:
+    """A preview of the next turn (not a live turn, not a past turn rebuilt): what that turn does first
+    is applied to it (activation) or named (an observer or reflector call it cannot make)."""
+    return not ctx.live and ctx.request.as_of is None
 
 
 def _written_at(ctx: ProcessorContext, now: datetime) -> str:

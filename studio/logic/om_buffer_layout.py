@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from core.observational import OMRecord
+from core.prompt import AssembledPrompt
 from core.observational.buffer import backoff_of, events
 from studio.logic.observations_layout import format_when
 
@@ -191,6 +192,53 @@ def prompt_buffer_note(notes: Mapping[str, Any]) -> str | None:
     return "Observational memory: " + "; ".join(parts) + "."
 
 
+#: How many of the messages an observation would take out of the window the notice names.
+OBSERVE_FIRST_LISTED = 5
+
+
+def next_turn_notice(prompt: AssembledPrompt) -> str | None:
+    """The preview's notice when the next turn calls the observer or the reflector before its own model
+    call, or swaps in a prepared reflection (None when it does none of these): the prompt the turn sends
+    will differ from the one shown. For an observation: how many messages leave the window and which,
+    and that observations are added; for a reflection: that the observations shown are replaced."""
+    om = _section(prompt.notes, "observational-memory")
+    parts = [p for p in (_observe_first(prompt, _section(om, "observeFirst")),
+                         _reflect_first(_section(om, "reflectFirst"))) if p]
+    return "Not the exact prompt: the next turn will first " + " Then it will ".join(parts) if parts else None
+
+
+def _reflect_first(first: Mapping[str, Any]) -> str | None:
+    how = first.get("how")
+    if how not in ("swap", "wait", "reflect"):
+        return None
+    size = f"(the log holds {int(first.get('tokens') or 0):,} tokens ≥ {int(first.get('threshold') or 0):,})"
+    if how == "swap":
+        return (f"swap in the reflection prepared in the background {size}: the observations shown here are "
+                "replaced by it.")
+    wait = "wait for the background reflector and swap in what it prepared, or else " if how == "wait" else ""
+    return (f"{wait}reflect {size} with the reflector model, which this preview does not call: the observations "
+            "shown here are replaced by its rewrite.")
+
+
+def _observe_first(prompt: AssembledPrompt, first: Mapping[str, Any]) -> str | None:
+    ids = [str(i) for i in first.get("messages") or ()]
+    if not ids:
+        return None
+    shown = {i: f for f in prompt.fragments for i in f.stored_ids if f.role in ("user", "assistant", "tool")}
+    named = []
+    for i in ids[:OBSERVE_FIRST_LISTED]:
+        f = shown.get(i)
+        text = " ".join(f.text.split()) if f is not None else ""
+        named.append(f"{f.role} “{text[:60]}{'…' if len(text) > 60 else ''}”" if f is not None
+                     else f"{i[:8]} (another conversation of this resource)")
+    more = f" and {len(ids) - OBSERVE_FIRST_LISTED} more" if len(ids) > OBSERVE_FIRST_LISTED else ""
+    wait = "wait for the background observer, then " if first.get("waitsForBackground") else ""
+    return (f"{wait}observe {len(ids)} message(s) "
+            f"({int(first.get('tokens') or 0):,} tokens) with the observer model, which this preview does not "
+            f"call. The prompt it sends will differ here: those messages leave the window and the observations "
+            f"made of them are added. Would go: {'; '.join(named)}{more}.")
+
+
 def buffer_view(record: OMRecord) -> BufferView:
     rows = event_rows(record)
     return BufferView(settings_text(record.config), status_text(record), chunk_rows(record), rows,
@@ -198,4 +246,4 @@ def buffer_view(record: OMRecord) -> BufferView:
 
 
 __all__ = ["NO_BUFFERING", "BufferView", "ChunkRow", "EventRow", "buffer_view", "chunk_rows", "event_rows",
-           "prompt_buffer_note", "settings_text", "status_text", "turn_activity"]
+           "next_turn_notice", "prompt_buffer_note", "settings_text", "status_text", "turn_activity"]

@@ -193,6 +193,7 @@ class Preview:
     model: str | None = None  # the model the thread's replies record (whose context window this is)
     model_note: str = ""
     requests: list[Any] = field(default_factory=list)  # studio.logic.request_layout.RequestView, per model call
+    notice: str | None = None  # shown first, as a warning: why the next turn will not send this exact prompt
 
 
 MemoryFactory = Callable[[MemoryOptions, str, Any], Memory]

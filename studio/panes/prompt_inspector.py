@@ -604,7 +604,9 @@ class PromptInspectorPane(QWidget):
         prompt = preview.prompt
         self._shown = prompt
         self.banner.hide()
-        if preview.notes:
+        if preview.notice:  # first, as a warning: the next turn will not send this exact prompt
+            self.banner.show_message(" ".join([preview.notice, *preview.notes]), "warning")
+        elif preview.notes:
             self.banner.show_message(" ".join(preview.notes), "info")
         self.fragment_model.set_rows(fragment_rows(prompt, turn_input_ids(prompt, preview.turn)))
         self.skip_model.set_rows(skipped_rows(prompt))

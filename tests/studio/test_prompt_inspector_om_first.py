@@ -1,0 +1,157 @@
+"""The Prompt Inspector's preview when observational memory acts first in the next turn (pytest-qt,
+offscreen, real libSQL file). Buffered chunks the turn activates are shown activated (nothing written);
+a turn that observes synchronously first gets a warning at the top that names the messages that go,
+and only then."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import Agent, Memory, MemoryOptions, Message, open_store
+from core.llm import ScriptedModel
+from studio.panes.prompt_inspector import PromptInspectorPane
+from studio.selection import Selection
+from studio.session import StudioSession
+from tests.studio.test_prompt_inspector import checksum, select
+
+RESOURCE, THREAD = "zoë", "t-om"
+NOTICE = "Not the exact prompt: the next turn will first observe "
+SHOTS = os.environ.get("PREV2_SHOTS")  # a folder: save the pane at 1440x900 and 900x800 there
+
+
+def _observer() -> ScriptedModel:
+    count = itertools.count(1)
+    return ScriptedModel(lambda m, t: (f"<observations>\nDate: Mar 2, 2026\n* 🔴 (09:{next(count):02d}) Zoë walked "
+                                       "by the river.\n</observations>\n<current-task>\nNote the walk.\n"
+                                       "</current-task>"), name="observer")
+
+
+def _entry(n: int) -> str:
+    return f"Entry {n}: walked by the river, bought lemons, planned the train to Porto."
+
+
+NEXT = _entry(99)  # the next user message, typed into the pane
+
+
+def build(path: Path, om: dict[str, Any], *, until: str | None = None, turns: int = 12) -> None:
+    """Turns of an agent with observational memory: until a preview of ``NEXT`` notes ``until``
+    (or ``turns`` turns)."""
+    store = open_store(path)
+    try:
+        memory = Memory(store, MemoryOptions(last_messages=40, observational_memory={"enabled": True, **om}),
+                        observer_model=_observer(), name="walker",
+                        reflector_model=ScriptedModel(lambda m, t: "<observations>\nDate: Mar 2, 2026\n* 🔴 Zoë "
+                                                      "walks.\n</observations>", name="reflector"))
+        memory.register("walker")
+        agent = Agent("walker", instructions="Answer briefly.", model=ScriptedModel(lambda m, t: "Noted.", name="a"),
+                      memory=memory, tracer=False)
+        for n in range(1, turns + 1):
+            agent.generate(_entry(n), memory={"resource": RESOURCE, "thread": THREAD})
+            assert memory.wait_idle(30)
+            if until and until in memory.assemble(thread_id=THREAD, resource_id=RESOURCE,
+                                                  input=[Message.user(NEXT)]).notes["observational-memory"]:
+                return
+        assert until is None, f"no preview noted {until}"
+    finally:
+        store.close()
+
+
+def preview_of_next(qtbot: Any, pane: PromptInspectorPane) -> Any:
+    select(qtbot, pane, Selection(RESOURCE, THREAD))
+    with qtbot.waitSignal(pane.assembled, timeout=15_000) as blocker:
+        pane.message_edit.setText(NEXT)
+    return blocker.args[0]
+
+
+@pytest.fixture()
+def pane_on(no_leaked_widgets: Any, qtbot: Any, tmp_path: Path) -> Any:
+    sessions: list[StudioSession] = []
+
+    def make(path: Path) -> PromptInspectorPane:
+        session = StudioSession(open_store(path))
+        sessions.append(session)
+        pane = PromptInspectorPane(session)
+        qtbot.addWidget(pane)
+        return pane
+
+    yield make
+    for s in sessions:
+        s.close()
+
+
+def _shots(qtbot: Any, pane: PromptInspectorPane, name: str) -> None:
+    if not SHOTS:
+        return
+    for w, h in ((1440, 900), (900, 800)):
+        pane.resize(w, h)
+        pane.show()
+        qtbot.wait(50)
+        pane.grab().save(str(Path(SHOTS) / f"{name}_{w}x{h}.png"))
+
+
+@pytest.mark.parametrize("observes", [False, True], ids=["below-threshold", "observes-first"])
+def test_the_notice_appears_exactly_when_the_next_turn_observes_first(qtbot: Any, tmp_path: Path, pane_on: Any,
+                                                                      observes: bool) -> None:
+    path = tmp_path / "memory.db"
+    if observes:
+        build(path, {"message_tokens": 60, "buffer_tokens": False}, until="observeFirst")
+    else:
+        build(path, {"message_tokens": 60, "buffer_tokens": False}, turns=1)
+    pane = pane_on(path)
+    before = checksum(pane.session.store)
+    preview = preview_of_next(qtbot, pane)
+    assert checksum(pane.session.store) == before
+    banner = pane.banner.text() if not pane.banner.isHidden() else ""
+    om = preview.prompt.notes["observational-memory"]
+    if not observes:
+        assert "observeFirst" not in om and preview.notice is None and NOTICE not in banner
+        return
+    first = om["observeFirst"]
+    assert preview.notice is not None and preview.notice.startswith(NOTICE)
+    assert banner.startswith(NOTICE) and pane.banner.level == "warning"
+    assert f"observe {len(first['messages'])} message(s)" in preview.notice
+    assert "those messages leave the window and the observations made of them are added" in preview.notice
+    named = [f for f in preview.prompt.fragments if f.stored_ids and f.stored_ids[0] in first["messages"]]
+    assert named and f"Would go: {named[0].role} “{named[0].text[:60]}" in preview.notice
+    _shots(qtbot, pane, "observe_first")
+
+
+def test_buffered_chunks_the_next_turn_activates_are_shown_activated(qtbot: Any, tmp_path: Path,
+                                                                     pane_on: Any) -> None:
+    path = tmp_path / "memory.db"
+    build(path, {"message_tokens": 60, "buffer_tokens": 0.25, "block_after": 10.0}, until="previewActivated")
+    pane = pane_on(path)
+    before = checksum(pane.session.store)
+    preview = preview_of_next(qtbot, pane)
+    assert checksum(pane.session.store) == before
+    assert preview.notice is None
+    om = preview.prompt.notes["observational-memory"]
+    assert om["previewActivated"]["chunks"] >= 1
+    assert any("Zoë walked by the river" in f.text for f in preview.prompt.fragments if f.role == "system")
+    assert "this preview shows them activated (nothing was written)" in pane.banner.text()
+    _shots(qtbot, pane, "activated")
+
+
+def test_the_notice_says_when_the_next_turn_reflects_first(qtbot: Any, tmp_path: Path, pane_on: Any) -> None:
+    path = tmp_path / "memory.db"
+    build(path, {"message_tokens": 60, "buffer_tokens": 0.25, "block_after": 10.0, "observation_tokens": 45},
+          until="reflectFirst")
+    pane = pane_on(path)
+    before = checksum(pane.session.store)
+    preview = preview_of_next(qtbot, pane)
+    assert checksum(pane.session.store) == before
+    first = preview.prompt.notes["observational-memory"]["reflectFirst"]
+    start = {"swap": "Not the exact prompt: the next turn will first swap in the reflection prepared in the "
+                     "background (the log holds",
+             "wait": "Not the exact prompt: the next turn will first wait for the background reflector and swap "
+                     "in what it prepared, or else reflect (the log holds"}[first["how"]]
+    assert preview.notice is not None and preview.notice.startswith(start)
+    assert f"{first['tokens']:,} tokens ≥ 45)" in preview.notice and "the observations shown here are replaced" \
+        in preview.notice
+    assert pane.banner.text().startswith(start) and pane.banner.level == "warning"
+    _shots(qtbot, pane, "reflect_first")
