@@ -111,7 +111,6 @@ class SemanticRecall(BaseProcessor):
             hits, reason = list(req.frozen.hits), None
         else:
             assert index is not None
-            searched["model"] = index.model_id
             excluded = req.recall_exclude
             unstored = req.not_memory  # (a reconstruction's: not indexed yet when the turn ran)
             filtered = left_out if resource_scope else None
@@ -134,6 +133,7 @@ class SemanticRecall(BaseProcessor):
                 exclude_thread=filtered,
             )
             hits, reason = [h for h in result.hits if req.as_of is None or h.message_id != req.as_of.id], result.reason
+            searched["model"] = index.model_id
             if unstored:
                 hits = [h for h in hits if h.message_id not in unstored][:opts.top_k + len(excluded)]
             if excluded or filtered is not None:
