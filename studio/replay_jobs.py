@@ -204,8 +204,8 @@ class ReplayThread:
                         self._wm_label(received), self._om_label(received), index - 1 if index > 0 else None)
         tokenizer = self.memory.tokenizer
         step.requests = [call_view(received, tokenizer, k) for k in range(len(step.calls))]
-        index = self.memory.recall_index
-        step.recall_model_now = index.model_id if index is not None else None
+        recall_index = self.memory.recall_index
+        step.recall_model_now = recall_index.model_id if recall_index is not None else None
         calls = step.calls
         step.call_changes = [changes] + [prompt_diff(calls[k - 1], calls[k]) for k in range(1, len(calls))]
         return step
