@@ -338,9 +338,13 @@ class Combined:
         keys = (tie, neg) if group is None else (tie, neg, group)
         order = np.lexsort(keys)
         if len(order) > 1:
-            same = (neg[order[1:]] == neg[order[:-1]]) & (tie[order[1:]] == tie[order[:-1]])
-            if group is not None:
-                same &= group[order[1:]] == group[order[:-1]]
+            # (equal scores first, the rest only if some: two equal scores are rare)
+            ranked = neg[order]
+            same = ranked[1:] == ranked[:-1]
+            if same.any():
+                same &= tie[order[1:]] == tie[order[:-1]]
+                if group is not None:
+                    same &= group[order[1:]] == group[order[:-1]]
             if same.any():
                 ids = self._id_keys() if at is None else self._id_keys()[at]
                 order = np.lexsort((ids, *keys))
