@@ -280,7 +280,10 @@ class Combined:
         kw_scale = keyword_share / best_kw if best_kw > 0 else 0.0
         vec_share = 1.0 - keyword_share
         # (an unlisted candidate's -1 reads the list's last score, a listed one's: the same products, masked)
-        kw_part = np.where(kat >= 0, kw_scores[kat] * kw_scale, 0.0) if len(kw_scores) else np.zeros(m)
+        if math.isfinite(kw_scale):
+            kw_part = np.where(kat >= 0, kw_scores[kat] * kw_scale, 0.0) if len(kw_scores) else np.zeros(m)
+        else:  # a best score so near 0 that its reciprocal overflows (a subnormal): divide first (no inf * 0)
+            kw_part = np.where(kat >= 0, kw_scores[kat] / best_kw * keyword_share, 0.0)
         # ``vec_part``: (cos - lo) / span capped at 1, not clamped at 0 (a keyword hit whose cosine is below
         # every vector candidate's counts against it: clamping at 0 cost .009 recall@20 and .006 recall@5 on
         # LoCoMo public; the cap keeps a keyword candidate more similar than every vector candidate, possible

@@ -6,6 +6,7 @@ speakers."""
 
 from __future__ import annotations
 
+import math
 from typing import AbstractSet, Mapping, Sequence
 
 from hypothesis import given, settings, strategies as st
@@ -49,6 +50,9 @@ class DictCombined:
         self._cosines = cosines
         best_kw: float = max(map(_SCORE, keyword), default=0.0)
         kw_scale = keyword_share / best_kw if best_kw > 0 else 0.0
+        if not math.isfinite(kw_scale):  # (a subnormal best score: divided first, as ``hybrid.Combined`` does)
+            kw_scale = 1.0
+            keyword = [h._replace(score=h.score / best_kw * keyword_share) for h in keyword]
         vec_share = 1.0 - keyword_share
         lo: float
         span: float

@@ -454,7 +454,7 @@ def _observation_row(**changes: Any) -> dict[str, Any]:
     (lambda d: d.update(observations=[_observation_row(lastObservedAt="garbage")]),
      r"observations\[0\].*its lastObservedAt 'garbage' is not an ISO-8601 time"),
     (lambda d: d.update(observations=[_observation_row(generationCount="many")]),
-     r"observations\[0\].*cannot be read as an observation record"),
+     r"observations\[0\].*its generationCount must be a whole number, not a string"),
 ])
 def test_history_and_observation_rows_the_engine_cannot_read_refuse_the_file(tmp_path, export_of_ada, change,
                                                                               problem):
