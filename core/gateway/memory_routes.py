@@ -214,7 +214,7 @@ async def list_messages(request: Request) -> Response:
         # 404, even where resource-scoped recall lets ``recall`` read a thread not stored yet; another resource's
         # thread (or one without an owner) the same 404, so reading tells no token which ids exist elsewhere.
         if thread is None or not sees_thread(thread.resource_id, resource_id):
-            client_thread("thread id", thread_id)  # (an id no client could name: 400 saying why, not 404)
+            client_thread("thread_id", thread_id)  # (an id no client could name: 400 saying why, not 404)
             raise no_such_thread(thread_id, resource_id)
         read = memory.recall(thread_id=thread_id, resource_id=resource_id, page=page, per_page=per_page, before=before)
         if not still_the_thread(memory, thread):  # (deleted, and maybe another resource's now, while it was read)
@@ -370,7 +370,7 @@ def _seen(memory: Memory, thread_id: str, asked: str) -> Any:
     chat route refuses it (a thread another tool stored under such an id stays readable by its resource)."""
     thread = memory.get_thread(thread_id)
     if thread is None or not sees_thread(thread.resource_id, asked):
-        client_thread("thread id", thread_id)  # (an id no client could name: 400 saying why)
+        client_thread("thread_id", thread_id)  # (an id no client could name: 400 saying why)
         return None
     return thread
 
