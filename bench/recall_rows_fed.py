@@ -82,9 +82,9 @@ def steps(index: Any, queries: list[str]) -> None:
     """The p50 of each part of the rows way, each wrapped (its thread CPU, the wrapper's included)."""
     times: dict[str, list[int]] = {}
     parts = [(pipeline, "_row_hits", "keyword list as rows (with its gate)"), (matrix.VectorSet, "search", "vector scan"),
-             (pipeline._RowLists, "combined", "Combined of the rows"), (order_rows.OrderRows, "fill", "OrderRows.fill"),
-             (order_rows.OrderRows, "gather", "OrderRows.gather"), (pipeline._ByRow, "links", "next messages' places"),
-             (hybrid.Combined, "reshape", "neighbours' share and thread prior"), (hybrid.Combined, "reach", "a cut"),
+             (pipeline._RowLists, "combined", "Combined of the rows"), (order_rows.OrderRows, "filled", "OrderRows.filled (fill and gather)"),
+             (pipeline._ByRow, "links", "next messages' places"),
+             (hybrid.Combined, "reshape", "neighbours' share and thread prior"), (hybrid.Combined, "within", "a cut"),
              (hybrid.Combined, "reranked", "re-rank and records"), (pipeline, "_fuse", "the fusion, whole"),
              (pipeline, "run", "the search, whole")]
     kept = []

@@ -14,7 +14,8 @@ Rules:
   queueing again (the queued one will read the newer state anyway).
 - A failing job is logged and kept on its ``BackgroundJob``; it never reaches the turn.
 - ``wait_idle(timeout)`` returns True once nothing is queued or running; ``wait_key`` does the same
-  for one key (a turn that must block on an observation waits for that key only).
+  for one key (a turn that must block on an observation waits for that key only); its ``give_up``
+  ends the wait early (the turn was stopped: ``wake`` makes the waiter look), the jobs going on.
 - ``close()`` (called by ``Store.close()`` for every memory of the store, and at interpreter exit)
   refuses new work, lets the queued work finish within ``timeout``, then cancels what has not
   started and tells running jobs to stop before their next write. Nothing a job does is part of a
@@ -185,14 +186,24 @@ class BackgroundWork:
         """Block until no job is queued or running; False if ``timeout`` seconds passed first."""
         return self._wait(lambda: not self._queue and not self._running, timeout)
 
-    def wait_key(self, key: str, timeout: float | None = None) -> bool:
-        """Block until no job of ``key`` is queued or running."""
-        return self._wait(lambda: key not in self._running and all(j.key != key for j in self._queue), timeout)
+    def wait_key(self, key: str, timeout: float | None = None, *, give_up: Callable[[], bool] | None = None) -> bool:
+        """Block until no job of ``key`` is queued or running. ``give_up``: checked at each wake-up (``wake``);
+        once true, the wait ends at once, False (the jobs go on)."""
+        return self._wait(lambda: key not in self._running and all(j.key != key for j in self._queue), timeout,
+                          give_up)
 
-    def _wait(self, done: Callable[[], bool], timeout: float | None) -> bool:
+    def wake(self) -> None:
+        """Wake every waiter to look again (another thread's ``give_up`` became true)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def _wait(self, done: Callable[[], bool], timeout: float | None,
+              give_up: Callable[[], bool] | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not done():
+                if give_up is not None and give_up():
+                    return False
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
@@ -333,8 +344,11 @@ class InlineWork:
     def wait_idle(self, timeout: float | None = None) -> bool:
         return True
 
-    def wait_key(self, key: str, timeout: float | None = None) -> bool:
+    def wait_key(self, key: str, timeout: float | None = None, *, give_up: Callable[[], bool] | None = None) -> bool:
         return True
+
+    def wake(self) -> None:
+        pass  # nobody waits: jobs ran on the caller's thread
 
 
 INLINE_WORK = InlineWork()

@@ -147,7 +147,9 @@ class Memory:
     ``observational_memory`` options' ``observer_model`` / ``reflector_model``: a model or a
     ``provider/model`` name). Without either, an agent turn uses the agent's own model, as Mastra does.
     ``background``: this memory's background work (buffered observations and reflections, titles,
-    embeddings); ``wait_idle()`` waits for it and ``Store.close()`` finishes or cancels it.
+    embeddings); ``wait_idle()`` waits for it and ``Store.close()`` finishes or cancels it. Passed in, it is
+    shared: memories built one per turn for the same agent (Studio Chat) then see each other's jobs, so a
+    turn past ``block_after`` waits for the observer the turn before started.
     """
 
     def __init__(
@@ -164,6 +166,7 @@ class Memory:
         tracer: SpanTracer | None = None,
         observer_model: "ChatModel | None" = None,
         reflector_model: "ChatModel | None" = None,
+        background: BackgroundWork | None = None,
     ) -> None:
         self.store = store if store is not None else open_store()
         if isinstance(options, Mapping):
@@ -184,8 +187,8 @@ class Memory:
         self.reflector_model = reflector_model if reflector_model is not None else _model_setting(
             om, "reflector_model", "reflector model")
         self.title_model = _model_setting(self.options.generate_title, "model", "title model")
-        self.background = BackgroundWork(name)
-        self.store.register_background(self.background)
+        self.background = background if background is not None else BackgroundWork(name)
+        self.store.register_background(self.background)  # (a set: a shared one is registered once)
         self._recall_index: RecallIndex | None = None
         if self.options.semantic_recall.enabled:
             self._recall_index = self._build_recall_index()

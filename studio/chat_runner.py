@@ -29,12 +29,15 @@ later turn of the thread.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from core import Agent, Memory, MemoryOptions, Message, Store
 from core.agent_configs import DEFAULT_MEMORY_NAME, AgentConfig
+from core.background import BackgroundWork
 from core.llm.base import CONTEXT_OVERFLOW_HINT, ChatModel, ModelError
 from core.llm.stopping import CallStop
 
@@ -82,6 +85,7 @@ class TurnStopped(ModelError):
     doing when stopped, where that was not its model's reply (observational memory's "observer", "reflector …")."""
 
     during: str | None = None
+    waiting: bool = False  # the turn waited for ``during`` running in the background (it goes on)
 
 
 def turn_stop() -> CallStop:
@@ -261,13 +265,50 @@ def agent_instructions(agent: AgentConfig | None) -> str:
 
 
 def memory_for(store: Store, agent: AgentConfig | None, model: ChatModel, embedder: Callable[[], Any]) -> Memory:
-    """The memory the agent runs with: its registered options (Studio overrides apply by memory name)."""
+    """The memory the agent runs with: its registered options (Studio overrides apply by memory name).
+    Built per turn, it shares its background work with the same memory's earlier turns (``shared_background``)."""
     opts = agent.memory_options() if agent is not None else MemoryOptions()
     needs_embedder = opts.semantic_recall.enabled
     om = opts.observational_memory.enabled
-    return Memory(store, opts, name=agent.memory_name if agent is not None else DEFAULT_MEMORY_NAME,
-                  embedder=embedder() if needs_embedder else None,
-                  observer_model=model if om else None, reflector_model=model if om else None)
+    name = agent.memory_name if agent is not None else DEFAULT_MEMORY_NAME
+    return Memory(store, opts, name=name, embedder=embedder() if needs_embedder else None,
+                  observer_model=model if om else None, reflector_model=model if om else None,
+                  background=shared_background(store, name))
+
+
+_BACKGROUNDS: "weakref.WeakKeyDictionary[Store, dict[str, BackgroundWork]]" = weakref.WeakKeyDictionary()
+_BACKGROUNDS_LOCK = threading.Lock()
+
+
+def shared_background(store: Store, memory_name: str) -> BackgroundWork:
+    """One memory's background work in this store, kept across Studio Chat's turns: a turn past ``block_after``
+    waits for (and its Stop wakes from) the background observer an earlier turn started, as in the agent's own
+    process, rather than race it with an observer of its own. ``Store.close()`` finishes it."""
+    with _BACKGROUNDS_LOCK:
+        works = _BACKGROUNDS.setdefault(store, {})
+        work = works.get(memory_name)
+        if work is None or work.closed:
+            work = works[memory_name] = BackgroundWork(memory_name)
+        return work
+
+
+def close_when_idle(store: Store, agent: AgentConfig | None, model: ChatModel) -> None:
+    """Close a turn's model once its memory's background work, which may still call it (the observer the turn
+    started), is done: closed at the turn's end, that observer failed ("the client has been closed") and backed
+    off. Never blocks: a thread closes it later."""
+    close = getattr(model, "close", None)
+    if not callable(close):
+        return
+    background = shared_background(store, agent.memory_name if agent is not None else DEFAULT_MEMORY_NAME)
+    if background.wait_idle(0):
+        close()
+        return
+
+    def later() -> None:
+        background.wait_idle(None)  # (Store.close() finishes or cancels the work: this ends then too)
+        close()
+
+    threading.Thread(target=later, name="close chat model when memory is idle", daemon=True).start()
 
 
 def run_turn(
@@ -319,7 +360,7 @@ def run_turn(
     except ModelError as exc:
         if stop is not None and stop.stopped and not isinstance(exc, TurnStopped):
             # The call its Stop cut short (CallStopped, or a delegation's), or the observer it ran first.
-            raise _stopped(model, getattr(exc, "during", None)) from exc
+            raise _stopped(model, getattr(exc, "during", None), waiting=getattr(exc, "waiting", False)) from exc
         raise
     assert result is not None  # a stream that ends without ``finish`` raised the turn's error
     if request.new_thread:
@@ -331,11 +372,12 @@ def run_turn(
                        stop_too_late=stop is not None and stop.stopped)
 
 
-def _stopped(model: ChatModel, during: str | None = None) -> TurnStopped:
-    said = TurnStopped(f"stopped while observational memory's {during} was running" if during else
-                       "stopped before the reply was complete", model_id=model.model_id,
+def _stopped(model: ChatModel, during: str | None = None, *, waiting: bool = False) -> TurnStopped:
+    what = ("stopped while waiting for observational memory's background " if waiting else
+            "stopped while observational memory's ") + f"{during}" + ("" if waiting else " was running")
+    said = TurnStopped(what if during else "stopped before the reply was complete", model_id=model.model_id,
                        hint="nothing of this turn was saved; send the message again to retry")
-    said.during = during
+    said.during, said.waiting = during, waiting
     return said
 
 
@@ -355,6 +397,11 @@ def _name_new_thread(mem: Memory, request: ChatRequest) -> None:
 def model_problem(exc: BaseException) -> tuple[str, str]:
     """(what happened, what to do) for an error of a chat turn, in the user's words."""
     if isinstance(exc, TurnStopped):
+        if exc.during and exc.waiting:
+            # Past block_after the turn waited for the background observer (or reflector), which goes on.
+            return (f"You stopped the turn while it waited for observational memory's background {exc.during}.",
+                    f"Nothing of this turn was saved. The background {exc.during} goes on; what it writes is used "
+                    "by the next turn. Send the message again to retry.")
         if exc.during:
             # Observational memory observed (or reflected) in the turn, before its model was asked.
             return (f"You stopped the turn while observational memory's {exc.during} was running.",

@@ -57,6 +57,7 @@ class StepData:
     previous_index: int | None = None
     requests: list[RequestView] = field(default_factory=list)  # per model call: what it sent
     call_changes: list[list[FragmentChange]] = field(default_factory=list)  # per call: since the call before
+    recall_model_now: str | None = None  # the model of the recall index a search would use today (None: none)
 
     @property
     def calls(self) -> list[AssembledPrompt]:
@@ -203,6 +204,8 @@ class ReplayThread:
                         self._wm_label(received), self._om_label(received), index - 1 if index > 0 else None)
         tokenizer = self.memory.tokenizer
         step.requests = [call_view(received, tokenizer, k) for k in range(len(step.calls))]
+        recall_index = self.memory.recall_index
+        step.recall_model_now = recall_index.model_id if recall_index is not None else None
         calls = step.calls
         step.call_changes = [changes] + [prompt_diff(calls[k - 1], calls[k]) for k in range(1, len(calls))]
         return step

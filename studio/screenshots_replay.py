@@ -34,7 +34,7 @@ def shoot_replay(app: Any, window: Any, save: Save, wait: Wait) -> None:
     if top is not None and top.childCount():
         top.child(top.childCount() - 1).setExpanded(True)  # one definition opened: description and schema
     save(window, "replay-pane")
-    pane.view.tabs.setCurrentWidget(pane.view.recall_table)
+    pane.view.tabs.setCurrentWidget(pane.view.recall_page)
     save(window, "replay-recall")
 
     # A turn's second model call (after getWeather): its context grew by the call and its result.

@@ -8,7 +8,9 @@ it was interrupted) nobody will read the reply, and a local server with one slot
 ``CallStopped``. The agent arms it around its model calls and around the opening of the turn (``armed``),
 where observational memory may call its observer or reflector in the turn (synchronously): such a call is
 cut as the turn's own is, and raises ``CallStopped`` naming it (``during``); nothing of it is written (no
-observation, no back-off: a stop is not the model's failure). Background memory calls never answer to it.
+observation, no back-off: a stop is not the model's failure). Background memory calls never answer to it; a
+turn past ``block_after`` waiting for one does: the stop wakes the wait (``waking``) and the turn raises
+``CallStopped`` (``waiting``) at once, the background call going on for the next turn.
 
 A connection is shut only where the call has one of its own: ``OpenAICompatibleModel`` sends an armed call
 to a self-hosted server (on this machine or a private network, by address or by what its name resolves to:
@@ -25,7 +27,7 @@ from __future__ import annotations
 import contextvars
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from core.llm.base import ModelError
@@ -36,6 +38,7 @@ class Interruptible:
 
     def __init__(self) -> None:
         self._sockets: list[socket.socket] = []
+        self._wakers: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._why: str | None = None
 
@@ -51,15 +54,31 @@ class Interruptible:
         if late:
             shut(sock)
 
+    @contextmanager
+    def waking(self, wake: Callable[[], None]) -> Iterator[None]:
+        """Within the block, an interruption also calls ``wake`` (from the interrupting thread): a wait that
+        is not a connection (a turn waiting for background memory work) looks again and ends."""
+        with self._lock:
+            self._wakers.append(wake)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._wakers.remove(wake)
+
     def interrupt(self, why: str) -> bool:
-        """Mark this interrupted (``why``) and shut its connections down; False when it already was."""
+        """Mark this interrupted (``why``), shut its connections down and wake its waits; False when it
+        already was."""
         with self._lock:
             if self._why is not None:
                 return False
             self._why = why
             sockets = list(self._sockets)
+            wakers = list(self._wakers)
         for sock in sockets:
             shut(sock)
+        for wake in wakers:
+            wake()
         return True
 
 
@@ -75,11 +94,14 @@ class CallStopped(ModelError):
     """A turn's model call was stopped because nobody waits for its reply any more (``reason``). The turn
     saves nothing; not a failure of the model, and not retried."""
 
-    def __init__(self, reason: str, *, model_id: str, during: str | None = None) -> None:
+    def __init__(self, reason: str, *, model_id: str, during: str | None = None, waiting: bool = False) -> None:
         self.reason = reason
         # What the turn was doing when it was stopped, where that was not its own model call: "observer",
         # "reflector (level 1)" (observational memory working in the turn). None: the turn's model call.
         self.during = during
+        # True: the turn was waiting for ``during`` running in the background (past ``block_after``); that
+        # call goes on (it is memory's, not the turn's) and what it writes is used by the next turn.
+        self.waiting = waiting
         super().__init__(f"the call was stopped: {reason}; nothing of this turn was saved", model_id=model_id)
 
 

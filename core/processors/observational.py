@@ -20,10 +20,12 @@ no model is called; the record says what would have happened.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from core.llm.stopping import CallStopped, current_stop
 from core.llm.yielding import TRAFFIC
 from core.message_list import Provenance
 from core.messages import Message
@@ -214,7 +216,7 @@ class ObservationalMemory(BaseProcessor):
                 # A background observer may be about to deliver: wait for it, take everything ready,
                 # then observe the rest here (unless it is still running: a second call would only
                 # race it for the same messages).
-                settled = _wait_for_background(ctx, turn.key, opts)
+                settled = _wait_for_background(ctx, turn.key, opts, "observer")
                 turn = self._load(ctx, turn.key)
                 if turn.chunks:
                     turn = self._activate(ctx, job, turn, self._pending(ctx, turn, input_tokens), input_tokens, now,
@@ -432,7 +434,7 @@ class ObservationalMemory(BaseProcessor):
         if due and record.buffered_reflection:
             return self._swap_reflection(ctx, turn, now)
         if due and size >= opts.reflection_block_after_tokens:
-            settled = _wait_for_background(ctx, turn.key, opts)
+            settled = _wait_for_background(ctx, turn.key, opts, "reflector")
             turn = self._load(ctx, turn.key)
             if turn.record is not None and turn.record.buffered_reflection:
                 return self._swap_reflection(ctx, turn, now, blocked=True)
@@ -609,14 +611,25 @@ def _written_at(ctx: ProcessorContext, now: datetime) -> str:
     return to_iso(newest if newest is not None and newest > as_utc(now) else now)
 
 
-def _wait_for_background(ctx: ProcessorContext, key: str, opts: ObservationalMemoryOptions) -> bool:
+def _wait_for_background(ctx: ProcessorContext, key: str, opts: ObservationalMemoryOptions, role: str) -> bool:
     """A turn past ``block_after`` (or ``reflection_block_after``) waits for the record's background
     work. Meanwhile background calls on the observer's and reflector's servers neither wait for nor give
     way to other turns' calls (``TRAFFIC.awaiting``): under steady traffic to a one-slot server they would
-    otherwise keep giving way, and the wait would end with the messages still raw, turn after turn."""
+    otherwise keep giving way, and the wait would end with the messages still raw, turn after turn.
+
+    The turn's stop (``current_stop``: Studio Chat's Stop, a gateway client gone) ends the wait at once and
+    raises ``CallStopped`` (``waiting``); the background work goes on, and the next turn takes what it writes."""
     svc = ctx.services
-    with TRAFFIC.awaiting(svc.observer_model, svc.reflector_model):
-        return svc.background.wait_key(_work_key(key), _block_wait(opts))
+    stop = current_stop()
+    with TRAFFIC.awaiting(svc.observer_model, svc.reflector_model), \
+            (stop.waking(svc.background.wake) if stop is not None else nullcontext()):
+        settled = svc.background.wait_key(_work_key(key), _block_wait(opts),
+                                          give_up=(lambda: stop.stopped) if stop is not None else None)
+    if stop is not None and stop.reason is not None:
+        model = (svc.reflector_model or svc.observer_model) if role == "reflector" else svc.observer_model
+        raise CallStopped(stop.reason, model_id=model.model_id if model is not None else "", during=role,
+                          waiting=True)
+    return settled
 
 
 def _block_wait(opts: ObservationalMemoryOptions) -> float:

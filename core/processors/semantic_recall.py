@@ -106,6 +106,7 @@ class SemanticRecall(BaseProcessor):
                               "every message of it already; set semantic recall's scope to \"resource\" to "
                               "recall from the user's other threads")
             return
+        searched: dict[str, str] = {}  # the model that scored the hits, when this turn searched
         if req.frozen is not None and req.frozen.hits is not None:  # a recorded turn: exactly its hits
             hits, reason = list(req.frozen.hits), None
         else:
@@ -132,6 +133,7 @@ class SemanticRecall(BaseProcessor):
                 exclude_thread=filtered,
             )
             hits, reason = [h for h in result.hits if req.as_of is None or h.message_id != req.as_of.id], result.reason
+            searched["model"] = index.model_id
             if unstored:
                 hits = [h for h in hits if h.message_id not in unstored][:opts.top_k + len(excluded)]
             if excluded or filtered is not None:
@@ -151,7 +153,7 @@ class SemanticRecall(BaseProcessor):
                     reason = f"every similar message ({len(passed)}) is one the model already receives"
         ctx.note(
             self.id, query=query, scope="resource" if resource_scope else "thread", mode=opts.mode,
-            hits=[_hit_detail(h) for h in hits], reason=reason,
+            hits=[_hit_detail(h) for h in hits], reason=reason, **searched,
         )
         if not hits:
             ctx.skip(self.id, reason or "no similar messages found")

@@ -257,8 +257,8 @@ class Combined:
         list (-1: none), and the keyword list's scores. The same candidates, arrays and scores as
         ``Combined(vector, keyword, cosines)`` of the records these rows stand for."""
         self = cls.__new__(cls)
-        vat = np.full(count, -1, dtype=np.int64)
-        vat[:vector_count] = np.arange(vector_count)
+        vat = np.arange(count, dtype=np.int64)
+        vat[vector_count:] = -1
         vcos = cos[:vector_count]
         lo = float(vcos.min()) if vector_count else 0.0
         span = float(vcos.max()) - lo if vector_count else 0.0
@@ -279,10 +279,8 @@ class Combined:
         best_kw = float(kw_scores.max()) if len(kw_scores) else 0.0
         kw_scale = keyword_share / best_kw if best_kw > 0 else 0.0
         vec_share = 1.0 - keyword_share
-        listed = kat >= 0
-        kw_part = np.zeros(m)
-        if len(kw_scores):
-            kw_part[listed] = kw_scores[kat[listed]] * kw_scale
+        # (an unlisted candidate's -1 reads the list's last score, a listed one's: the same products, masked)
+        kw_part = np.where(kat >= 0, kw_scores[kat] * kw_scale, 0.0) if len(kw_scores) else np.zeros(m)
         # ``vec_part``: (cos - lo) / span capped at 1, not clamped at 0 (a keyword hit whose cosine is below
         # every vector candidate's counts against it: clamping at 0 cost .009 recall@20 and .006 recall@5 on
         # LoCoMo public; the cap keeps a keyword candidate more similar than every vector candidate, possible
@@ -315,6 +313,13 @@ class Combined:
             self._ids = self._fields(np.arange(self.count))[0]
         return self._ids
 
+    def ids_at(self, at: "np.ndarray | list[int]") -> list[str]:
+        """The message ids of the candidates at ``at`` (only theirs gathered, when ``ids`` is not built yet)."""
+        if self._ids is None:
+            return self._fields(np.asarray(at, dtype=np.int64))[0]
+        ids = self._ids
+        return [ids[i] for i in (at.tolist() if isinstance(at, np.ndarray) else at)]
+
     # -- arrays --------------------------------------------------------------------------------------
 
     def _id_keys(self) -> np.ndarray:
@@ -333,9 +338,13 @@ class Combined:
         keys = (tie, neg) if group is None else (tie, neg, group)
         order = np.lexsort(keys)
         if len(order) > 1:
-            same = (neg[order[1:]] == neg[order[:-1]]) & (tie[order[1:]] == tie[order[:-1]])
-            if group is not None:
-                same &= group[order[1:]] == group[order[:-1]]
+            # (equal scores first, the rest only if some: two equal scores are rare)
+            ranked = neg[order]
+            same = ranked[1:] == ranked[:-1]
+            if same.any():
+                same &= tie[order[1:]] == tie[order[:-1]]
+                if group is not None:
+                    same &= group[order[1:]] == group[order[:-1]]
             if same.any():
                 ids = self._id_keys() if at is None else self._id_keys()[at]
                 order = np.lexsort((ids, *keys))
@@ -516,6 +525,25 @@ class Combined:
         bar = float(ranked[top_k - 1]) - gain
         return int(np.count_nonzero(ranked[:n] >= bar))
 
+    def within(self, top_k: int, *, dated: bool, spoken: bool = True, among: np.ndarray | None = None) -> np.ndarray:
+        """The candidates ``reach`` counts, found without sorting (positions in ``ids``' order, not best
+        first): the best ``reach(top_k, dated=dated, spoken=spoken)``, or of the candidates ``among`` (a
+        previous ``within``'s: the best ``reach(..., among=len(among))``). Every candidate whose score is at
+        least ``reach``'s bar: the best score and the top_k-th are taken by a partition of the negated scores,
+        which places them (and a NaN, last) as the sort does, so the set is the same."""
+        s = self._s
+        pool = len(s) if among is None else len(among)
+        if pool <= top_k:
+            return np.arange(len(s)) if among is None else among
+        neg = np.partition(-s, (0, top_k - 1))
+        gain = (NEXT_SHARE * max(float(-neg[0]), 0.0) + (SPEAKER_BOOST if spoken else _ROUNDING)
+                + (DATE_BOOST if dated else 0.0))
+        bar = float(-neg[top_k - 1]) - gain
+        if among is None:
+            return np.flatnonzero(s >= bar)
+        kept: np.ndarray = among[s[among] >= bar]
+        return kept
+
     def best_ids(self, count: int) -> list[str]:
         """The ids of the best ``count`` candidates, best first."""
         ids = self.ids
@@ -523,7 +551,7 @@ class Combined:
 
     def reranked(
         self,
-        entries: Sequence[tuple[float, float, str]] | int,
+        entries: Sequence[tuple[float, float, str]] | int | np.ndarray,
         next_of: "Mapping[str, str | None] | Links",
         in_period: "AbstractSet[str] | np.ndarray | None" = None,
         *,
@@ -533,10 +561,13 @@ class Combined:
         """``rerank(self.fused(entries), next_of, in_period, limit=limit, scores=self.scores(),
         by_speaker=by_speaker)``, the same records in the same order, with a record built only for each
         candidate returned (a search keeps ``limit`` of about a hundred). ``entries``: entries of
-        ``order``, or a count of its best (a search's cut, ``reach``)."""
+        ``order``, a count of its best (a search's cut, ``reach``), or the positions of some candidates in
+        any order (``within``: the same records, as the order goes by score, cosine and id alone)."""
         if NEXT_SHARE < 0 or DATE_BOOST < 0 or SPEAKER_BOOST < 0:
             raise ValueError("next_share, date_boost and speaker_boost must not be negative")
-        if isinstance(entries, int):
+        if isinstance(entries, np.ndarray):
+            at = entries
+        elif isinstance(entries, int):
             at = self.rank[:entries]
         else:
             place = dict(zip(self.ids, range(len(self.ids))))
@@ -565,8 +596,7 @@ class Combined:
         if isinstance(which, np.ndarray):
             marked: np.ndarray = which[at]
             return marked
-        ids = self.ids
-        return np.fromiter(map(which.__contains__, map(ids.__getitem__, at.tolist())), dtype=bool, count=len(at))
+        return np.fromiter(map(which.__contains__, self.ids_at(at)), dtype=bool, count=len(at))
 
     def fused(self, entries: Sequence[tuple[float, float, str]]) -> list[Fused]:
         """The records of these entries of ``order``, in their order."""

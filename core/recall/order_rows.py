@@ -146,15 +146,40 @@ class OrderRows:
         with self._lock:
             self._grow(vset.n)
             unknown = rows[~self.known[rows]]
+        self._read(conn, cache, vset, unknown, position, reader, threads)
+        return True
+
+    def filled(self, conn: "sa.Connection", cache: "OrderCache", vset: Rows, rows: np.ndarray, *, reader: "Reader",
+               threads: Callable[[], Mapping[str, str | None]] | None = None,
+               synced: bool | None = None) -> "Gathered | None":
+        """``fill`` then ``gather`` in one pass (a search's way): the answers of ``rows``, or None when this
+        database's order is not kept or one of them was left unknown. When every row already holds its
+        answer (the usual case), they are gathered under the lock that found them known."""
+        if not (cache.sync(conn) if synced is None else synced):
+            return None
+        position = self.mark(cache, vset)
+        with self._lock:
+            self._grow(vset.n)
+            known = self.known[rows]
+            if known.all():
+                return self._gathered(rows)
+            unknown = rows[~known]
+        self._read(conn, cache, vset, unknown, position, reader, threads)
+        return self.gather(rows)
+
+    def _read(self, conn: "sa.Connection", cache: "OrderCache", vset: Rows, unknown: np.ndarray, position: int,
+              reader: "Reader", threads: Callable[[], Mapping[str, str | None]] | None) -> None:
+        """Read the answers of the ``unknown`` rows from the order cache and keep them, unless the order
+        changed since ``position`` (then they stay unknown: the next search fills them)."""
         if not len(unknown):
-            return True
+            return
         unknown = np.unique(unknown)
         mids = [vset.message_ids[r] for r in unknown.tolist()]
         answers = cache.read(conn, list(dict.fromkeys(mids)), labels=True, reader=reader, threads=threads, synced=True)
         placed = cache.threads_of(mids)
         with self._lock:
             if self._position != position or cache.changes_since(position)[1] != _NONE:
-                return True  # changed meanwhile: left unknown, the next search fills them
+                return  # changed meanwhile: left unknown, the next search fills them
             self._grow(vset.n)
             for row, mid in zip(unknown.tolist(), mids):
                 answer = answers.get(mid)
@@ -162,7 +187,6 @@ class OrderRows:
                 if answer is None or thread is None:  # (not kept by the order cache: read every time)
                     continue
                 self._put(row, answer, *thread, vset)
-        return True
 
     def _put(self, row: int, answer: "Order", thread: str, ua: bool, vset: Rows) -> None:
         nxt, day, label = answer
@@ -200,10 +224,14 @@ class OrderRows:
         with self._lock:
             if len(rows) and (int(rows.max()) >= len(self.known) or not self.known[rows].all()):
                 return None
-            nxt = self.next_row[rows]
-            by_id = np.flatnonzero(nxt == NEXT_BY_ID)
-            next_ids = {i: self.next_ids[int(rows[i])] for i in by_id.tolist()}
-            return Gathered(nxt, self.day[rows], self.label[rows], next_ids, self.labels)
+            return self._gathered(rows)
+
+    def _gathered(self, rows: np.ndarray) -> Gathered:
+        """The answers of ``rows``, every one known (under ``_lock``)."""
+        nxt = self.next_row[rows]
+        by_id = np.flatnonzero(nxt == NEXT_BY_ID)
+        next_ids = {i: self.next_ids[int(rows[i])] for i in by_id.tolist()} if len(by_id) else {}
+        return Gathered(nxt, self.day[rows], self.label[rows], next_ids, self.labels)
 
     def answers(self, vset: Rows, rows: np.ndarray) -> dict[int, "Order"] | None:
         """The kept answers of ``rows`` as ``thread_order`` gives them (next message id, day, label), by row;

@@ -676,10 +676,9 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
                 # Every candidate's answer from the set's arrays by row: the unknown ones filled from the order
                 # cache first (a few a search after a write), then gathered.
                 vset = rows.vset
-                if vset.order_rows.fill(conn, kept, vset, rows.cand, reader=thread_order, threads=threads,
-                                        synced=synced):
-                    found = vset.order_rows.gather(rows.cand)
-                    got = _ByRow(found, rows.cand) if found is not None else None
+                found = vset.order_rows.filled(conn, kept, vset, rows.cand, reader=thread_order, threads=threads,
+                                               synced=synced)
+                got = _ByRow(found, rows.cand) if found is not None else None
             if got is not None:
                 answers = got
             else:
@@ -700,27 +699,26 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     if reshaped:  # (``propagate`` then ``thread_prior``, sorted once)
         combined.reshape(next_of, hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
     # The receivers: the best candidates that may reach the top_k (every one for a threshold or the playground).
-    out.received = received = combined.count if everyone else combined.reach(top_k, dated=dated)
-    best = combined.rank[:received]
+    # (positions in ``ids``' order, not sorted: ``Combined.within``; the re-rank sorts its own scores)
+    best = np.arange(combined.count) if everyone else combined.within(top_k, dated=dated)
+    out.received = received = len(best)
     out.by_speaker = set()
     if labels and received and answers.labelled(best):
         # (the query's words read only when some receiver has a label to match them against)
         at = best.tolist()
         named = SpeakerMatcher(query)
-        ids = combined.ids
-        out.by_speaker = {ids[i] for i, (_, label) in zip(at, answers.found(combined, at))
+        out.by_speaker = {mid for mid, (_, label) in zip(combined.ids_at(at), answers.found(combined, at))
                           if label is not None and named(label)}
     # When no receiver was spoken by a speaker the query names, none gains the speaker boost, so only
     # those that reach the top_k without it are re-ranked (``Combined.reach``'s bound less the boost): the
     # same records, scores and order, without a lookup of each other receiver's next message.
-    entries = received
+    entries = best
     if not everyone and not out.by_speaker and hybrid.SPEAKER_BOOST > 0:
-        entries = combined.reach(top_k, dated=dated, spoken=False, among=received)
+        entries = combined.within(top_k, dated=dated, spoken=False, among=best)
     in_period: set[str] | None = None
     if spans:
-        at = best[:entries].tolist()
-        ids = combined.ids
-        in_period = {ids[i] for i, (day, _) in zip(at, answers.found(combined, at))
+        at = entries.tolist()
+        in_period = {mid for mid, (day, _) in zip(combined.ids_at(at), answers.found(combined, at))
                      if day is not None and any(s.contains(day) for s in spans)}
     # Without a threshold only the top_k are needed; with one, every candidate may be.
     out.reranked = combined.reranked(

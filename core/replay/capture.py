@@ -287,6 +287,7 @@ def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = 
         history_ids=history_ids(prompt),
         window_dropped=window_dropped(notes) if ctx.budget is not None else (),
         recall=recall_hits(recall),
+        recall_model=str(recall["model"]) if recall.get("hits") and recall.get("model") else None,
         wm_version_id=wm.get("versionId"),
         om_generation=om.get("recordId"),
         om_cursor=om.get("cursor"),

@@ -194,6 +194,10 @@ class TurnRecord:
     # Read back from the database (``decode``): written again (a fork's copy), it keeps the facts hashes it
     # was read with, none when it had none, so a copy never claims more than its original (``encode``).
     read_back: bool = field(default=False, compare=False)
+    # The embedding model that scored the turn's recall hits (the recall index's ``model_id``), so Replay can
+    # say whose scores they are after ``memory-studio reindex --model``. None: not recorded (a record from
+    # before, or a turn without hits).
+    recall_model: str | None = None
 
     def budget(self) -> "PromptBudget | None":
         """The context window this turn's prompts were fitted into, with its first call's ``max_tokens``
@@ -460,6 +464,8 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
              h.window_ids.index(h.message_id) if h.message_id in h.window_ids else -1]
             for h in sorted(record.recall, key=lambda h: h.rank)
         ]
+        if record.recall_model:
+            data["rm"] = record.recall_model
     # The working-memory version id lives in its own column only (an import may renumber versions).
     if record.wm_text is not None:
         data["wt"] = text_keys[record.wm_text]
@@ -585,7 +591,7 @@ def _check(data: Any) -> dict[str, Any]:
         if key in data:
             _strs(data[key], f"'{key}'")
     _need(isinstance(data.get("o", {}), dict), "'o' (the options) must be an object")
-    for key in ("m", "e", "w", "wt", "rf", "ts", "b", "wf"):
+    for key in ("m", "e", "w", "wt", "rf", "ts", "b", "wf", "rm"):
         _need(data.get(key) is None or isinstance(data[key], str), f"'{key}' must be a string")
     _need(isinstance(data.get("rc", []), list), "'rc' (recall hits) must be a list")
     for item in data.get("rc", []):
@@ -719,6 +725,7 @@ def decode(
         version=int(data["v"]),
         framework=data.get("b"),
         wire=data.get("wf"),
+        recall_model=data.get("rm") if recall else None,
         facts=tuple(data["fh"]) if "fh" in data else None,
         read_back=True,
     )

@@ -419,6 +419,25 @@ def recall_rows(prompt: AssembledPrompt, thread_id: str | None) -> list[RecallRo
                       bool(thread_id) and bool(h.thread_id) and h.thread_id != thread_id) for h in hits]
 
 
+def recall_scored_text(prompt: AssembledPrompt, today: str | None) -> str:
+    """Whose scores the Recall tab shows: the embedding model the turn's record names (a record from before
+    records kept it: "not recorded"), and, when the index a search would use today (``today``: its model id;
+    None when this replay has no recall index) is another model's, that these scores are not what it gives."""
+    record = _record(prompt)
+    if record is None or not record.recall:
+        hits = (prompt.notes.get("semantic-recall", {}) or {}).get("hits") or ()
+        return "" if not hits else "Scores from this rebuild's search" + (f" (model {today})." if today else ".")
+    if record.recall_model is None:
+        said = "Scores as the turn recorded them; the embedding model that scored them was not recorded " \
+               "(a record from before Memory Studio kept it)"
+        return said + (f". Today's index is {today}'s: a search now may score differently." if today else ".")
+    said = f"Scores as the turn recorded them, from embedding model {record.recall_model}"
+    if today is None or today == record.recall_model:
+        return said + (" (today's index is the same model)." if today else ".")
+    return said + (f". Today's index is another model's ({today}): a search now scores with it, so these scores "
+                   "are not comparable with today's.")
+
+
 @dataclass(frozen=True)
 class TokenRow:
     section: str

@@ -521,9 +521,7 @@ class ChatPane(QWidget):
                 return chat_runner.run_turn(store, req, model, embedder=lambda: embedders.get(store), on_delta=self._delta.emit,
                                             on_tools=self._tools.emit, stop=stop)
             finally:
-                close = getattr(model, "close", None)
-                if callable(close):
-                    close()
+                chat_runner.close_when_idle(store, req.agent, model)  # (after the observer it may have started)
 
         self.session.run(job, on_result=alive_only(self, self._on_turn), on_error=alive_only(self, self._on_failed),
                          key=self._key + "-turn")

@@ -44,6 +44,7 @@ from studio.logic.replay_layout import (
     reason_label,
     same_now_text,
     recall_rows,
+    recall_scored_text,
     reply_text,
     step_rows,
     token_rows,
@@ -253,7 +254,17 @@ class TurnView(QSplitter):
         self.recall_table.doubleClicked.connect(self._open_recall)
         self.recall_fit = FitToPane(self.recall_table, RECALL_SAMPLES, {}, last="Thread",
                                 rest_sample="liwei-shanghai", optional=("#",))
-        self.tabs.addTab(self.recall_table, "Recall")
+        # Whose scores these are (the embedding model the record names) and whether today's index is another's.
+        self.recall_scored = QLabel()
+        self.recall_scored.setObjectName("replayRecallScored")
+        self.recall_scored.setWordWrap(True)
+        self.recall_scored.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.recall_page = QWidget()
+        recall_box = QVBoxLayout(self.recall_page)
+        recall_box.setContentsMargins(0, 4, 0, 0)
+        recall_box.addWidget(self.recall_scored)
+        recall_box.addWidget(self.recall_table, 1)
+        self.tabs.addTab(self.recall_page, "Recall")
         self.token_model: RecordTableModel[TokenRow] = RecordTableModel(TOKEN_COLUMNS, self)
         self.tabs.addTab(named(table_for(self.token_model), "Tokens"), "Tokens")
         self.tab_fit = FittedTabs(self.tabs, REQUEST_TABS)  # (Tokens and Recall hid behind scroll arrows)
@@ -326,6 +337,9 @@ class TurnView(QSplitter):
         self.request_view.show_request(step.requests[call] if call < len(step.requests) else None)
         self.reply_view.load(reply_text(step.reply) or "(no stored reply: the turn failed or was not saved)")
         self.recall_model.set_rows(recall_rows(step.received, thread_id))
+        scored = recall_scored_text(step.received, step.recall_model_now)
+        self.recall_scored.setText(scored)
+        self.recall_scored.setVisible(bool(scored))
         self.token_model.set_rows(token_rows(received, now) if call > 0 else token_rows(step.received, step.now))
         rows = self.step_model.rows()
         first = next((i for i, r in enumerate(rows) if r.change), 0)

@@ -190,3 +190,62 @@ def test_a_keyed_retry_after_a_timeout_runs_once_and_stores_the_turn_once(upstre
         model="echo", messages=[user("book a table")], metadata=META, extra_headers={KEY: "k1"})
     assert again.headers["idempotent-replayed"] == "true" and again.parse().id == answer.id
     assert len(upstream.chat_requests()) == 2 and len(stored(memory)) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_turn_waiting_for_the_background_observer_is_stopped_when_its_client_leaves(store, caplog, spans, stream):
+    """Past ``block_after`` the turn waits (up to 120 s) for observational memory's background observer, held by
+    the one-slot server. The official client gives up: the gateway stops the turn, which ends its wait at once
+    (before: only when the wait did, 120 s later) and saves nothing; the background observer's call is not cut
+    (it is memory's, not the client's), and the next turn takes its observation."""
+    from core.llm import RetryPolicy, ScriptedModel
+    from core.observational import load_current
+    from core.observational.observer import OBSERVER_SYSTEM_PROMPT
+    from core.tokens import EstimatingTokenizer
+
+    def is_observer(body: Any) -> bool:
+        return isinstance(body, dict) and body["messages"][0]["content"] == OBSERVER_SYSTEM_PROMPT
+
+    def answer(messages: list[dict[str, Any]], _tools: Any) -> str:
+        if is_observer({"messages": messages}):
+            return "<observations>\nDate: Mar 3, 2025\n* 🔴 (09:00) Ada books a table.\n</observations>"
+        return "Noted."
+
+    caplog.set_level(logging.INFO, logger="core.gateway.openai_routes")
+    long = "word " * 90  # about 100 tokens: two turns pass block_after (200 tokens)
+    with LoopbackServer(ScriptedModel(answer, name="server"), slots=1) as upstream:
+        model = OpenAICompatibleModel("loopback", base_url=upstream.base_url, api_key="x", api_key_env=None,
+                                      keyring_service=None, retry=RetryPolicy(max_retries=0), timeout=600)
+        memory = Memory(store, MemoryOptions(observational_memory={
+            "message_tokens": 200, "block_after": 1.0, "observation_tokens": 5000, "timeout": 120}),
+            tokenizer=EstimatingTokenizer(), observer_model=model)
+        agent = Agent("echo", instructions="Echo.", model=model, memory=memory, tracer=Tracer(spans))
+        try:
+            with GatewayServer(create_app([agent], default_resource="anon")) as gateway:
+                upstream.stall_next(100, matching=is_observer)
+                client(gateway).chat.completions.create(model="echo", messages=[user(f"first {long}")], metadata=META)
+                wait_until(lambda: [b for b in upstream.chat_requests() if is_observer(b)], "the observer's request")
+                before = stored(memory)
+                with pytest.raises(openai.APITimeoutError):
+                    answered = client(gateway, timeout=0.5).chat.completions.create(
+                        model="echo", messages=[user(f"book a table {long}")], metadata=META, stream=stream)
+                    for _ in answered if stream else ():
+                        pass
+                wait_until(lambda: left_lines(caplog), "the gateway's line about the client that left")
+                assert "nothing of the turn was saved" in left_lines(caplog)[0]
+                run = [s for s in spans.spans if s.span_type == "agent_run"][-1]
+                assert "stopped: the client closed its connection" in json.dumps(run.error)
+                assert stored(memory) == before
+                assert not upstream.abandoned  # the background observer's call goes on
+                assert [b for b in upstream.chat_requests() if not is_observer(b)][-1]["messages"][-1] == \
+                    user(f"first {long}")  # the stopped turn's model was never asked
+                upstream.release()
+                assert memory.wait_idle(60)
+                done = client(gateway).chat.completions.create(model="echo", messages=[user(f"again {long}")],
+                                                               metadata=META)
+                assert done.choices[0].message.content == "Noted."
+                record = load_current(store, thread_id="t1")
+                assert record is not None and "Ada books a table." in record.active_observations
+        finally:
+            upstream.release()
+            model.close()

@@ -59,10 +59,15 @@ def check(index: RecallIndex, *, hints: bool = False) -> tuple[VectorSet, list[s
         # answer, and a search leaves it out)
         rows = np.array([r for r in range(vset.n) if vset.message_ids[r] in fresh], dtype=np.intp)
         threads = (lambda: dict(zip(vset.message_ids, vset.thread_ids))) if hints else None
-        assert vset.order_rows.fill(conn, index.order, vset, rows, reader=counting, threads=threads)
+        # (``filled``, a search's fill and gather in one pass; ``fill`` alone is checked below)
+        found = vset.order_rows.filled(conn, index.order, vset, rows, reader=counting, threads=threads)
         got = vset.order_rows.answers(vset, rows)
-        assert got is not None, "a row left unknown with nothing changing"
+        assert found is not None and got is not None, "a row left unknown with nothing changing"
         assert {vset.message_ids[r]: a for r, a in got.items()} == fresh
+        again = vset.order_rows.gather(rows)
+        assert again is not None and found.next_ids == again.next_ids
+        for mine, theirs in zip(found[:3], again[:3]):
+            assert np.array_equal(mine, theirs)
     return vset, reads
 
 

@@ -288,6 +288,40 @@ def test_without_a_named_speaker_the_tighter_cut_keeps_the_top_k(vec, kw, nexts,
     assert combined.reranked(combined.order[:fewer], nexts, period, limit=top_k) == want
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    # (few distinct values: equal scores at the cut are common)
+    vec=st.dictionaries(st.sampled_from("abcdefghij"), st.sampled_from([-0.5, 0.0, 0.25, 0.5, 1.0]) |
+                        st.floats(-1.0, 1.0, allow_nan=False), max_size=10),
+    kw=st.dictionaries(st.sampled_from("fghijklmno"), st.sampled_from([0.0, 1.0, 2.0]) |
+                       st.floats(0.0, 40.0, allow_nan=False), max_size=10),
+    nexts=st.dictionaries(st.sampled_from("abcdefghijklmno"), st.sampled_from("abcdefghijklmnopq")),
+    period=st.none() | st.sets(st.sampled_from("abcdefghijklmno")),
+    top_k=st.integers(1, 8),
+    reshaped=st.booleans(),
+)
+def test_the_cut_found_without_sorting_is_reachs_best_and_reranks_the_same(vec, kw, nexts, period, top_k, reshaped):
+    """``Combined.within`` (the search's cut) holds exactly ``order``'s best ``reach`` candidates, for both
+    cuts, and re-ranking them in its order gives the records re-ranking that count of ``order`` gives."""
+    vector = [R(m, "t", "u", s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
+    keyword_list = [R(m, "t2" if m < "l" else "t3", None, s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
+    combined = hybrid.Combined(vector, keyword_list, {})
+    if reshaped:
+        combined.reshape(nexts, hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
+    dated = period is not None
+    received = combined.reach(top_k, dated=dated)
+    fewer = combined.reach(top_k, dated=dated, spoken=False, among=received)
+    best = combined.within(top_k, dated=dated)
+    tighter = combined.within(top_k, dated=dated, spoken=False, among=best)
+    ids = combined.ids
+    assert [ids[i] for i in best.tolist()] == [ids[i] for i in sorted(combined.rank[:received].tolist())]
+    assert {ids[i] for i in tighter.tolist()} == {e[2] for e in combined.order[:fewer]}
+    assert len(tighter) == fewer
+    for at, count in ((best, received), (tighter, fewer)):
+        assert combined.reranked(at, nexts, period, limit=top_k) == combined.reranked(count, nexts, period, limit=top_k)
+        assert combined.reranked(at, nexts, period) == combined.reranked(count, nexts, period)
+
+
 @settings(max_examples=120, deadline=None)
 @given(
     vec=st.dictionaries(st.sampled_from("abcdefghij"), st.floats(-1.0, 1.0, allow_nan=False), max_size=10),

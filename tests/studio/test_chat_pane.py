@@ -320,6 +320,64 @@ def test_stop_while_the_observer_runs_in_the_turn_cuts_it_and_writes_nothing(qtb
         assert len(server.chat_requests()) == 1  # the turn's own model was never asked
 
 
+def test_stop_while_the_turn_waits_for_the_background_observer_ends_it_at_once(qtbot, pane, session):
+    """Past ``block_after`` a turn waits (up to 120 s) for observational memory's background observer, held here by
+    the one-slot server. Stop ends that wait at once (before: the turn ended only when the wait did): nothing of the
+    turn is saved, the pane says the turn waited for the background observer and that it goes on, and the
+    observer's call is not cut; once the server answers, the next turn takes its observation."""
+    from types import SimpleNamespace
+
+    from core.llm.yielding import TRAFFIC
+    from core.tokens import EstimatingTokenizer
+
+    def answer(messages, _tools):
+        if messages[0]["content"] == OBSERVER_SYSTEM_PROMPT:
+            return "<observations>\nDate: Mar 3, 2025\n* 🔴 (09:00) Ada plans the garden.\n</observations>"
+        return "Noted."
+
+    def is_observer(body):
+        return isinstance(body, dict) and body["messages"][0]["content"] == OBSERVER_SYSTEM_PROMPT
+
+    mem = Memory(session.store, MemoryOptions(observational_memory={
+        "message_tokens": 200, "block_after": 1.0, "observation_tokens": 5000, "timeout": 120}),
+        tokenizer=EstimatingTokenizer(), name="planner-memory")
+    Agent("planner", instructions="You plan Ada's garden.", model=ScriptedModel([]), memory=mem)
+    mem.create_thread(thread_id="t-garden", resource_id="ada", title="Garden")
+    long = "word " * 120  # about 120 tokens: two turns pass block_after (200 tokens)
+    with LoopbackServer(ScriptedModel(answer, name="server"), slots=1) as server:
+        use_models(pane, Endpoint("Loopback", server.base_url, timeout=600))
+        select(qtbot, pane, Selection("ada", "t-garden"))
+        pane.agent_combo.setCurrentIndex(pane.agent_combo.findData("planner"))
+        try:
+            server.stall_next(100, matching=is_observer)
+            send(qtbot, pane, f"First: {long}", timeout=60_000)  # the observer starts in the background
+            qtbot.waitUntil(lambda: any(is_observer(b) for b in server.chat_requests()), timeout=30_000)
+            before = counts(session.store)
+            pane.input.setPlainText(f"Second: {long}")
+            pane.send_btn.click()
+            qtbot.waitUntil(lambda: TRAFFIC.awaited(SimpleNamespace(base_url=server.base_url)), timeout=30_000)
+            with qtbot.waitSignal(pane.turn_failed, timeout=60_000) as blocker:
+                pane.stop()
+            said = blocker.args[0]
+            assert said.startswith("You stopped the turn while it waited for observational memory's background "
+                                   "observer."), said
+            assert "Nothing of this turn was saved" in said and "goes on" in said and "next turn" in said
+            assert counts(session.store) == before
+            assert "stopped: you pressed Stop" in pane.transcript_text()
+            assert pane.banner.level == "info" and pane.send_btn.isEnabled() and not pane.busy
+            assert not server.abandoned  # the background observer's call is not the turn's: not cut
+            assert len([b for b in server.chat_requests() if not is_observer(b)]) == 1  # the turn's model not asked
+            server.release()
+            assert mem.wait_idle(60)
+            outcome, _ = send(qtbot, pane, f"Third: {long}", timeout=60_000)
+            assert outcome.text == "Noted."
+            record = om_store.current_record(session.store, lookup_key("thread", thread_id="t-garden",
+                                                                        resource_id="ada"))
+            assert record is not None and "Ada plans the garden." in record.active_observations
+        finally:
+            server.release()
+
+
 def test_a_read_only_database_says_so_and_offers_allow_writes(qtbot, no_leaked_widgets, tmp_path):
     from tests.studio.conftest import make_mastra_db
 

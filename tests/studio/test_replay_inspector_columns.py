@@ -129,7 +129,7 @@ def test_replays_recall_table_shows_the_window_of_each_hit(
     pane.tabs.setCurrentIndex(0)
     view = pane.view
     table = view.recall_table
-    view.tabs.setCurrentWidget(table)
+    view.tabs.setCurrentWidget(view.recall_page)
     qtbot.waitUntil(lambda: table.isVisible() and view.recall_model.rowCount() > 0, timeout=10_000)
     qtbot.wait(50)  # (laid out)
     _fits(table)

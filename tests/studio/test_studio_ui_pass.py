@@ -398,7 +398,7 @@ def test_replays_recall_table_fits_with_its_scores_in_sight(template: Path, tmp_
                       True)]
     view.recall_model.set_rows(rows)
     table = view.recall_table
-    view.tabs.setCurrentWidget(table)
+    view.tabs.setCurrentWidget(view.recall_page)
     qtbot.waitUntil(lambda: table.isVisible() and table.viewport().width() > 0, timeout=10_000)
     qtbot.wait(50)  # (laid out)
     model, metrics = table.model(), table.fontMetrics()

@@ -213,3 +213,73 @@ def test_a_server_reached_by_a_name_that_resolves_to_this_machine_has_its_plain_
         model.close()
     assert len(raised) == 1 and isinstance(raised[0], CallStopped), raised
     assert len(upstream.chat_requests()) == 1
+
+
+def test_a_turn_waiting_for_the_background_observer_is_woken_by_its_stop(tmp_path):
+    """Past ``block_after`` a turn waits (up to 120 s) for observational memory's background observer, held here
+    by the loopback server. The turn's stop (a gateway client gone, Studio Chat's Stop) ends that wait at once:
+    the turn raises ``CallStopped`` saying it waited for the background observer, saves nothing, and its own model
+    is never asked. The background observer is not the turn's: its call is not cut, and once the server answers,
+    its observation is written and the next turn takes it. (Before, the stop was seen only when the wait ended:
+    120 s later, past the minute waited here.)"""
+    from core import open_store
+    from core.llm import RetryPolicy
+    from core.llm.yielding import TRAFFIC
+    from core.observational import load_current
+    from core.observational.observer import OBSERVER_SYSTEM_PROMPT
+    from core.tokens import EstimatingTokenizer
+
+    def is_observer(body: Any) -> bool:
+        return isinstance(body, dict) and body["messages"][0]["content"] == OBSERVER_SYSTEM_PROMPT
+
+    def reply(messages: list[dict[str, Any]], _tools: Any) -> str:
+        if messages[0]["content"] == OBSERVER_SYSTEM_PROMPT:
+            return "<observations>\nDate: Mar 3, 2025\n* 🔴 (09:00) Ada plans the garden.\n</observations>"
+        return "Reply " + "x " * 28
+
+    long = "word " * 90  # about 100 tokens: two turns pass block_after (200 tokens)
+    with LoopbackServer(ScriptedModel(reply, name="server"), slots=1) as server:
+        model = OpenAICompatibleModel("local", base_url=server.base_url, api_key="k", api_key_env=None,
+                                      keyring_service=None, retry=RetryPolicy(max_retries=0), timeout=600)
+        store = open_store(tmp_path / "m.db")
+        memory = Memory(store, MemoryOptions(observational_memory={
+            "message_tokens": 200, "block_after": 1.0, "observation_tokens": 5000, "timeout": 120}),
+            tokenizer=EstimatingTokenizer(), observer_model=model, tracer=False)
+        agent = Agent("helper", instructions="Help.", model=model, memory=memory, tracer=False)
+        where = {"resource": "ada", "thread": "t"}
+        stop = CallStop()
+        raised: list[BaseException] = []
+
+        def waiting_turn() -> None:
+            try:
+                agent.generate(f"Question 1: {long}", memory=where, stop=stop)
+            except BaseException as exc:  # noqa: BLE001 - looked at below
+                raised.append(exc)
+
+        try:
+            server.stall_next(100, matching=is_observer)  # every observer request waits for release()
+            agent.generate(f"Question 0: {long}", memory=where)  # the observer starts in the background
+            wait_until(lambda: [b for b in server.chat_requests() if is_observer(b)], "the observer's request")
+            stored = len(store.memory.browse_messages("t", 0, 100))
+            turn = threading.Thread(target=waiting_turn)
+            turn.start()
+            wait_until(lambda: TRAFFIC.awaited(model), "the turn to wait for the background observer")
+            stop.stop("the client closed its connection")
+            turn.join(60)
+            assert not turn.is_alive(), "the stopped turn still waits for the background observer"
+            assert len(raised) == 1 and isinstance(raised[0], CallStopped), raised
+            assert raised[0].during == "observer" and raised[0].waiting
+            assert "the client closed its connection" in str(raised[0])
+            assert len(store.memory.browse_messages("t", 0, 100)) == stored  # nothing of the turn saved
+            assert not TRAFFIC.awaited(model)
+            assert not server.abandoned  # the background observer's call goes on
+            assert len([b for b in server.chat_requests() if not is_observer(b)]) == 1  # the turn's model not asked
+            server.release()
+            assert memory.wait_idle(60)
+            assert agent.generate(f"Question 2: {long}", memory=where).text == "Reply " + "x " * 28
+            record = load_current(store, thread_id="t")  # the next turn took what the background observed
+            assert record is not None and "Ada plans the garden." in record.active_observations
+        finally:
+            server.release()
+            store.close()
+            model.close()
