@@ -25,12 +25,12 @@ token at all: the routes then behave as they did before tokens files existed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.gateway.errors import GatewayError
-from core.ids import shown
+from core.gateway.errors import GatewayError, bad_request
+from core.ids import MAX_NEW_ID, new_id_problem, shown
 from core.scopes import ReservedResourceError, check_client_resource, delegation_root, is_delegation_resource
 from core.storage import NotFoundError
 
@@ -126,6 +126,47 @@ class Caller:
                     400, f"The API token {self.name!r} may use several resources, and this request names none: "
                     f"say which with {param}.", param=param, code="resource_required")
         return fallback
+
+
+def client_id(name: str, value: Any) -> str | None:
+    """The rule for an id a client names (a chat turn's ``thread_id``, ``resource_id`` and ``user``, the memory API's
+    ``resourceId``, an MCP tool's ``resource``...): printable, at most ``MAX_NEW_ID`` characters (``new_id_problem``);
+    400 naming ``name`` otherwise, the same words on every route and tool. None or "" is "not given" (None)."""
+    if value is None or value == "":
+        return None
+    problem = new_id_problem(value)
+    if problem is not None:
+        raise bad_request(f"{name} must be a printable string of at most {MAX_NEW_ID} characters, got {shown(value)}: "
+                          f"{problem}. Nothing was read or written.", param=name)
+    assert isinstance(value, str)
+    return value
+
+
+def check_named_resource(name: str, resource_id: str, stored: Callable[[str], bool]) -> None:
+    """``client_id``'s rule for a resource a client names to read or write its memory (the memory API's
+    ``resourceId``, an MCP tool's ``resource``; for a delegation's resource, the resource it delegated for): 400,
+    unless ``stored(resource_id)`` says something is stored under it (a row another tool wrote stays reachable).
+    Without it, a ``resourceId`` of 8,000 characters answered an empty list where a chat turn refused it.
+    ``stored`` reads the database: it is asked only for an id that breaks the rule."""
+    if breaks_id_rule(resource_id) and not stored(resource_id):
+        client_id(name, _named(resource_id))
+
+
+def _named(resource_id: str) -> str | None:
+    """The id a client named: a delegation's resource is named by the resource it delegated for."""
+    return delegation_root(resource_id) if is_delegation_resource(resource_id) else resource_id
+
+
+def breaks_id_rule(resource_id: str) -> bool:
+    """Whether ``check_named_resource`` must ask the database (no read for an id that follows the rule)."""
+    named = _named(resource_id)
+    return bool(named) and new_id_problem(named) is not None
+
+
+def has_rows(memory: Any, resource_id: str) -> bool:
+    """Whether ``memory`` (a ``Memory``) stores anything of ``resource_id``: its resource row or a thread."""
+    return memory.store.memory.get_resource(resource_id) is not None or \
+        memory.list_threads(resource_id=resource_id, per_page=1).total > 0
 
 
 def sees_thread(owner: str | None, resource_id: str) -> bool:

@@ -57,12 +57,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from core.gateway import cursors
-from core.gateway.access import caller_of, no_such_thread, sees_thread, still_the_thread
+from core.gateway.access import (breaks_id_rule, caller_of, check_named_resource, client_id, has_rows, no_such_thread,
+                                 sees_thread, still_the_thread)
 from core.gateway.conditional import IF_MATCH, IF_NONE_MATCH, Conditions, etag, precondition_failed
 from core.gateway.errors import GatewayError, bad_request
 from core.gateway.idempotency import Claim, Replay, key_of, request_hash, scope_of, single_header
 from core.gateway.openai_routes import holding, read_json, replay_json, sweep_task
-from core.gateway.turns import client_id
+from core.gateway.turns import client_thread
 from core.ids import lone_surrogate, shown
 from core.memory import Memory
 from core.scopes import delegation_chain, delegation_label, delegation_root, is_delegation_resource
@@ -116,6 +117,13 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
     return value
 
 
+async def _named(request: Request, memory: Memory, resource_id: str) -> None:
+    """``check_named_resource`` for the ``resourceId`` sent: 400 for an id no client could name (over 256
+    characters, an escape sequence...) unless something is stored under it, as a chat turn refuses it."""
+    if breaks_id_rule(resource_id):  # (only then is the database read, on a worker thread)
+        await _run(request, lambda: check_named_resource("resourceId", resource_id, lambda r: has_rows(memory, r)))
+
+
 def _resource(request: Request, what: str) -> str:
     """The ``resourceId`` every memory call needs: without one, any thread could be read or written. The
     caller's token must allow it; a token with one resource may leave it out."""
@@ -151,6 +159,7 @@ async def list_threads(request: Request) -> Response:
     per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
     after = _after(request, "threads", _listing(request, resource_id), page, "thread list")
     memory = _memory(request, resource_id)
+    await _named(request, memory, resource_id)
     result = await _run(request, lambda: memory.list_threads(resource_id=resource_id, page=page, per_page=per_page,
                                                              after=after))
     next_cursor = cursors.issue("threads", _listing(request, resource_id), result.last_key) \
@@ -170,6 +179,7 @@ async def list_delegations(request: Request) -> Response:
     per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
     after = _after(request, "delegations", _listing(request, resource_id), page, "delegation list")
     memory = _memory(request, resource_id)
+    await _named(request, memory, resource_id)
     found = await _run(request, lambda: memory.delegation_thread_page(resource_id, page=page, per_page=per_page,
                                                                       after=after))
     grouped: dict[str, list[dict[str, Any]]] = {}
@@ -197,12 +207,14 @@ async def list_messages(request: Request) -> Response:
     key = _after(request, "messages", listing, page, "thread's messages")
     before = (parse_iso(key[0]), key[1]) if key is not None else None
     memory = _memory(request, resource_id)
+    await _named(request, memory, resource_id)
 
     def read() -> Any:
         thread = memory.get_thread(thread_id)
         # 404, even where resource-scoped recall lets ``recall`` read a thread not stored yet; another resource's
         # thread (or one without an owner) the same 404, so reading tells no token which ids exist elsewhere.
         if thread is None or not sees_thread(thread.resource_id, resource_id):
+            client_thread("thread_id", thread_id)  # (an id no client could name: 400 saying why, not 404)
             raise no_such_thread(thread_id, resource_id)
         read = memory.recall(thread_id=thread_id, resource_id=resource_id, page=page, per_page=per_page, before=before)
         if not still_the_thread(memory, thread):  # (deleted, and maybe another resource's now, while it was read)
@@ -224,6 +236,7 @@ async def get_working_memory(request: Request) -> Response:
     asked = _resource(request, "working memory")
     conditions = Conditions.of(request.headers)
     memory = _memory(request, asked, working_memory=True)
+    await _named(request, memory, asked)
 
     def read() -> tuple[dict[str, Any], str | None]:
         opts = _wm_options(memory)
@@ -353,9 +366,13 @@ def _wm_options(memory: Memory) -> Any:
 
 def _seen(memory: Memory, thread_id: str, asked: str) -> Any:
     """The stored thread when resource ``asked`` may read it (``sees_thread``), else None: a thread of another
-    resource is answered as one not stored yet."""
+    resource is answered as one not stored yet; 400 for an id no client could name (``client_thread``), as the
+    chat route refuses it (a thread another tool stored under such an id stays readable by its resource)."""
     thread = memory.get_thread(thread_id)
-    return thread if thread is not None and sees_thread(thread.resource_id, asked) else None
+    if thread is None or not sees_thread(thread.resource_id, asked):
+        client_thread("thread_id", thread_id)  # (an id no client could name: 400 saying why)
+        return None
+    return thread
 
 
 def routes() -> list[Route]:

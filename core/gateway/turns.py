@@ -35,10 +35,10 @@ from typing import Any
 from core.agent import IGNORED_BY_GATEWAY, Agent, AgentResult, SaveWith, TurnOutcome
 from core.agent_stream import AgentStream
 from core.llm.stopping import CallStop
-from core.gateway.access import ANYONE, Caller
+from core.gateway.access import ANYONE, Caller, client_id
 from core.gateway.errors import bad_request
 from core.gateway.idempotency import single_header
-from core.ids import MAX_NEW_ID, clipped, new_id_problem, shown
+from core.ids import MAX_NEW_ID, clipped, shown
 from core.llm.base import Usage
 from core.memory import resolve_memory
 from core.messages import Message, text_part
@@ -129,7 +129,7 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     thread = _one("thread_id", metadata.get("thread_id"), single_header(headers, "x-thread-id"))
     resource = _one("resource_id", metadata.get("resource_id"), single_header(headers, "x-resource-id"))
     conversation = _one("conversation_id", metadata.get("conversation_id"), single_header(headers, "x-conversation-id"))
-    user = _id("user", body.get("user"))
+    user = client_id("user", body.get("user"))
     # (``user`` names the resource only when nothing else does: beside a resource id it is the end-user tag
     # OpenAI's clients send, never read, so only the resource the turn is about is checked)
     resource = caller.resource_for(resource or user, param="user" if user and not resource else "metadata.resource_id",
@@ -196,6 +196,10 @@ def _escape(part: str) -> str:
     return part.replace("%", "%25").replace(":", "%3A")
 
 
+def _unescape(part: str) -> str:
+    return part.replace("%3A", ":").replace("%25", "%")
+
+
 def resolve_thread(agent: Agent, turn: Turn) -> Turn:
     """``turn`` in the thread it continues: a conversation begun under the old ``<resource>:<id>``
     naming goes on there while its new thread does not exist yet and the old one is the resource's
@@ -244,26 +248,33 @@ def _one(name: str, from_body: Any, from_header: Any) -> str | None:
         raise bad_request(f"The {header} header holds characters outside ASCII, which HTTP headers cannot carry "
                           f"unambiguously; send this id as metadata.{name} in the request body instead.",
                           param=header)
-    body_value, header_value = _id(name, from_body), _id(name, from_header)
+    body_value, header_value = client_id(name, from_body), client_id(name, from_header)
     if body_value and header_value and body_value != header_value:
         raise bad_request(f"metadata.{name} ({shown(body_value)}) and the {header} header "
                           f"({shown(header_value)}) disagree; send one.", param="metadata")
     return body_value or header_value
 
 
-def _id(name: str, value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    problem = new_id_problem(value)
-    if problem is not None:
-        raise bad_request(f"{name} must be a printable string of at most {MAX_NEW_ID} characters ({problem}).",
-                          param=name)
-    assert isinstance(value, str)
-    return value
-
-
-#: The rule for an id a client names (``thread_id``, ``resource_id``, ``user``...): printable, at most 256 characters.
-client_id = _id
+def client_thread(name: str, value: str) -> str:
+    """A thread id a client names to read or write one (the memory API's path, an MCP tool's ``thread``):
+    ``client_id``'s rule (400), but for the ids the gateway makes itself from two ids a client named, each of which
+    follows it: a conversation's thread (``conversation_thread_id``) and one begun before that encoding
+    (``<resource>:<conversation>``), which may be longer than ``MAX_NEW_ID``."""
+    if isinstance(value, str) and MAX_NEW_ID < len(value) and ":" in value and value.isprintable():
+        if value.startswith(CONVERSATION_PREFIX):
+            parts = value[len(CONVERSATION_PREFIX):].split(":")
+            if len(parts) == 2 and conversation_thread_id(*(_unescape(p) for p in parts)) == value:
+                for part, what in zip(parts, ("resource", "conversation")):
+                    client_id(f"{name} (its {what} id)", _unescape(part))
+                return value
+        if len(value) <= 2 * MAX_NEW_ID + 1 and any(
+                c == ":" and 0 < i <= MAX_NEW_ID and len(value) - i - 1 <= MAX_NEW_ID for i, c in enumerate(value)):
+            return value  # (a legacy conversation thread's length: two parts of at most MAX_NEW_ID each)
+    named = client_id(name, value)
+    if named is None:  # (client_id's "not given")
+        raise bad_request(f"{name} must be a printable string of at most {MAX_NEW_ID} characters, got '': it is "
+                          "empty. Nothing was read or written.", param=name)
+    return named
 
 
 # -- running ----------------------------------------------------------------------------------------

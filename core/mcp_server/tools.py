@@ -30,9 +30,10 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from core.errors import MemoryStudioError
-from core.gateway.access import ANYONE, Caller, no_such_thread, sees_thread, still_the_thread
+from core.gateway.access import (ANYONE, Caller, check_named_resource, client_id, has_rows, no_such_thread, sees_thread,
+                                 still_the_thread)
 from core.gateway.idempotency import Claim, IdempotencySettings, Keeper, Replay, checked_key, request_hash, scope_of
-from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation, client_id
+from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation, client_thread
 from core.ids import clipped, shown
 from core.memory import Memory
 from core.messages import Message
@@ -558,6 +559,7 @@ class MemoryTools:
         )) else None
         if found is None or (asked is not None and not caller.reaches(asked)):
             # A thread of another resource is answered as one that does not exist (``no_such_thread``).
+            client_thread("thread", thread)
             raise no_such_thread(thread, self.binding.resource or caller.only_resource)
 
         def run(owner: str) -> str:
@@ -609,6 +611,7 @@ class MemoryTools:
         to a thread that does not exist and to another resource's (``no_such_thread``), or None without it."""
         found = self.memory.get_thread(thread)
         if found is None or not sees_thread(found.resource_id, owner):
+            client_thread("thread", thread)  # (an id no client could name: refused saying why, as the gateway does)
             if must_exist:
                 raise no_such_thread(thread, owner)
             return None
@@ -642,6 +645,8 @@ class MemoryTools:
                                                               **({"caller": caller.name} if caller.name else {})}
                                ) as root:
             owner = self.binding.resolve(asked, caller)
+            # An id no client could name is refused as the gateway refuses it, unless something is stored under it.
+            check_named_resource("resource", owner, lambda r: has_rows(self.memory, r))
             with tracer.start_span(f"memory: {operation}", SpanType.MEMORY_OPERATION, parent=root,
                                    input=arguments, attributes={"operationType": operation}) as span:
                 result = run(owner)

@@ -220,11 +220,23 @@ def _reflect_first(first: Mapping[str, Any]) -> str | None:
             "shown here are replaced by its rewrite.")
 
 
+def observed_first(prompt: AssembledPrompt) -> tuple[str, ...]:
+    """The stored messages the next turn will first observe (and so take out of the window) before its own model
+    call, in the order it takes them: the preview's ``observeFirst`` note, empty when there is none (a past turn
+    rebuilt, a turn under the threshold)."""
+    first = _section(_section(prompt.notes, "observational-memory"), "observeFirst")
+    return tuple(str(i) for i in first.get("messages") or ())
+
+
+#: The roles of the fragments that hold the messages an observation takes (not an observation block's).
+MESSAGE_ROLES = ("user", "assistant", "tool")
+
+
 def _observe_first(prompt: AssembledPrompt, first: Mapping[str, Any]) -> str | None:
-    ids = [str(i) for i in first.get("messages") or ()]
+    ids = list(observed_first(prompt))
     if not ids:
         return None
-    shown = {i: f for f in prompt.fragments for i in f.stored_ids if f.role in ("user", "assistant", "tool")}
+    shown = {i: f for f in prompt.fragments for i in f.stored_ids if f.role in MESSAGE_ROLES}
     named = []
     for i in ids[:OBSERVE_FIRST_LISTED]:
         f = shown.get(i)
@@ -245,5 +257,5 @@ def buffer_view(record: OMRecord) -> BufferView:
                       sum(1 for r in rows if r.blocked))
 
 
-__all__ = ["NO_BUFFERING", "BufferView", "ChunkRow", "EventRow", "buffer_view", "chunk_rows", "event_rows",
-           "next_turn_notice", "prompt_buffer_note", "settings_text", "status_text", "turn_activity"]
+__all__ = ["MESSAGE_ROLES", "NO_BUFFERING", "BufferView", "ChunkRow", "EventRow", "buffer_view", "chunk_rows", "event_rows",
+           "next_turn_notice", "observed_first", "prompt_buffer_note", "settings_text", "status_text", "turn_activity"]

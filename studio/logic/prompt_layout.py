@@ -17,7 +17,7 @@ from core import AssembledPrompt, Fragment, Memory, MemoryOptions, Message
 from core.agent_configs import AgentConfig
 from core.storage import Store
 from studio.logic.dates import format_datetime
-from studio.logic.om_buffer_layout import plain_marks
+from studio.logic.om_buffer_layout import MESSAGE_ROLES, observed_first, plain_marks
 from studio.logic.short_ids import short_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -254,6 +254,24 @@ class FragmentRow:
     color: str
     detail: Mapping[str, Any]
     observation_record: str | None = None  # an observation block's record (its ``stored_ids`` are messages only)
+    # How many of its stored messages the next turn first observes (``observed_first``): they leave the window.
+    observed_first: int = 0
+
+    @property
+    def text_label(self) -> str:
+        """The Text cell: the preview, after a mark when the next turn first observes the row's messages."""
+        return f"{OBSERVED_FIRST_MARK} · {self.preview}" if self.observed_first else self.preview
+
+    @property
+    def observed_first_tip(self) -> str:
+        """Why a row is marked ``OBSERVED_FIRST_MARK`` (empty when it is not)."""
+        if not self.observed_first:
+            return ""
+        which = "This message" if len(self.stored_ids) <= 1 else \
+            f"{self.observed_first} of this fragment's {len(self.stored_ids)} messages"
+        return (f"{which}: the next turn first observes it with the observer model (which this preview does not "
+                "call), so it leaves the window and the observations made of it are added. The banner above says "
+                "more.")
 
     @property
     def stored_label(self) -> str:
@@ -339,11 +357,21 @@ def message_ids(f: Fragment) -> tuple[str, ...]:
     return () if observation_record_of(f) is not None else tuple(f.stored_ids)
 
 
+#: What the fragment table says of a row whose messages the next turn first observes (``FragmentRow.text_label``).
+OBSERVED_FIRST_MARK = "will be observed first"
+
+
 def fragment_rows(prompt: AssembledPrompt, inputs: Sequence[str] = ()) -> list[FragmentRow]:
-    """One row per fragment. ``inputs``: a stored turn's input message ids, which its input fragments hold."""
+    """One row per fragment. ``inputs``: a stored turn's input message ids, which its input fragments hold. A row
+    holding messages the next turn first observes (``observed_first``) says how many."""
     total = max(prompt.total_tokens, 1)
     input_stored = input_stored_ids(prompt, inputs)
-    return [_row(f, total, input_stored.get(f.index)) for f in prompt.fragments]
+    first = frozenset(observed_first(prompt))
+    rows = [_row(f, total, input_stored.get(f.index)) for f in prompt.fragments]
+    if not first:
+        return rows
+    return [replace(r, observed_first=sum(1 for i in r.stored_ids if i in first)) if f.role in MESSAGE_ROLES else r
+            for r, f in zip(rows, prompt.fragments)]
 
 
 def _row(f: Fragment, total: int, stored: tuple[str, ...] | None = None) -> FragmentRow:
@@ -447,4 +475,6 @@ def fragment_header(row: FragmentRow) -> str:
         bits.append(f"score {row.score:.3f}")
     if row.created_at:
         bits.append(format_datetime(row.created_at))
+    if row.observed_first:
+        bits.append(OBSERVED_FIRST_MARK)  # (the table's mark, where the full text is read)
     return " · ".join(bits)

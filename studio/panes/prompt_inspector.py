@@ -80,6 +80,7 @@ from studio.widgets.record_table import RIGHT, Column, RecordTableModel, keep_ro
 from studio.widgets.request_view import RequestPanel
 from studio.widgets.scroll_fit import least_height_at_width, stack_when_narrow
 from studio.widgets.a11y import label_for, named
+from studio.theme import TONES
 
 NO_INSTRUCTIONS = "none — the agent recorded no instructions (type some to add them)"
 DEBOUNCE_MS = 250
@@ -94,15 +95,24 @@ EMBEDDERS = EmbedderHolder()  # one embedding model per process, loaded on the f
 DEFAULTS_LABEL = "Defaults (no agent)"
 
 
+def _first_colour(row: FragmentRow) -> str | None:
+    """A row whose messages the next turn first observes stands out (``OBSERVED_FIRST_MARK``)."""
+    return TONES["dark"]["warning"] if row.observed_first else None  # (shaded to stay readable on a light theme)
+
+
+def _text_tip(row: FragmentRow) -> str:
+    return f"{row.observed_first_tip}\n\n{row.preview}" if row.observed_first else row.preview
+
+
 FRAGMENT_COLUMNS: list[Column[FragmentRow]] = [
-    Column("#", lambda r: r.index, RIGHT),
-    Column("Role", lambda r: r.role),
+    Column("#", lambda r: r.index, RIGHT, tooltip=lambda r: r.observed_first_tip, foreground=_first_colour),
+    Column("Role", lambda r: r.role, tooltip=lambda r: r.observed_first_tip, foreground=_first_colour),
     Column("Source", lambda r: r.source, color=lambda r: r.color),
     Column("Stored messages", lambda r: r.stored_label, tooltip=lambda r: "\n".join(r.stored_ids)),
     Column("Score", lambda r: r.score_label, RIGHT, tooltip=lambda r: r.score_tip),
     Column("Tokens", lambda r: f"{r.tokens:,}", RIGHT),
     Column("Share", lambda r: f"{100 * r.share:.1f}%", RIGHT),
-    Column("Text", lambda r: r.preview, tooltip=lambda r: r.preview),
+    Column("Text", lambda r: r.text_label, tooltip=_text_tip, foreground=_first_colour),
 ]
 
 # The fragments fitted to their table (at a 720 px window its columns ran ~10 px past its edge, Tokens, Share

@@ -87,7 +87,7 @@ class SearchResultsModel(QAbstractListModel):
         return f"{title}  ·  {hit.role}  ·  {format_time(hit.created_at)}\n{snippet(hit.text, self.query)}"
 
 
-TITLE_LEAST_CHARS = 18  # a thread title's least room, in "x" widths, before the date column gives way
+TITLE_LEAST_CHARS = 30  # a thread title's least room, in "x" widths (after its indent), before the date column gives way
 
 
 class _DateGivesWay(QObject):
@@ -148,7 +148,7 @@ class ResourcesPane(QWidget):
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Fixed)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Fixed)
         # In a narrow list (a 720 px window) the date column goes while the titles would have less than
-        # ``TITLE_LEAST`` (each row's tooltip says its last activity): titles are what users scan.
+        # ``TITLE_LEAST_CHARS`` (each row's tooltip says its last activity): titles are what users scan.
         self._date_width = 0
         self._date_fit = _DateGivesWay(self)
         self.tree.viewport().installEventFilter(self._date_fit)
@@ -268,16 +268,25 @@ class ResourcesPane(QWidget):
         self.fit_date_column()
 
     def fit_date_column(self) -> None:
-        """The Last activity column shown while the titles keep ``TITLE_LEAST`` px beside it."""
+        """The Last activity column shown while the titles keep ``TITLE_LEAST_CHARS`` beside it (``title_room``)."""
         if not self._date_width:
             return
         header = self.tree.header()
-        room = self.tree.viewport().width() - header.sectionSize(1) - self._date_width
+        room = self.title_room(self._date_width)
         hide = room < self.tree.fontMetrics().horizontalAdvance("x") * TITLE_LEAST_CHARS
         if self.tree.isColumnHidden(2) != hide:
             self.tree.setColumnHidden(2, hide)
             if not hide:
                 header.resizeSection(2, self._date_width)
+
+    def title_room(self, date_width: int | None = None) -> int:
+        """The px a thread's title has beside the count and (``date_width``, else the date column as shown) date
+        columns: a thread row is indented under its resource (the indent was left out, so titles kept ~20 px less
+        than ``TITLE_LEAST_CHARS`` said)."""
+        header = self.tree.header()
+        if date_width is None:
+            date_width = 0 if self.tree.isColumnHidden(2) else header.sectionSize(2)
+        return self.tree.viewport().width() - header.sectionSize(1) - date_width - self.tree.indentation()
 
     def thread_rows(self) -> list[tuple[str, str, int]]:
         """(resource id, thread title, message count) of every visible thread (tests, screenshots)."""

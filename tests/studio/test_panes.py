@@ -541,7 +541,7 @@ def test_a_tree_of_thousands_of_threads_sizes_its_columns_without_reading_every_
     monkeypatch.setattr(ResourceTreeModel, "_thread_data", counting)
     pane = ResourcesPane(make_session(path))
     qtbot.addWidget(pane)
-    pane.resize(420, 500)
+    pane.resize(520, 500)  # (wide enough for the date column beside titles with their room)
     pane.show()
     pane.refresh()
     qtbot.waitUntil(lambda: pane.proxy.rowCount() == 2, timeout=10_000)

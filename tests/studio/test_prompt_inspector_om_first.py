@@ -155,3 +155,41 @@ def test_the_notice_says_when_the_next_turn_reflects_first(qtbot: Any, tmp_path:
         in preview.notice
     assert pane.banner.text().startswith(start) and pane.banner.level == "warning"
     _shots(qtbot, pane, "reflect_first")
+
+
+def test_the_rows_the_next_turn_observes_first_are_marked_in_the_table(qtbot: Any, tmp_path: Path,
+                                                                        pane_on: Any) -> None:
+    """The banner names at most five of the messages that go; the fragment table marks every row that holds one
+    (the Text cell starts "will be observed first", the row's tooltip says why), and no other row."""
+    from PySide6.QtCore import Qt
+
+    from studio.logic.prompt_layout import OBSERVED_FIRST_MARK
+
+    path = tmp_path / "memory.db"
+    build(path, {"message_tokens": 60, "buffer_tokens": False}, until="observeFirst")
+    pane = pane_on(path)
+    preview = preview_of_next(qtbot, pane)
+    first = set(preview.prompt.notes["observational-memory"]["observeFirst"]["messages"])
+    model = pane.fragment_model
+    text_col = [model.headerData(c, Qt.Orientation.Horizontal) for c in range(model.columnCount())].index("Text")
+    marked, unmarked = [], []
+    for row, fragment in enumerate(preview.prompt.fragments):
+        cell = model.index(row, text_col)
+        text, tip = str(cell.data()), str(cell.data(Qt.ItemDataRole.ToolTipRole) or "")
+        goes = fragment.role in ("user", "assistant", "tool") and bool(first & set(fragment.stored_ids))
+        (marked if goes else unmarked).append(fragment.index)
+        assert text.startswith(OBSERVED_FIRST_MARK) == goes, (fragment.index, text)
+        assert ("the next turn first observes it with the observer model" in tip) == goes
+        assert (cell.data(Qt.ItemDataRole.ForegroundRole) is not None) == goes
+    assert len(marked) == len(first) and unmarked  # every message that goes has its row; the rest stay unmarked
+    from studio.logic.prompt_layout import fragment_header
+    assert all(fragment_header(r).endswith(OBSERVED_FIRST_MARK) == (r.index in marked) for r in model.rows())
+    _shots(qtbot, pane, "observe_first_rows")
+
+    # A preview that observes nothing first marks no row.
+    below = tmp_path / "below.db"
+    build(below, {"message_tokens": 60, "buffer_tokens": False}, turns=1)
+    pane = pane_on(below)
+    preview_of_next(qtbot, pane)
+    assert not any(str(pane.fragment_model.index(r, text_col).data()).startswith(OBSERVED_FIRST_MARK)
+                   for r in range(pane.fragment_model.rowCount()))

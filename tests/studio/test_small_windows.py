@@ -15,6 +15,8 @@ from PySide6.QtWidgets import (QAbstractButton, QAbstractItemView, QAbstractSpin
                                QLineEdit, QPlainTextEdit, QScrollArea, QTableView, QTextEdit, QTreeView, QWidget)
 
 from studio.selection import Selection
+from studio.main_window import LIST_WANTED
+from studio.panes.resources import TITLE_LEAST_CHARS
 
 from .conftest import seeded_demo_folder
 from .test_replay_inspector_columns import _replay_at, _window
@@ -295,14 +297,16 @@ def test_every_dialog_on_a_small_screen_scrolls_to_its_buttons(qtbot: Any, tmp_p
 
 
 @pytest.mark.parametrize("theme", [None, "light"])
-@pytest.mark.parametrize("width", [720, 900, 1100])
+@pytest.mark.parametrize("width", [720, 900, 1100, 1440])
 def test_the_thread_list_gives_way_to_the_panes_in_a_narrow_window(demo_dir: Path, tmp_path: Path, make_window: Any,
                                                                    qtbot: Any, qapp: Any, width: int,
                                                                    theme: str | None) -> None:
     """At 720 px wide the thread list kept its least of 340 px (and the 380 px it starts at): the pane beside
     it had ~320 px and was cut sideways. The list now takes at most 36 % of a narrow window (at least 30 %, at
     most 340 px of least), its date column going while its titles would have too little room (each row's
-    tooltip says it); from 1,100 px it is as it was, 380 px with its three columns (in the themed app too)."""
+    tooltip says it); from 1,100 px it is as it was, 380 px. At 1,440 px its titles had ~130 px beside the counts
+    and dates ("Plannin…ith Zoë"): they keep ``TITLE_LEAST_CHARS`` after their indent now, the date coming back
+    when the list is dragged wider (in the themed app too)."""
     from studio.theme import apply_theme
 
     from .conftest import theme_restored
@@ -322,15 +326,25 @@ def _thread_list_at(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any
     left, split = window.left.width(), window.split.width()
     assert window.width() == width
     if width >= 1100:
-        assert left == 380 and not tree.isColumnHidden(2)
+        assert left == LIST_WANTED == 380
     else:
         assert int(split * 0.30) <= left <= int(split * 0.36)
         assert window.left.minimumWidth() < 340
     assert window.tabs.width() >= split - left - window.split.handleWidth() - 1
-    titles = tree.viewport().width() - sum(tree.header().sectionSize(c) for c in (1, 2) if not tree.isColumnHidden(c))
-    assert titles >= tree.fontMetrics().horizontalAdvance("x") * 18  # (the titles keep room to be read)
+    titles = tree.viewport().width() - tree.indentation() - \
+        sum(tree.header().sectionSize(c) for c in (1, 2) if not tree.isColumnHidden(c))
+    assert titles == window.resources.title_room()
+    x = tree.fontMetrics().horizontalAdvance("x")
+    assert titles >= x * 18  # (the titles keep room to be read, in the narrowest list too)
+    if not tree.isColumnHidden(2) or width >= 1100:  # (the date never takes the room they need)
+        assert titles >= x * TITLE_LEAST_CHARS
     if width == 720:
         assert tree.isColumnHidden(2)  # (at 900 px it depends on the font: the titles keep their room either way)
+    if width == 1440:
+        # Dragged wider, the list shows the date again beside titles that keep their room.
+        window.split.setSizes([left + 200, split - left - 200])
+        qtbot.waitUntil(lambda: not tree.isColumnHidden(2), timeout=5_000)
+        assert window.resources.title_room() >= tree.fontMetrics().horizontalAdvance("x") * TITLE_LEAST_CHARS
     window.session.pool.wait(20_000)
 
 
