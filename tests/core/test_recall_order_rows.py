@@ -200,3 +200,32 @@ def test_a_row_of_another_role_is_marked_when_its_thread_is_appended_to(tmp_path
     assert [ids[r] for r in range(5) if not vset.order_rows.known[r]] == ["a-3", "a-t"]
     assert filled()["a-t"] == "a-4"
     store.close()
+
+
+def test_a_set_with_nothing_known_is_filled_whole_by_its_first_search(tmp_path: Path, monkeypatch):
+    """The first search of a set just loaded fills every row at once (one read of the order cache), not only its
+    candidates'; past ``WHOLE_FILL_ROWS`` only the candidates'; the answers are a fresh read's either way."""
+    from core.recall import order_rows
+
+    store, index = indexed(tmp_path, {"a": 6, "b": 4})
+    with store.db.read() as conn:
+        vset = index.vector_set(conn, "u", None)
+        assert isinstance(vset, VectorSet)
+        fresh = pipeline.thread_order(conn, vset.message_ids[: vset.n], labels=True)
+        two = np.array([vset.row_of("a-1"), vset.row_of("b-2")], dtype=np.intp)
+        found = vset.order_rows.filled(conn, index.order, vset, two, reader=pipeline.thread_order)
+        assert found is not None
+        assert known_of(vset) == set(fresh)  # every row, not the two asked
+        got = vset.order_rows.answers(vset, np.arange(vset.n, dtype=np.intp))
+        assert got is not None and {vset.message_ids[r]: a for r, a in got.items()} == fresh
+    store.close()
+    monkeypatch.setattr(order_rows, "WHOLE_FILL_ROWS", 5)  # (this set has 10 rows)
+    (tmp_path / "big").mkdir()
+    store, index = indexed(tmp_path / "big", {"a": 6, "b": 4})
+    with store.db.read() as conn:
+        vset = index.vector_set(conn, "u", None)
+        assert isinstance(vset, VectorSet)
+        two = np.array([vset.row_of("a-1"), vset.row_of("b-2")], dtype=np.intp)
+        assert vset.order_rows.filled(conn, index.order, vset, two, reader=pipeline.thread_order) is not None
+        assert known_of(vset) == {"a-1", "b-2"}
+    store.close()
