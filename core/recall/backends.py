@@ -46,6 +46,9 @@ class KeywordBackend(Protocol):
 
     def delete_docs(self, conn: sa.Connection, message_ids: list[str]) -> None: ...
 
+    def doc_state(self, conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+        """(passage hash, thread id) of each of these messages that has a keyword doc."""
+
     def delete_thread(self, conn: sa.Connection, thread_id: str) -> None: ...
 
     def drain(self, conn: sa.Connection, indexed: Collection[str] = (),

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from core.messages import Message
 from core.recall.passages import INDEXED_ROLES
-from core.recall.schema import FTS_TABLE, doc_state
+from core.recall.schema import FTS_TABLE
 from core.recall.search import run
 from core.recall.text import recall_text
 from core.recall.hybrid import fusion_for
@@ -471,7 +471,7 @@ def _index_facts(index: "RecallIndex", m: Message) -> tuple[set[str | None], boo
         models.add(index.model_id)
     with index.store.db.read() as conn:
         models.update(index.vectors.models_of(conn, m.id))
-        has_doc = bool(index.has_fts) and m.id in doc_state(conn, [m.id])
+        has_doc = bool(index.has_fts) and m.id in index.keywords.doc_state(conn, [m.id])
     return models, has_doc
 
 

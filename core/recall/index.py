@@ -38,7 +38,7 @@ from core.recall.pg_keyword_cache import PgKeywordCache
 from core.recall.pg_order import PgOrderCache
 from core.recall.pg_vectors import PgVectors
 from core.recall.schema import (
-    DOCS_TABLE, QUEUE_TABLE, RECALL_MIGRATIONS, STATE_TABLE, batch_passage_hash, count_and_previous, doc_state, ids_in_span, previous_text,
+    DOCS_TABLE, QUEUE_TABLE, RECALL_MIGRATIONS, STATE_TABLE, batch_passage_hash, count_and_previous, ids_in_span, previous_text,
     span_and_next, vector_table_name,
 )
 from core.storage.catalog import has_table
@@ -799,7 +799,7 @@ class RecallIndex:
         self, conn: sa.Connection, ids: list[str]
     ) -> tuple[dict[str, tuple[str | None, str | None]], dict[str, VectorState]]:
         """(keyword doc: passage hash and thread, vector row state) of each message the index holds."""
-        docs = doc_state(conn, ids) if self.has_fts else {}
+        docs = self.keywords.doc_state(conn, ids) if self.has_fts else {}
         return docs, self.vectors.stored_state(conn, ids)
 
     def _replace(self, remove: list[str], docs: list[DocRow], rows: list[VectorRow], drop: list[str],
@@ -916,7 +916,7 @@ class RecallIndex:
             return set()
         docs: dict[str, tuple[str | None, str | None]] = {}
         if queued:
-            docs = doc_state(conn, ids)
+            docs = self.keywords.doc_state(conn, ids)
         else:  # (the queue's ``message_id`` index, migration ``0025_recall_queue_by_message``, finds them)
             for marks, params in bulk.in_lists(conn, ids):
                 docs.update((mid, (digest, None)) for mid, digest in conn.exec_driver_sql(

@@ -25,6 +25,7 @@ from core.recall.schema import (
     QUEUE_TABLE,
     STATE_TABLE,
     delete_docs,
+    doc_state,
     keyword_rows_ready,
     upsert_docs,
 )
@@ -375,6 +376,9 @@ class Fts5Keywords:
 
     def delete_docs(self, conn: sa.Connection, message_ids: list[str]) -> None:
         delete_docs(conn, message_ids)
+
+    def doc_state(self, conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+        return doc_state(conn, message_ids)
 
     def delete_thread(self, conn: sa.Connection, thread_id: str) -> None:
         delete_thread(conn, thread_id)

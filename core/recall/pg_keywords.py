@@ -32,7 +32,7 @@ from core.recall.pg_schema import KEYWORD_CONFIG, LEGACY_CONFIG
 from core.recall.schema import DOCS_TABLE, QUEUE_TABLE
 from core.recall.text import passage_hash, segment
 from core.recall.types import DocRow
-from core.storage import catalog
+from core.storage import bulk, catalog
 from core.storage.pg import cursor
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -164,6 +164,17 @@ def merge_pending(conn: sa.Connection) -> None:
     conn.exec_driver_sql(
         "SELECT gin_clean_pending_list(c.oid) FROM pg_class c "
         "WHERE c.oid = to_regclass(?) AND pg_has_role(c.relowner, 'USAGE')", (GIN_INDEX,))
+
+
+def doc_state(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+    """(passage hash, thread id) of each message's keyword doc (``TsvectorKeywords.doc_state``)."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for marks, params in bulk.in_lists(conn, message_ids):
+        for mid, digest, thread_id in conn.exec_driver_sql(
+            f"SELECT message_id, content_hash, thread_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", params
+        ):
+            out[mid] = (digest, thread_id)
+    return out
 
 
 def delete_docs(conn: sa.Connection, message_ids: list[str]) -> int:
@@ -370,6 +381,9 @@ class TsvectorKeywords:
 
     def delete_docs(self, conn: sa.Connection, message_ids: list[str]) -> None:
         delete_docs(conn, message_ids)
+
+    def doc_state(self, conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+        return doc_state(conn, message_ids)
 
     def delete_thread(self, conn: sa.Connection, thread_id: str) -> None:
         delete_thread(conn, thread_id)

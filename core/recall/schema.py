@@ -63,7 +63,6 @@ import sqlalchemy as sa
 from core.storage import bulk, catalog, dialect, driver_sql
 
 from core.storage import migrations
-from core.storage.capabilities import capabilities_of
 from core.recall import pg_changes, pg_schema  # the same steps on Postgres
 from core.recall.tables import DOCS_TABLE as DOCS_TABLE, FTS_TABLE as FTS_TABLE, FTS_WATERMARK as FTS_WATERMARK
 from core.recall.tables import QUEUE_TABLE as QUEUE_TABLE, STATE_TABLE as STATE_TABLE
@@ -477,16 +476,16 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
     )
 
 
+_DOC_STATE_SQL = (f"SELECT m.id, f.content_hash, m.thread_id FROM mastra_messages m JOIN {FTS_TABLE} f "
+                  "ON f.rowid = m.rowid WHERE m.id IN ({})")
+
+
 def doc_state(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
-    """(passage hash, thread id) of each message's keyword doc (libSQL: the thread is the message's now)."""
-    if capabilities_of(conn).full_text != "fts5":
-        sql = f"SELECT message_id, content_hash, thread_id FROM {DOCS_TABLE} WHERE message_id IN ({{}})"
-    else:
-        sql = (f"SELECT m.id, f.content_hash, m.thread_id FROM mastra_messages m JOIN {FTS_TABLE} f ON f.rowid = m.rowid "
-               "WHERE m.id IN ({})")
+    """(passage hash, thread id) of each message's keyword doc on libSQL (``Fts5Keywords.doc_state``; the
+    thread is the message's: the doc is its FTS5 row, ``0031``)."""
     out: dict[str, tuple[str | None, str | None]] = {}
     for marks, params in bulk.in_lists(conn, message_ids):
-        for mid, digest, thread_id in conn.exec_driver_sql(sql.format(marks), params):
+        for mid, digest, thread_id in conn.exec_driver_sql(_DOC_STATE_SQL.format(marks), params):
             out[mid] = (digest, thread_id)
     return out
 
