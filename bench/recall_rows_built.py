@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -64,18 +63,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
-    rng = np.random.default_rng(1)  # (recall_speed.py's resource and queries, the same seeds)
-    store = rs.open_store(Path(tempfile.mkdtemp(prefix="recall-rows-built-")) / "m.db")
-    store.memory.create_thread(thread_id="t", resource_id="u")
-    msgs = rs.synthetic_messages(10_000, "t", "u", rng)
-    for start in range(0, len(msgs), 1000):
-        store.memory.save_messages(msgs[start : start + 1000])
-    emb = rs.TableEmbedder(rs.FUSION_IDS["use"])
-    index = rs.RecallIndex.for_store(store, emb)
-    for start in range(0, len(msgs), 256):
-        index.index_messages(msgs[start : start + 256])
-    queries = [rs.words(rng, 6) for _ in range(200)]
-    emb.fixed.update(zip(queries, emb.embed(queries, "query")))
+    store, index, emb, msgs, queries = rs.indexed_resource(10_000, "use", "recall-rows-built-")
     index.search(queries[0], resource_id="u", mode="hybrid")  # (the keyword memory and order cache loaded)
     fusion = hybrid.fusion_for(emb.model_id)
     depth, kw_depth = fusion.depths(10)

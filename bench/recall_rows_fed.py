@@ -18,12 +18,10 @@ import argparse
 import functools
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import recall_speed as rs  # noqa: E402  (puts its own checkout first on the path)
@@ -38,18 +36,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--steps", action="store_true", help="also time the rows way's parts")
     args = ap.parse_args()
-    rng = np.random.default_rng(1)  # (recall_speed.py's resource and queries, the same seeds)
-    store = rs.open_store(Path(tempfile.mkdtemp(prefix="recall-rows-fed-")) / "m.db")
-    store.memory.create_thread(thread_id="t", resource_id="u")
-    msgs = rs.synthetic_messages(args.n, "t", "u", rng)
-    for start in range(0, args.n, 1000):
-        store.memory.save_messages(msgs[start : start + 1000])
-    emb = rs.TableEmbedder(rs.FUSION_IDS["use"])
-    index = rs.RecallIndex.for_store(store, emb)
-    for start in range(0, args.n, 256):
-        index.index_messages(msgs[start : start + 256])
-    queries = [rs.words(rng, 6) for _ in range(200)]
-    emb.fixed.update(zip(queries, emb.embed(queries, "query")))
+    store, index, emb, _, queries = rs.indexed_resource(args.n, "use", "recall-rows-fed-")
     for text in queries[:5]:  # (the keyword memory, order cache and the set's map loaded)
         index.search(text, resource_id="u", mode="hybrid", top_k=10)
     real = pipeline._row_hits

@@ -38,7 +38,6 @@ import argparse
 import contextlib
 import statistics
 import sys
-import tempfile
 import time
 from datetime import date
 from itertools import repeat
@@ -171,18 +170,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=4)
     args = ap.parse_args()
-    rng = np.random.default_rng(1)  # (recall_speed.py's resource and queries, the same seeds)
-    store = rs.open_store(Path(tempfile.mkdtemp(prefix="recall-rows-")) / "m.db")
-    store.memory.create_thread(thread_id="t", resource_id="u")
-    msgs = rs.synthetic_messages(args.n, "t", "u", rng)
-    for start in range(0, args.n, 1000):
-        store.memory.save_messages(msgs[start : start + 1000])
-    emb = rs.TableEmbedder(rs.FUSION_IDS[args.fusion])
-    index = rs.RecallIndex.for_store(store, emb)
-    for start in range(0, args.n, 256):
-        index.index_messages(msgs[start : start + 256])
-    queries = [rs.words(rng, 6) for _ in range(200)]
-    emb.fixed.update(zip(queries, emb.embed(queries, "query")))
+    store, index, emb, _, queries = rs.indexed_resource(args.n, args.fusion, "recall-rows-")
     index.search(queries[0], resource_id="u", mode="vector")
     fusion = hybrid.fusion_for(emb.model_id)
     depth, kw_depth = fusion.depths(10)

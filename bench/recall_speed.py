@@ -121,6 +121,26 @@ def time_searches(index: Any, queries: list[str], mode: str) -> tuple[list[float
 FUSION_IDS = {"default": "synthetic@d512", "use": "use-multilingual-v3-q@d512", "e5": "multilingual-e5-small-q4@d512"}
 
 
+def indexed_resource(n: int, fusion: str, prefix: str) -> tuple[Any, RecallIndex, TableEmbedder, list[Message],
+                                                                list[str]]:
+    """(store, index, embedder, messages, queries): this bench's resource of ``n`` messages in one thread, stored and
+    indexed, and its 200 queries with their vectors fixed, from the same seeds as ``bench_10k`` (the rows
+    benches measure the same searches as this one), in a new folder named by ``prefix``."""
+    rng = np.random.default_rng(1)
+    store = open_store(Path(tempfile.mkdtemp(prefix=prefix)) / "m.db")
+    store.memory.create_thread(thread_id="t", resource_id="u")
+    msgs = synthetic_messages(n, "t", "u", rng)
+    for start in range(0, n, 1000):
+        store.memory.save_messages(msgs[start : start + 1000])
+    emb = TableEmbedder(FUSION_IDS[fusion])
+    index = RecallIndex.for_store(store, emb)
+    for start in range(0, n, 256):
+        index.index_messages(msgs[start : start + 256])
+    queries = [words(rng, 6) for _ in range(200)]
+    emb.fixed.update(zip(queries, emb.embed(queries, "query")))
+    return store, index, emb, msgs, queries
+
+
 def parse_fusion(text: str) -> Any:
     """``a:v:k`` (keyword share, vector depth, keyword depth) as a ``Fusion`` with the query lower-cased
     (USE's)."""

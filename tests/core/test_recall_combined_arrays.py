@@ -31,10 +31,7 @@ def may_reach(order: list[tuple[float, float, str]], top_k: int, *, dated: bool,
 
 
 class DictCombined:
-    """``combine``'s scores of every candidate, best first (``order``: (-score, -cosine, message id)),
-    with the ``Fused`` records built only for the candidates asked for (``fused``): a search needs
-    every score (any candidate may be another's next message) but records for the few that can
-    still reach its top k."""
+    """As ``hybrid.Combined`` (its docstring says what and why), in the dict loops it replaced."""
 
     def __init__(self, vector: Sequence[Ranked], keyword: Sequence[Ranked], cosines: Mapping[str, float] | None = None,
                  *, keyword_share: float = KEYWORD_SHARE, vec_at: dict[str, int] | None = None) -> None:
@@ -157,19 +154,7 @@ class DictCombined:
         return {mid: -neg for neg, _, mid in self.order}
 
     def propagate(self, next_of: Mapping[str, str | None], share: float) -> None:
-        """Each candidate's score becomes ``(score + share * (previous's + next's)) / (1 + 2 * share)``,
-        its thread neighbours' scores counted when they are candidates (``next_of``: the next message of
-        each candidate, as for ``rerank``; the previous one is the candidate whose next it is), then
-        ``order`` is sorted again (the same ties). Scores stay at most 1.
-
-        A conversation's answer is spread over a few turns (a question, its answer, a follow-up), and a
-        turn whose neighbours also match the query is more likely among them than one matching alone.
-        Measured on LoCoMo's public split (``bench/recall_routes.py --only propagate``; hybrid recall@10,
-        USE / e5, base .760 / .794): share .3 .774 / .807, .4 .777 / .807, .5 .782 / .805; every
-        conversation gained with both models at .3-.5. The previous message alone, or a previous-message
-        share added in ``rerank`` beside the next message's (no divisor), gained less, and not on both
-        models at the same share; the divisor's side effect alone (stronger date and speaker boosts) gained
-        at most .005."""
+        """As ``hybrid.Combined.propagate`` (its docstring says what and why), in the dict loops it replaced."""
         if not self._takes(share):
             return
         self._reorder(self._propagated(next_of, share)[0])
@@ -214,19 +199,7 @@ class DictCombined:
         return scored, best_of, second_of
 
     def thread_prior(self, share: float) -> None:
-        """Each candidate's score becomes ``(score + share * best) / (1 + share)``, ``best`` being the best
-        score of another candidate of the same thread (the thread its hit in either list names; 0 when it
-        is its thread's only candidate), then ``order`` is sorted again (the same ties). Scores stay at
-        most 1, and candidates of one thread keep their order among themselves (for a share below 1).
-
-        A thread whose other messages match the query too is more likely to be about it than one where a
-        single message matches in passing: the evidence of a conversation adds up, as a document's
-        passages do in passage retrieval. Measured on LoCoMo's public split, where a thread is a
-        session (``bench/recall_routes.py --only thread``, on top of the neighbours' share; hybrid
-        recall@10, USE / e5, base .777 / .807): share .2 .787 / .814, .3 .789 / .818, .5 .787 / .822;
-        every conversation gained with e5 at .2-.5, and all but one with USE (-.002 there). The mean of the
-        best two others gave the same (.788 / .817 at .3); the sum of all others, capped at 1, less (.780 /
-        .804)."""
+        """As ``hybrid.Combined.thread_prior`` (its docstring says what and why), in the dict loops it replaced."""
         if not self._takes(share):
             return
         base = self._score_of
@@ -304,10 +277,7 @@ class DictCombined:
         by_speaker: AbstractSet[str] | None = None,
         scores: Mapping[str, float] | None = None,
     ) -> list[Fused]:
-        """``rerank(self.fused(entries), next_of, in_period, limit=limit, scores=self.scores(),
-        by_speaker=by_speaker)``, the same records in the same order, with a record built only for each
-        candidate returned (a search keeps ``limit`` of about a hundred). ``scores``: ``self.scores()``,
-        when the caller has it."""
+        """As ``hybrid.Combined.reranked`` (its docstring says what and why), in the dict loops it replaced."""
         base = self._score_of if scores is None else scores
         kept = _rescored(entries, base, next_of, in_period, by_speaker, NEXT_SHARE, DATE_BOOST, SPEAKER_BOOST, limit)
         return self.fused([(neg, tie, mid) for neg, tie, mid, _ in kept])  # (each record's score: the re-ranked one)
