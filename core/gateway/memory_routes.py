@@ -57,7 +57,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from core.gateway import cursors
-from core.gateway.access import (breaks_id_rule, caller_of, check_named_resource, client_id, has_rows, no_such_thread,
+from core.gateway.access import (breaks_id_rule, caller_of, check_named_resource, has_rows, no_such_thread,
                                  sees_thread, still_the_thread)
 from core.gateway.conditional import IF_MATCH, IF_NONE_MATCH, Conditions, etag, precondition_failed
 from core.gateway.errors import GatewayError, bad_request
@@ -269,10 +269,11 @@ async def put_working_memory(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
     key = key_of(request.headers)
     asked = _resource(request, "working memory")
-    # A write may create the resource's row: its id follows the rule a chat turn's ids follow, so the
-    # gateway never makes a resource that no chat request could name (control characters, 5,000 characters).
-    client_id("resourceId", asked)
     memory = _memory(request, asked, working_memory=True)
+    # A write may create the resource's row: the rule every memory route and MCP tool follows, so the gateway never
+    # makes a resource no chat request could name (control characters, 5,000 characters), while a resource another
+    # tool stored under such an id stays writable by its owner.
+    await _named(request, memory, asked)
     body = await read_json(request)
     if not isinstance(body, Mapping) or "workingMemory" not in body:
         raise bad_request('Send {"workingMemory": ...}: Markdown text, or an object for schema working memory.',

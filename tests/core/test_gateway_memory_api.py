@@ -333,6 +333,29 @@ def test_ids_with_unusual_characters_round_trip(server):
     assert status == 200 and data["messages"][0]["threadId"] == thread
 
 
+def test_working_memory_put_follows_the_id_rule_mcp_follows(server, memory):
+    """The PUT refused an odd resourceId even when that resource had data (a strict check of its own), while MCP's
+    update_working_memory and the memory API's reads let the owner of stored rows reach them. One rule now: an id
+    no chat turn could name is refused only when nothing is stored under it."""
+    legacy = "legacy\x1b[31m"
+    memory.update_working_memory(resource_id=legacy, working_memory="# Profile\n- Name: Old\n")
+    memory.save_messages([Message.user("old", thread_id="lt", resource_id=legacy)])  # another tool's rows
+    profile = "# Profile\n- Name: New\n"
+    put = {resource: call(server, "PUT", f"/api/memory/threads/lt/working-memory?resourceId={quote(resource)}"
+                                          "&agentId=chat", {"workingMemory": profile})
+           for resource in ("ev\x1b]0;owned\x07il", "r" * 5000, legacy, "carol")}
+    assert [status for status, _ in put.values()] == [400, 400, 200, 200]
+    refused = put["ev\x1b]0;owned\x07il"][1]["error"]
+    assert refused["param"] == "resourceId" and "control character (U+001B)" in refused["message"]
+    assert "Nothing was read or written" in refused["message"]
+    assert "5,000 characters long" in put["r" * 5000][1]["error"]["message"]
+    assert put[legacy][1]["workingMemory"] == profile and put[legacy][1]["threadExists"]
+    status, read = call(server, "GET", f"/api/memory/threads/lt/working-memory?resourceId={quote(legacy)}&agentId=chat")
+    assert status == 200 and read["workingMemory"] == profile
+    ids = {r.id for r in memory.store.memory.list_resources()}
+    assert legacy in ids and "carol" in ids and not any("\x1b]" in i or len(i) > 256 for i in ids)
+
+
 def test_working_memory_of_an_agent_without_it_says_how_to_get_it(store):
     # `memory-studio serve --model` serves a default memory, whose working memory is off: the route said only
     # "not enabled for this agent's memory", with nothing on what to do.
