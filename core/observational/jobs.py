@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Mapping
 
 from core.background import CANCELLED, CancelToken
-from core.llm.base import ModelError
+from core.llm.base import CONTEXT_OVERFLOW_HINT, ModelError
 from core.llm.stopping import CallStopped, current_stop
 from core.llm.yielding import TRAFFIC, CallYielded, background_call
 from core.observational import buffer_store
@@ -100,7 +100,7 @@ class OMJob:
                 span.end(error=f"stopped: {exc.reason}")
                 raise CallStopped(exc.reason, model_id=exc.model_id, during=role) from exc
             except ModelError as exc:
-                told = _where_to_cap(exc, opts)
+                told = _where_to_cap(_context_not_fitted(exc, role), opts)
                 if told is exc:
                     raise
                 raise told from exc
@@ -198,8 +198,25 @@ def _where_to_cap(exc: ModelError, opts: ObservationalMemoryOptions) -> ModelErr
     observational-memory options: say so (the client's sentence stays)."""
     if opts.max_output_tokens is not None or _UNCAPPED_HINT not in exc.hint:
         return exc
-    hint = (f"{exc.hint}; for observational memory's observer and reflector, which the agent's model_settings "
-            "do not reach: observational_memory={'max_output_tokens': 2000}")
+    return _with_hint(exc, f"{exc.hint}; for observational memory's observer and reflector, which the agent's "
+                           "model_settings do not reach: observational_memory={'max_output_tokens': 2000}")
+
+
+def _context_not_fitted(exc: ModelError, role: str) -> ModelError:
+    """The model client's hint for a request over the server's context is written for a caller that fitted its
+    prompt to ``context_window`` (an agent's turn): "give a smaller context_window". The observer's and the
+    reflector's requests are not fitted (their instructions, the observations so far and every message they
+    take go whole), so that advice only cut more of each turn's memory: say what makes them fit instead."""
+    if CONTEXT_OVERFLOW_HINT not in exc.hint:
+        return exc
+    which = role.split(" ", 1)[0]  # "observer", "reflector (level 1)"
+    return _with_hint(exc, f"the {which}'s request is not fitted to context_window (its instructions, the "
+                           f"observations so far and the messages it takes are sent whole): give the server a larger "
+                           f"context (llama.cpp --ctx-size, vLLM --max-model-len, Ollama num_ctx) or name a "
+                           f"{which}_model with a larger one in observational_memory")
+
+
+def _with_hint(exc: ModelError, hint: str) -> ModelError:
     return ModelError(exc.detail, model_id=exc.model_id, endpoint=exc.endpoint, status=exc.status, hint=hint,
                       attempts=exc.attempts, retryable=exc.retryable, method=exc.method)
 

@@ -454,6 +454,34 @@ def test_an_uncapped_observer_that_times_out_is_told_where_its_cap_is(db_path: P
     assert [m.id for m in h.stored()[:4]] == prompt_ids(prompt)[:4]  # the messages stay raw
 
 
+def test_an_observer_request_over_the_servers_context_says_what_fits_it(db_path: Path | str) -> None:
+    # Regression (seen with SmolLM2 on llama.cpp, --ctx-size 1024, the model given context_window=1024): the
+    # observer's request of 1,791 tokens was refused, and the error said the server counts more tokens than the
+    # engine's estimate, "give a smaller context_window (now 1,024, e.g. 870)". The observer's request is not
+    # fitted to context_window at all (its instructions, the observations so far and every message it observes
+    # go whole), so a smaller one only cut more of each turn's memory, and the observer failed the same way.
+    from core.llm import LoopbackServer, OpenAICompatibleModel, RetryPolicy
+
+    with LoopbackServer(ScriptedModel([OBSERVED])) as server:
+        observer = OpenAICompatibleModel("observer", base_url=server.base_url, environ={}, keyring_service=None,
+                                         retry=RetryPolicy(max_retries=0), context_window=1024)
+        h = Harness(db_path, [])
+        h.memory = Memory(h.store, MemoryOptions(observational_memory={
+            "enabled": True, "message_tokens": 200, "buffer_tokens": False}),
+            observer_model=observer, tokenizer=TOKENIZER, clock=h.clock)
+        h.turn(long_text("alpha"), long_text("beta"))
+        h.turn(long_text("gamma"), long_text("delta"))
+        server.fail_next(1, 400, message="request (1791 tokens) exceeds the available context size (1024 tokens), "
+                                         "try increasing it")
+        prompt, _ = h.turn(long_text("epsilon"))
+    error = prompt.notes["observational-memory"]["observationError"]
+    assert "exceeds the available context size (1024 tokens)" in error  # the server's own words stay
+    assert "smaller context_window" not in error and "e.g. 870" not in error
+    assert "not fitted to context_window" in error and "--ctx-size" in error and "observer_model" in error
+    assert "the messages stay raw" in error
+    assert [m.id for m in h.stored()[:4]] == prompt_ids(prompt)[:4]  # nothing lost: the messages stay raw
+
+
 def test_a_reply_cut_off_at_the_length_cap_is_not_used(db_path: Path | str) -> None:
     # Regression (seen with SmolLM2 as reflector, max_output_tokens 300): the reflector's rewrite ended
     # at the length cap, mid-line, and was taken as the new log: the observations after the cut (and the
