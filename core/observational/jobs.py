@@ -212,8 +212,8 @@ def _context_not_fitted(exc: ModelError, role: str) -> ModelError:
     which = role.split(" ", 1)[0]  # "observer", "reflector (level 1)"
     return _with_hint(exc, f"the {which}'s request is not fitted to context_window (its instructions, the "
                            f"observations so far and the messages it takes are sent whole): give the server a larger "
-                           f"context (llama.cpp --ctx-size, vLLM --max-model-len, Ollama num_ctx) or name a "
-                           f"{which}_model with a larger one in observational_memory")
+                           f"context (llama.cpp --ctx-size, vLLM --max-model-len, Ollama num_ctx) or set "
+                           f"observational_memory's {which}_model to a model with a larger one")
 
 
 def _with_hint(exc: ModelError, hint: str) -> ModelError:

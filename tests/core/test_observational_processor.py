@@ -477,7 +477,8 @@ def test_an_observer_request_over_the_servers_context_says_what_fits_it(db_path:
     error = prompt.notes["observational-memory"]["observationError"]
     assert "exceeds the available context size (1024 tokens)" in error  # the server's own words stay
     assert "smaller context_window" not in error and "e.g. 870" not in error
-    assert "not fitted to context_window" in error and "--ctx-size" in error and "observer_model" in error
+    assert "not fitted to context_window" in error and "--ctx-size" in error
+    assert "observational_memory's observer_model to a model with a larger one" in error
     assert "the messages stay raw" in error
     assert [m.id for m in h.stored()[:4]] == prompt_ids(prompt)[:4]  # nothing lost: the messages stay raw
 
