@@ -407,6 +407,11 @@ class OpenAICompatibleModel:
                 hint += ("; the request set no max_tokens, and a small local model may write until its "
                          "context is full: cap the reply (model_settings={'max_tokens': 512}; memory-studio "
                          "serve --model: --max-tokens 512)")
+        elif isinstance(exc, openai.APIConnectionError) and _dropped(exc.__cause__):
+            # Connected, and the server closed the connection before any reply: not a wrong address.
+            detail = f"the server closed the connection without a reply ({self._scrub(str(exc.__cause__))})"
+            hint = (f"the server at {self.base_url} took the request, then dropped it: check its logs (it may have "
+                    "crashed, run out of memory or restarted), or a proxy between here and there")
         elif isinstance(exc, openai.APIConnectionError):
             detail = f"could not connect ({self._scrub(str(exc.__cause__ or exc))})"
             hint = f"check that the server at {self.base_url} is running and the base URL is right"
@@ -471,6 +476,14 @@ class OpenAICompatibleModel:
             text = text.replace(secret, "***")
         text = self._credentials.scrub(text)
         return text if len(text) <= 400 else text[:400] + "…"
+
+
+def _dropped(cause: BaseException | None) -> bool:
+    """Whether a connection error is a server that took the request and closed without a reply ("Server
+    disconnected without sending a response.", a reset while reading), not one never reached. Told by the
+    transport's class names (``RemoteProtocolError``, ``ReadError``), which httpx and the httpx2 the SDK now
+    ships share, so no transport library is imported here."""
+    return cause is not None and any(k.__name__ in ("RemoteProtocolError", "ReadError") for k in type(cause).__mro__)
 
 
 _YIELDING_LOCK = threading.Lock()

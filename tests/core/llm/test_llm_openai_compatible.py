@@ -226,6 +226,42 @@ def test_unreachable_server_says_so(sleeps: list[float]) -> None:
     assert "is running" in str(caught.value) and caught.value.attempts == 2
 
 
+def test_a_server_that_drops_the_request_is_not_called_unreachable(sleeps: list[float]) -> None:
+    # Seen through the gateway (bench/llm_requests.py, the proxy cutting llama.cpp's connection): a server that
+    # took the request and closed the connection without a reply was reported as "could not connect ... check
+    # that the server is running and the base URL is right", both of which were fine.
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    taken: list[bytes] = []
+
+    def drop_each() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                taken.append(conn.recv(65536))  # the request arrives, and no reply is written
+
+    threading.Thread(target=drop_each, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    try:
+        with OpenAICompatibleModel("m", base_url=url, environ={}, keyring_service=None,
+                                   retry=RetryPolicy(max_retries=1, initial_delay=0.0),
+                                   sleep=sleeps.append) as model:
+            with pytest.raises(ModelError) as caught:
+                model.generate(USER)
+    finally:
+        listener.close()
+    message = str(caught.value)
+    assert taken and b"POST /v1/chat/completions" in taken[0]
+    assert "could not connect" not in message and "base URL is right" not in message
+    assert "closed the connection without a reply" in message and "check its logs" in message
+    assert caught.value.attempts == 2  # retried, as a failure that may be passing
+
+
 def test_api_key_from_env_is_the_bearer_token_and_never_shown(script: ScriptedModel, make_model: MakeModel,
                                                               caplog: pytest.LogCaptureFixture) -> None:
     secret = "sk-test-0123456789abcdef"
