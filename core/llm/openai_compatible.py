@@ -408,8 +408,9 @@ class OpenAICompatibleModel:
                          "context is full: cap the reply (model_settings={'max_tokens': 512}; memory-studio "
                          "serve --model: --max-tokens 512)")
         elif isinstance(exc, openai.APIConnectionError) and _dropped(exc.__cause__):
-            # Connected, and the server closed the connection before any reply: not a wrong address.
-            detail = f"the server closed the connection without a reply ({self._scrub(str(exc.__cause__))})"
+            # Connected, and the server closed the connection before its reply ended: not a wrong address.
+            detail = ("the server closed the connection before its reply was complete "
+                      f"({self._scrub(str(exc.__cause__))})")
             hint = (f"the server at {self.base_url} took the request, then dropped it: check its logs (it may have "
                     "crashed, run out of memory or restarted), or a proxy between here and there")
         elif isinstance(exc, openai.APIConnectionError):

@@ -226,10 +226,19 @@ def test_unreachable_server_says_so(sleeps: list[float]) -> None:
     assert "is running" in str(caught.value) and caught.value.attempts == 2
 
 
-def test_a_server_that_drops_the_request_is_not_called_unreachable(sleeps: list[float]) -> None:
-    # Seen through the gateway (bench/llm_requests.py, the proxy cutting llama.cpp's connection): a server that
-    # took the request and closed the connection without a reply was reported as "could not connect ... check
-    # that the server is running and the base URL is right", both of which were fine.
+#: The start of a streamed reply: its headers and one event, written before the connection is closed.
+HALF_STREAM = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+               + b"%x\r\n%s\r\n" % (len(e := b'data: {"id":"x","object":"chat.completion.chunk","created":0,'
+                                                 b'"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},'
+                                                 b'"finish_reason":null}]}\n\n'), e))
+
+
+@pytest.mark.parametrize("written", [b"", HALF_STREAM], ids=["no reply", "half a streamed reply"])
+def test_a_server_that_drops_the_request_is_not_called_unreachable(sleeps: list[float], written: bytes) -> None:
+    # Seen through the gateway (bench/llm_requests.py, the proxy cutting llama.cpp's connection, and a server
+    # closing in the middle of a stream): a server that took the request and closed the connection before its
+    # reply ended was reported as "could not connect ... check that the server is running and the base URL is
+    # right", both of which were fine.
     import socket
     import threading
 
@@ -243,7 +252,8 @@ def test_a_server_that_drops_the_request_is_not_called_unreachable(sleeps: list[
             except OSError:
                 return
             with conn:
-                taken.append(conn.recv(65536))  # the request arrives, and no reply is written
+                taken.append(conn.recv(65536))  # the request arrives; the reply is cut (or never written)
+                conn.sendall(written)
 
     threading.Thread(target=drop_each, daemon=True).start()
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
@@ -252,14 +262,18 @@ def test_a_server_that_drops_the_request_is_not_called_unreachable(sleeps: list[
                                    retry=RetryPolicy(max_retries=1, initial_delay=0.0),
                                    sleep=sleeps.append) as model:
             with pytest.raises(ModelError) as caught:
-                model.generate(USER)
+                if written:
+                    list(model.stream(USER))
+                else:
+                    model.generate(USER)
     finally:
         listener.close()
     message = str(caught.value)
     assert taken and b"POST /v1/chat/completions" in taken[0]
     assert "could not connect" not in message and "base URL is right" not in message
-    assert "closed the connection without a reply" in message and "check its logs" in message
-    assert caught.value.attempts == 2  # retried, as a failure that may be passing
+    assert "closed the connection before its reply was complete" in message and "check its logs" in message
+    if not written:
+        assert caught.value.attempts == 2  # retried, as a failure that may be passing
 
 
 def test_api_key_from_env_is_the_bearer_token_and_never_shown(script: ScriptedModel, make_model: MakeModel,
