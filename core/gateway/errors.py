@@ -16,6 +16,7 @@ from typing import Any
 from core.context_window import ContextWindowError
 from core.errors import MemoryStudioError
 from core.llm.base import ModelError
+from core.llm.stopping import CallStopped
 from core.message_size import MessageTooLargeError
 from core.messages import MessageFormatError
 from core.scopes import ScopeConflictError, ThreadOwnershipError
@@ -72,6 +73,10 @@ def classify(exc: BaseException) -> ErrorReply:
             # Logged here, where the answer is made, once: ``known`` is asked by other places too (the idempotency
             # key's keeping), and the client's answer holds none of this text (``storage_message``).
             log.warning("a request met a storage error (answered %d): %s", reply.status, exc)
+        elif isinstance(exc, ModelError) and not isinstance(exc, CallStopped):
+            # The client gets the 502, but most of what it says is for whoever runs the gateway to fix (the model
+            # server down, its context or timeout flags); a stopped call is a client that left, logged where seen.
+            log.warning("a model call failed (answered %d): %s", reply.status, exc)
         return reply
     log.error("unexpected error while serving a request", exc_info=exc)
     return _reply(500, "The gateway failed on this request; its log has the details.", "server_error", "internal")

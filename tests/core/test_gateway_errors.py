@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import io
 import json
+import logging
 from collections.abc import Iterator
 
 import openai
@@ -112,6 +113,19 @@ def test_a_failing_model_is_502_plain_and_streamed(client):
             client.chat.completions.create(model="broken", messages=[user("hi")], stream=stream)
         assert caught.value.status_code == 502 and caught.value.code == "model_error"
         assert "http://model.test" in caught.value.message and "HTTP 500" in caught.value.message
+
+
+def test_a_failing_model_is_in_the_gateways_log_too(client, caplog):
+    """The 502 reached the client only: the log of `memory-studio serve` said nothing, so whoever ran it saw no
+    sign of llama.cpp being down or its context too small, while the fixes the message names (--context-window,
+    --model-timeout, the server) are theirs to make, not the client's."""
+    caplog.set_level(logging.WARNING, logger="core.gateway")
+    for stream in (False, True):
+        with pytest.raises(openai.APIStatusError):
+            client.chat.completions.create(model="broken", messages=[user("hi")], stream=stream)
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("core.gateway")]
+    assert len(said) == 2, said
+    assert all("answered 502" in s and "http://model.test" in s and "upstream said no" in s for s in said)
 
 
 def test_a_model_failing_after_tools_ran_is_not_retried_by_the_sdk(memory):
