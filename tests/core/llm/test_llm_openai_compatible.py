@@ -226,11 +226,11 @@ def test_unreachable_server_says_so(sleeps: list[float]) -> None:
     assert "is running" in str(caught.value) and caught.value.attempts == 2
 
 
-#: The start of a streamed reply: its headers and one event, written before the connection is closed.
+_FIRST_EVENT = (b'data: {"id":"x","object":"chat.completion.chunk","created":0,"model":"m",'
+                b'"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}\n\n')
+#: The start of a streamed reply: its headers and one event (one chunk), written before the connection is closed.
 HALF_STREAM = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-               + b"%x\r\n%s\r\n" % (len(e := b'data: {"id":"x","object":"chat.completion.chunk","created":0,'
-                                                 b'"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},'
-                                                 b'"finish_reason":null}]}\n\n'), e))
+               + b"%x\r\n%s\r\n" % (len(_FIRST_EVENT), _FIRST_EVENT))
 
 
 @pytest.mark.parametrize("written", [b"", HALF_STREAM], ids=["no reply", "half a streamed reply"])
