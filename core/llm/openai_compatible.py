@@ -455,9 +455,10 @@ class OpenAICompatibleModel:
             where = "the server's context size is not known here"
         if size and self.context_window and self.context_window <= int(size):
             # We fitted the prompt, but the server's tokenizer counted more than ours did.
+            smaller = int(self.context_window * 0.85)
             fix = (f"the server counts more tokens than the engine's o200k_base estimate; give a smaller "
-                   f"context_window (now {self.context_window:,}, e.g. {int(self.context_window * 0.85):,}) to "
-                   "leave more room")
+                   f"context_window (now {self.context_window:,}, e.g. {smaller:,}) to leave more room "
+                   f"(memory-studio serve --model: --context-window {smaller})")
         elif size:
             fix = (f"give the model context_window={int(size)} (memory-studio serve --model: --context-window "
                    f"{int(size)}) so the agent drops old memory to fit before sending")

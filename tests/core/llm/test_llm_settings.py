@@ -135,5 +135,7 @@ def test_an_overflow_despite_a_matching_window_asks_for_more_room(server):
     """Seen with llama.cpp: we fitted 2,024 o200k tokens, the server counted 2,049 in its 2,048."""
     server.fail_next(1, 400, message="request (2049 tokens) exceeds the available context size (2048 tokens), "
                                      "try increasing it")
-    with pytest.raises(ModelError, match=r"give a smaller context_window \(now 2,048, e.g. 1,740\)"):
+    with pytest.raises(ModelError, match=r"give a smaller context_window \(now 2,048, e.g. 1,740\)") as caught:
         model(server, context_window=2048).generate(USER)
+    # Where a gateway user sets it: the 502 names the flag, as the advice for a model without a window does.
+    assert "(memory-studio serve --model: --context-window 1740)" in str(caught.value)
