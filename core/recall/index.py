@@ -75,14 +75,15 @@ log = logging.getLogger(__name__)
 
 
 def _utc_iso(dt: datetime) -> str:
-    """``timeutil.to_iso``: for the UTC times messages carry, ``isoformat`` once (to_iso's timezone
-    check and ``replace`` cost twice as much again); any other time through ``to_iso`` itself."""
+    """``timeutil.to_iso``: for the UTC times messages carry, the fields put in one ``%`` template (half
+    the cost of ``isoformat``, which formats the offset too, and a third of to_iso's timezone check and
+    ``replace``); any other time through ``to_iso`` itself."""
     if dt.tzinfo is timezone.utc:
-        # "YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00", cut to milliseconds: the default timespec costs less
-        # than timespec="milliseconds".
-        text = dt.isoformat()
-        return text[:23] + "Z" if dt.microsecond else text[:19] + ".000Z"
+        return _ISO % (dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second, dt.microsecond // 1000)
     return _to_iso(dt)
+
+
+_ISO = "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ"  # what ``isoformat(timespec="milliseconds")`` + "Z" writes
 
 
 # A batch's times are written as text several times over (ordering, the re-check inside the save,
