@@ -384,20 +384,31 @@ class RecallIndex:
         message is indexed live, so that is the recipe. The metadata keeps the bare text. ``ordered``:
         filled with each thread's chained messages in order (``_chain``).
         """
+        ids = [m.id for m, _ in todo]
         with self.store.db.read() as conn:
-            stored = passages.contexts(conn, [m.id for m, _ in todo])
+            # The usual batch, one thread's new messages: whether any is stored and the text before its
+            # first one in one read (``contexts_and_previous``); that text is the chain's start when none is.
+            threads = {m.thread_id for m in batch}
+            thread_id = threads.pop() if len(threads) == 1 else None
+            both = None
+            if thread_id:
+                first = min(batch, key=_order_key)
+                both = passages.contexts_and_previous(conn, ids, thread_id, to_iso(first.created_at), first.id)
+            stored, before = both if both is not None else (passages.contexts(conn, ids), None)
             loose_ids = {m.id for m, _ in todo if m.id not in stored}
             if loose_ids:
                 chain = [m for m in batch if m.id not in stored or m.id in loose_ids]
-                stored.update(self._chain(conn, chain, loose_ids, texts, ordered))
+                start = {thread_id: before} if before is not None and thread_id and not stored else None
+                stored.update(self._chain(conn, chain, loose_ids, texts, ordered, start))
         return [stored[m.id] for m, _ in todo], loose_ids
 
     @staticmethod
     def _chain(conn: sa.Connection, chain: Sequence[Message], wanted: set[str], texts: "Texts | None" = None,
-               ordered: "dict[str, list[Message]] | None" = None) -> dict[str, str]:
+               ordered: "dict[str, list[Message]] | None" = None, start: dict[str, str] | None = None) -> dict[str, str]:
         """Contexts of ``wanted`` messages chained through ``chain`` (per thread, by (createdAt, id)),
         the first of each thread taking the stored message before it. ``texts``: recall texts already
-        computed (``StagedIndex.texts``); ``ordered``: filled with each thread's messages in that order."""
+        computed (``StagedIndex.texts``); ``ordered``: filled with each thread's messages in that order;
+        ``start``: the stored text before a thread's first message of ``chain``, already read."""
         out: dict[str, str] = {}
         by_thread: dict[str, list[Message]] = {}
         for m in chain:
@@ -407,7 +418,10 @@ class RecallIndex:
             if ordered is not None:
                 ordered[thread_id] = msgs
             first = msgs[0]
-            previous = previous_text(conn, thread_id or None, to_iso(first.created_at), first.id) if thread_id else ""
+            if start is not None and thread_id in start:
+                previous = start[thread_id]
+            else:
+                previous = previous_text(conn, thread_id or None, to_iso(first.created_at), first.id) if thread_id else ""
             for m in msgs:
                 if m.id in wanted:
                     out[m.id] = previous
