@@ -392,14 +392,16 @@ class RecallIndex:
             thread_id = threads.pop() if len(threads) == 1 else None
             both = None
             if thread_id:
-                first = min(batch, key=_order_key)
+                in_order = sorted(batch, key=_order_key)
+                first = in_order[0]
                 both = passages.contexts_and_previous(conn, ids, thread_id, to_iso(first.created_at), first.id)
             stored, before = both if both is not None else (passages.contexts(conn, ids), None)
             loose_ids = {m.id for m, _ in todo if m.id not in stored}
-            if loose_ids:
+            if loose_ids and before is not None and thread_id and not stored:  # the whole batch, in order
+                stored.update(self._chain(conn, in_order, loose_ids, texts, ordered, {thread_id: before}))
+            elif loose_ids:
                 chain = [m for m in batch if m.id not in stored or m.id in loose_ids]
-                start = {thread_id: before} if before is not None and thread_id and not stored else None
-                stored.update(self._chain(conn, chain, loose_ids, texts, ordered, start))
+                stored.update(self._chain(conn, chain, loose_ids, texts, ordered))
         return [stored[m.id] for m, _ in todo], loose_ids
 
     @staticmethod
@@ -408,13 +410,15 @@ class RecallIndex:
         """Contexts of ``wanted`` messages chained through ``chain`` (per thread, by (createdAt, id)),
         the first of each thread taking the stored message before it. ``texts``: recall texts already
         computed (``StagedIndex.texts``); ``ordered``: filled with each thread's messages in that order;
-        ``start``: the stored text before a thread's first message of ``chain``, already read."""
+        ``start``: the stored text before the first message of ``chain``, already read, when ``chain`` is
+        one thread's messages already in that order."""
         out: dict[str, str] = {}
         by_thread: dict[str, list[Message]] = {}
         for m in chain:
             by_thread.setdefault(m.thread_id or "", []).append(m)
         for thread_id, msgs in by_thread.items():
-            msgs.sort(key=_order_key)
+            if start is None or thread_id not in start:
+                msgs.sort(key=_order_key)
             if ordered is not None:
                 ordered[thread_id] = msgs
             first = msgs[0]
@@ -486,7 +490,9 @@ class RecallIndex:
                 by_thread.setdefault(m.thread_id, []).append(m)
         out: list[str] = []
         for thread_id, msgs in by_thread.items():
-            msgs.sort(key=_order_key)
+            chained = staged.ordered.get(thread_id) if staged.as_staged else None
+            # (stored as staged: the stage's order of the thread's messages, when it chained all of them)
+            msgs = chained if chained is not None and len(chained) == len(msgs) else sorted(msgs, key=_order_key)
             first, last = to_iso(msgs[0].created_at), to_iso(msgs[-1].created_at)
             known = staged.spans.get(thread_id)
             if known is None:
