@@ -93,7 +93,7 @@ class HashingEmbedder:
             out = sums[lines[::per_text]]
             for k in range(1, per_text):
                 out += sums[lines[k::per_text]]
-            has_words = worded[lines].reshape(len(texts), per_text).any(axis=1)
+            has_words = np.logical_or.reduce(worded[lines].reshape(len(texts), per_text), axis=1)
         else:
             out = np.add.reduceat(sums[text_lines], starts, axis=0)
             has_words = np.logical_or.reduceat(worded[text_lines], starts)
