@@ -18,7 +18,7 @@ from typing import Any, Iterable, Sequence
 
 import sqlalchemy as sa
 
-from core.recall.schema import text_of_raw
+from core.recall.schema import previous_sql, text_of_raw
 from core.recall.text import passage_hash
 from core.storage import bulk, dialect, driver_sql
 from core.timeutil import to_iso
@@ -94,6 +94,30 @@ def contexts(conn: sa.Connection, message_ids: Iterable[str]) -> dict[str, str]:
         for mid, prev in driver_sql.rows(conn, sql, params):
             out[mid] = text_of_raw(prev) if prev is not None else ""
     return out
+
+
+def contexts_and_previous(
+    conn: sa.Connection, message_ids: Sequence[str], thread_id: str, created_at: str, message_id: str,
+) -> tuple[dict[str, str], str] | None:
+    """``contexts(conn, message_ids)`` and ``schema.previous_text(conn, thread_id, created_at, message_id)``
+    in one statement: a batch of one thread's new messages reads whether any is stored already and
+    the text before its first message together (a statement a batch less). None when the ids do not
+    go as one JSON list (Postgres, an id JSON would change): the caller reads them apart."""
+    lists = list(bulk.in_lists(conn, list(dict.fromkeys(message_ids)), CHUNK))
+    if len(lists) != 1 or lists[0][0] != bulk.JSON_LIST:
+        return None
+    # (A message id is never NULL: the row with none is the previous text's.)
+    sql = (f"SELECT m.id, {_previous_sql(conn)} FROM json_each(?) j CROSS JOIN mastra_messages m ON m.id = j.value "
+           f"UNION ALL SELECT NULL, {previous_sql(conn)}")
+    out: dict[str, str] = {}
+    previous = ""
+    for mid, prev in driver_sql.rows(conn, sql, (*lists[0][1], thread_id, created_at, created_at, message_id)):
+        text = text_of_raw(prev) if prev is not None else ""
+        if mid is None:
+            previous = text
+        else:
+            out[mid] = text
+    return out, previous
 
 
 def load_thread(conn: sa.Connection, thread_id: str) -> dict[str, StoredPassage]:

@@ -370,7 +370,7 @@ def previous_text(conn: sa.Connection, thread_id: str | None, created_at: str, m
     """
     if not thread_id:
         return ""
-    row = driver_sql.first(conn, f"SELECT {_previous_sql(conn)}", (thread_id, created_at, created_at, message_id))
+    row = driver_sql.first(conn, f"SELECT {previous_sql(conn)}", (thread_id, created_at, created_at, message_id))
     return text_of_raw(row[0]) if row is not None and row[0] is not None else ""
 
 
@@ -383,7 +383,7 @@ def count_and_previous(
     row = driver_sql.first(
         conn,
         'SELECT (SELECT count(*) FROM mastra_messages WHERE thread_id = ? AND "createdAt" >= ? AND "createdAt" <= ?), '
-        f"{_previous_sql(conn)}, {_NEXT_SQL}",
+        f"{previous_sql(conn)}, {_NEXT_SQL}",
         (thread_id, first, last, thread_id, first, first, message_id, thread_id, last, last, last_id),
     )
     if row is None:
@@ -393,7 +393,7 @@ def count_and_previous(
 
 
 #: A scalar subquery: the id of the user/assistant message after (thread_id, createdAt, id), the
-#: inverse of ``_previous_sql``'s order.
+#: inverse of ``previous_sql``'s order.
 _NEXT_SQL = (
     "(SELECT id FROM mastra_messages WHERE thread_id = ? AND role IN ('user', 'assistant') AND \"createdAt\" >= ? "
     'AND ("createdAt" > ? OR id > ?) ORDER BY "createdAt", id LIMIT 1)'
@@ -425,7 +425,7 @@ def ids_in_span(conn: sa.Connection, thread_id: str, first: str, last: str) -> l
     )]
 
 
-def _previous_sql(conn: sa.Connection) -> str:
+def previous_sql(conn: sa.Connection) -> str:
     """A scalar subquery: the stored text of the user/assistant message before (thread_id, createdAt, id)."""
     return (
         f"(SELECT {dialect.stored_text_sql(conn, 'content')} FROM mastra_messages "

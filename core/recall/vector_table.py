@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -209,9 +210,9 @@ def _metadata_texts(metas: Sequence[dict[str, Any]]) -> list[str]:
         return []
     keys = tuple(metas[0])
     try:
-        rows = [tuple(meta.values()) for meta in metas]
-        if all(tuple(meta) == keys for meta in metas):
-            values = [v for row in rows for v in row]
+        if all(map(keys.__eq__, map(tuple, metas))):  # (map over C callables: no Python frame a row)
+            rows = [tuple(meta.values()) for meta in metas]
+            values = list(chain.from_iterable(rows))
             if not set(map(type, values)) - _STR and plain_text("".join(values)):
                 plain = (_TEMPLATES.get(keys) or _templates(keys))[1]
                 return [plain % row for row in rows]

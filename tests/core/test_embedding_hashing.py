@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from core.embedding import Embedder, HashingEmbedder
 
@@ -162,6 +163,31 @@ def test_a_batch_of_many_new_words_is_featurised_in_one_pass_with_the_same_vecto
         assert len(table._ids) <= 3 * 9
     finally:
         hashing._FeatureTable.MAX_WORDS = small
+        hashing._tables.pop(dim, None)
+
+
+_LINE = st.text(alphabet=st.sampled_from(list("ab Z9_.,") + ["é", "ﬁ", "Σ", "ς", "花", "生", "\u0301", "\u00a0"]),
+                max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lines=st.lists(st.lists(_LINE, min_size=1, max_size=3), min_size=1, max_size=8),
+       uniform=st.integers(min_value=0, max_value=3))
+def test_batches_of_texts_of_equal_or_mixed_line_counts_give_the_plain_vectors(lines: list[list[str]],
+                                                                             uniform: int) -> None:
+    # Texts of k lines each are summed by k slices (``embed``), others by ``reduceat``; a table that
+    # starts empty hashes each new feature once (``_FeatureTable._signed``), one met again is looked up,
+    # and a repeated new feature in one batch gets one hash: every path gives the plain definition's vectors.
+    from core.embedding import hashing
+
+    texts = ["\n".join((parts * uniform)[:uniform]) for parts in lines] if uniform else ["\n".join(p) for p in lines]
+    dim = 40  # a dimension no other test uses
+    hashing._tables.pop(dim, None)
+    try:
+        first = HashingEmbedder(dim).embed(texts)  # every feature new to the table
+        assert np.array_equal(first, _reference(texts, dim))
+        assert np.array_equal(HashingEmbedder(dim).embed(texts[::-1]), first[::-1])  # every one met before
+    finally:
         hashing._tables.pop(dim, None)
 
 

@@ -276,7 +276,8 @@ def test_a_batch_of_new_messages_writes_its_recall_rows_in_a_fixed_number_of_sta
         # the queue with the watermark, the watermark's write, the vector insert: one statement each per
         # batch, whatever its size.
         assert len(recall) == 5, recall
-        assert len(seen) <= 15, seen
+        # The stage's reads: whether any is stored and the text before the first, one statement.
+        assert len(seen) <= 14, seen
     finally:
         store.close()
 

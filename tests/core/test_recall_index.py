@@ -414,7 +414,7 @@ def test_index_batches_writes_what_index_messages_writes_batch_after_batch(tmp_p
 
 
 def test_the_index_writes_times_as_to_iso_does() -> None:
-    # The index formats a batch's times its own way for UTC times (a cheaper isoformat, cut to
+    # The index formats a batch's times its own way for UTC times (its fields in one % template, to
     # milliseconds), cached per time: the text must be timeutil.to_iso's for every time.
     import random
     from datetime import datetime, timedelta, timezone
@@ -429,3 +429,32 @@ def test_the_index_writes_times_as_to_iso_does() -> None:
     times += [datetime(2026, 3, 1, 9, 0), datetime(2026, 3, 1, 9, 0, 0, 1500, tzinfo=timezone(timedelta(hours=5)))]
     for dt in times:
         assert _utc_iso(dt) == index_iso(dt) == to_iso(dt), dt
+
+
+def test_the_stage_chains_new_and_saved_again_batches_from_the_stored_message_before_them(store) -> None:
+    # ``stage`` reads whether a batch of one thread is stored and the text before its first message in one
+    # statement (``passages.contexts_and_previous``), and chains from that text when none is stored; a
+    # batch holding a stored message reads them apart. Either way the staged contexts are already the right
+    # ones (the save's re-check, which would mend a wrong one, has nothing to change), and a batch over two
+    # threads chains each from its own.
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    seed(store, "t", "r", ["first stored", "second stored", "a tool-less third"])
+    seed(store, "t2", "r", ["other thread stored"], start=1)
+    new = [Message.user("new one", id="n1", thread_id="t", resource_id="r", created_at=at(20)),
+           Message.assistant("new two", id="n2", thread_id="t", resource_id="r", created_at=at(21))]
+    staged = index.stage(new[::-1])  # (any order in the call: chained by time)
+    assert staged.contexts == ["new one", "a tool-less third"]
+    early = [Message.user("before the third", id="e", thread_id="t", resource_id="r", created_at=at(1) + timedelta(milliseconds=500))]
+    assert index.stage(early).contexts == ["second stored"]
+    assert index.stage([Message.user("first of all", id="z", thread_id="t", resource_id="r", created_at=at(-5))]).contexts == [""]
+    again = [Message.assistant("second stored, edited", id="t-1", thread_id="t", resource_id="r", created_at=at(1)),
+             Message.user("new after it", id="n3", thread_id="t", resource_id="r", created_at=at(30))]
+    assert index.stage(again).contexts == ["first stored", "a tool-less third"]
+    both = [Message.user("in t", id="x1", thread_id="t", resource_id="r", created_at=at(40)),
+            Message.user("in t2", id="x2", thread_id="t2", resource_id="r", created_at=at(40))]
+    assert index.stage(both).contexts == ["a tool-less third", "other thread stored"]
+    for batch in (new, early, again, both):
+        with store.db.write() as conn:
+            staged = index.stage(batch)
+            staged.commit(conn, store.memory.save_messages(batch, conn=conn))
+            assert index._recheck(conn, staged) == {}
