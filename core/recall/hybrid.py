@@ -308,6 +308,8 @@ class Combined:
         self._keys: np.ndarray | None = None
         self._rank: np.ndarray | None = None  # candidates best first (None: not sorted yet)
         self._links: tuple[object, np.ndarray, np.ndarray, np.ndarray] | None = None
+        # (``within``'s best and top_k-th score of the scores ``_s`` (the same object), kept for the second cut)
+        self._cut: tuple[np.ndarray, int, float, float] | None = None
 
     @property
     def ids(self) -> list[str]:
@@ -538,10 +540,13 @@ class Combined:
         pool = len(s) if among is None else len(among)
         if pool <= top_k:
             return np.arange(len(s)) if among is None else among
-        neg = np.partition(-s, (0, top_k - 1))
-        gain = (NEXT_SHARE * max(float(-neg[0]), 0.0) + (SPEAKER_BOOST if spoken else _ROUNDING)
+        cut = self._cut
+        if cut is None or cut[0] is not s or cut[1] != top_k:
+            neg = np.partition(-s, (0, top_k - 1))
+            cut = self._cut = (s, top_k, float(-neg[0]), float(-neg[top_k - 1]))  # (the second cut's too)
+        gain = (NEXT_SHARE * max(cut[2], 0.0) + (SPEAKER_BOOST if spoken else _ROUNDING)
                 + (DATE_BOOST if dated else 0.0))
-        bar = float(-neg[top_k - 1]) - gain
+        bar = cut[3] - gain
         if among is None:
             return np.flatnonzero(s >= bar)
         kept: np.ndarray = among[s[among] >= bar]
