@@ -480,20 +480,27 @@ class Combined:
             codes = dict(zip(dict.fromkeys(self._threads), count()))
             self._codes = np.fromiter(map(codes.__getitem__, self._threads), dtype=np.int64, count=len(self._threads))
         th = self._codes
-        groups = int(th.max()) + 1 if len(th) else 0
+        m = len(s)
+        # In the sorted order each thread's candidates are one run, best first: a candidate at the head of its
+        # run gains the next place's score when that place is of its thread (else ``share * 0.0``), every other
+        # one its run head's. Computed in that order (the same products and sums, so the same bits), then
+        # put back in the candidates' order.
         order = self._sorted(s, group=th)
         grouped = th[order]
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = grouped[1:] != grouped[:-1]
-        second = np.zeros(len(order), dtype=bool)
-        second[1:] = first[:-1] & ~first[1:]
-        best_of = np.full(groups, -1, dtype=np.int64)
-        second_of = np.full(groups, -1, dtype=np.int64)
-        best_of[grouped[first]] = order[first]
-        second_of[grouped[second]] = order[second]
-        best, other = best_of[th], second_of[th]
-        to_best = np.where(other >= 0, share * s[np.maximum(other, 0)], share * 0.0)
-        return (s + np.where(best == np.arange(len(s)), to_best, share * s[best])) * (1.0 / (1.0 + share))
+        ranked = s[order]
+        head = np.empty(m, dtype=bool)
+        head[0] = True
+        np.not_equal(grouped[1:], grouped[:-1], out=head[1:])
+        start = np.maximum.accumulate(np.where(head, np.arange(m), 0))  # (each place's run head)
+        after = np.zeros(m, dtype=bool)  # (the next place is of the same thread)
+        np.logical_not(head[1:], out=after[:-1])
+        following = np.empty(m)
+        following[:-1] = ranked[1:]
+        following[-1] = 0.0
+        gained = np.where(head, np.where(after, share * following, share * 0.0), share * ranked[start])
+        out = np.empty(m)
+        out[order] = (ranked + gained) * (1.0 / (1.0 + share))
+        return out
 
     def reshape(self, next_of: "Mapping[str, str | None] | Links", neighbour_share: float, thread_share: float) -> None:
         """``propagate(next_of, neighbour_share)`` then ``thread_prior(thread_share)``, sorted once."""

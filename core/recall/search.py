@@ -489,7 +489,7 @@ class _RowLists:
         self._only: list[str] | None = []  # (the keyword-only candidates' ids; None: see ``_only_at``)
         self._only_at = np.empty(0, dtype=np.int64)  # (their places in the keyword list)
         self._only_cos = np.empty(0, dtype=np.float32)
-        self.slot = np.empty(0, dtype=np.int64)  # (each candidate's place by row: set by ``combined``)
+        self.slot = np.empty(0, dtype=np.int32)  # (each candidate's place by row: set by ``combined``)
 
     def vector(self) -> list[hybrid.Ranked]:
         """``VectorSet.ranked``'s records of the scan."""
@@ -513,7 +513,7 @@ class _RowLists:
         vset, hits, vrows = self.vset, self.hits, self.pos
         krows = hits.rows
         nv, nk = len(vrows), len(krows)
-        slot = np.full(vset.n + 2, -1, dtype=np.int64)
+        slot = np.full(vset.n + 2, -1, dtype=np.int32)  # (places: a few hundred at most)
         listed = np.arange(nk)
         slot[krows] = listed  # (each keyword hit's place; a row listed twice keeps one of its places)
         if (slot[krows] != listed).any():
