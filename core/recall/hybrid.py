@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain, compress, count, repeat
 from operator import and_, attrgetter, is_not, itemgetter, ne, not_
 from typing import AbstractSet, Callable, Mapping, NamedTuple, Sequence
@@ -628,8 +629,8 @@ class Combined:
         vat = self._vat[at].tolist()
         kat = self._kat[at].tolist()
         kw = self._kw_scores.tolist() if len(self._kw_scores) else []
-        return [Fused(mid, thread, resource, float(score), c if ok else None,
-                      kw[k] if k >= 0 else None, v + 1 if v >= 0 else None, k + 1 if k >= 0 else None)
+        return [_fused_of((mid, thread, resource, float(score), c if ok else None,
+                           kw[k] if k >= 0 else None, v + 1 if v >= 0 else None, k + 1 if k >= 0 else None))
                 for mid, thread, resource, score, c, ok, v, k in zip(ids, threads, resources, scores, cos, known, vat, kat)]
 
 
@@ -639,6 +640,9 @@ def _any(which: "AbstractSet[str] | np.ndarray | None") -> bool:
 
 
 _ROUNDING = 1e-9
+# ``Fused(*fields)`` without the named tuple's ``__new__`` (a frame per record), as ``types.ranked_of``.
+_fused_of: Callable[[tuple[str, str | None, str | None, float, float | None, float | None, int | None, int | None]],
+                    Fused] = partial(tuple.__new__, Fused)
 _SCORE = attrgetter("score")
 _MESSAGE_ID = attrgetter("message_id")
 _THREAD_ID = attrgetter("thread_id")
