@@ -20,7 +20,6 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
-from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol
 
