@@ -30,10 +30,11 @@ from core.recall.schema import (
     upsert_docs,
 )
 from core.recall import passages
-from core.recall.keyword_memory import KeywordMemory
+from core.recall.keyword_memory import STATE_COLUMNS, KeywordMemory
 from core.recall.types import DocRow, Ranked
 from core.recall.text import keyword_terms
 from core.storage import driver_sql
+from core.storage.database import read_token
 
 DRAIN_BATCH = 2000
 # BM25 weight of the previous-message column against the message's own (1.0); tuned on LoCoMo public.
@@ -170,10 +171,13 @@ def has_pending(conn: sa.Connection) -> bool:
     return bool(driver_sql.scalar(conn, _PENDING_SQL, (FTS_WATERMARK,)))
 
 
-_PENDING_SQL = (
-    f"SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE}) OR EXISTS (SELECT 1 FROM mastra_messages WHERE rowid > "
+_PENDING = (
+    f"EXISTS (SELECT 1 FROM {QUEUE_TABLE}) OR EXISTS (SELECT 1 FROM mastra_messages WHERE rowid > "
     f"coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?), 0))"
 )
+_PENDING_SQL = f"SELECT {_PENDING}"
+# The keyword memory's state and the backlog check in one statement (``Fts5Keywords.terms``).
+_STATE_AND_PENDING_SQL = f"SELECT {STATE_COLUMNS}, {_PENDING}"
 
 
 def pending_changes(conn: sa.Connection, limit: int = 20_000) -> tuple[set[str], set[str]]:
@@ -347,13 +351,24 @@ class Fts5Keywords:
         self.stats: TermStats = MemoryTermStats(self.memory)
         self._waiting: OrderedDict[tuple[object, ...], int] = OrderedDict()
         self._lock = threading.Lock()
+        self._pending = threading.local()  # per thread: (read token, ``has_pending``'s answer read with the terms)
 
     def open(self, conn: sa.Connection) -> None:
         self.available = keyword_rows_ready(conn)
 
     def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
         terms = keyword_terms(query)  # (cut once: the prefetch and the selection read the same terms)
-        if self.memory.sync(conn):
+        token = read_token(conn)
+
+        def state_and_pending() -> tuple[object, ...]:
+            # The search's backlog check (``has_pending``) comes with the memory's state: one round trip
+            # fewer a keyword or hybrid search. Kept for the rest of this read only (its token).
+            row = driver_sql.first(conn, _STATE_AND_PENDING_SQL, (FTS_WATERMARK,))
+            assert row is not None  # (a SELECT without FROM: one row)
+            self._pending.kept = (token, bool(row[3]))
+            return tuple(row)
+
+        if self.memory.sync(conn, state_and_pending if token is not None else None):
             self.memory.prefetch(conn, terms)
         return select_terms(conn, query, self.stats, terms)
 
@@ -389,6 +404,11 @@ class Fts5Keywords:
         return drain_queue(conn, indexed=indexed, changed=changed, touched=touched)
 
     def has_pending(self, conn: sa.Connection) -> bool:
+        """``has_pending``, or its answer read with the terms in this very read (``terms``)."""
+        kept = getattr(self._pending, "kept", None)
+        token = read_token(conn)
+        if kept is not None and token is not None and kept[0] == token:
+            return kept[1]  # type: ignore[no-any-return]
         return has_pending(conn)
 
     def pending_changes(self, conn: sa.Connection) -> tuple[set[str], set[str] | None]:

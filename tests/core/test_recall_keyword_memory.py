@@ -359,3 +359,41 @@ def test_hits_as_rows_follow_the_vector_set_as_it_grows_and_messages_with_severa
     got, want = all_rows()
     assert memory._mids is not before  # (loaded again)
     assert got == want
+
+
+def test_the_backlog_check_read_with_the_terms_is_that_reads_own(tmp_path: Path, monkeypatch):
+    """A keyword or hybrid search reads its backlog check (``keyword.has_pending``) in the keyword memory's
+    state statement (``Fts5Keywords.terms``). That answer serves the rest of the same read only: messages
+    another process saves afterwards, not keyword-indexed yet, are the next read's backlog."""
+    path = tmp_path / "m.db"
+    ours = open_store(path)
+    index = RecallIndex.for_store(ours, HashingEmbedder(32))
+    assert index.index_messages(save(ours, "t1", "u", 40, 8)).ok
+    kw = index.keywords
+    with ours.db.read() as conn:
+        kw.terms(conn, "running museum")  # (loads the memory, and reads the backlog check with its state)
+    with ours.db.read() as conn:
+        kw.terms(conn, "running museum")
+        with monkeypatch.context() as patched:  # the answer read with the terms, no statement of its own
+            patched.setattr(keyword, "has_pending", lambda conn: pytest.fail("the backlog check was read again"))
+            assert kw.has_pending(conn) is False
+            assert index.backlog(conn) == (None, set(), set())
+    theirs = open_store(path)  # another engine, its own connections: as another process would be
+    try:
+        save(theirs, "t9", "u", 3, 9)  # saved without recall: waits for the keyword index
+    finally:
+        theirs.close()
+    with ours.db.read() as conn:
+        assert kw.has_pending(conn) is True  # (a read without the terms: its own statement)
+    with ours.db.read() as conn:
+        kw.terms(conn, "running museum")
+        with monkeypatch.context() as patched:
+            patched.setattr(keyword, "has_pending", lambda conn: pytest.fail("the backlog check was read again"))
+            assert kw.has_pending(conn) is True
+            note, _gone, _updated = index.backlog(conn)
+        assert note is not None and "not keyword-indexed yet" in note
+    found = index.search("running museum", resource_id="u", mode="hybrid", top_k=5)
+    assert "not keyword-indexed yet" in (found.reason or "")  # (the search's reason says so)
+    with ours.db.write() as conn:  # outside ``read()``: never an answer kept from a read
+        assert kw.has_pending(conn) is True
+    ours.close()
