@@ -305,3 +305,47 @@ def test_a_read_answered_whole_from_kept_answers_marks_its_thread_recently_asked
     ask("c")  # b goes, a stays
     assert list(index.order._threads) == ["a", "c"] and read == []
     store.close()
+
+
+def test_the_state_read_with_the_keyword_terms_serves_that_read_only(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    """A hybrid search's first statement (``Fts5Keywords.terms``) carries the order cache's state as well
+    (``OrderCache.offer``): the cache's ``sync`` in the same read takes it without a statement of its own,
+    and never in a later read, where another engine's appends must show."""
+    from core.recall import order_cache
+
+    store = open_store(tmp_path / "m.db")
+    index = RecallIndex.for_store(store, HashingEmbedder(16))
+    store.memory.create_thread(thread_id="a", resource_id="u")
+    store.memory.save_messages([msg(i, "a", f"Mel: line {i}", 10 * i) for i in range(6)])
+    ids = [f"a-{i}" for i in range(6)]
+    assert agree(index, ids) == set(ids)
+    kept = index.order
+    assert isinstance(kept, order_cache.OrderCache)
+
+    def newest() -> int:
+        with store.db.read() as conn:
+            return int(conn.exec_driver_sql("SELECT max(rowid) FROM mastra_messages").scalar())
+
+    with store.db.read() as conn:
+        index.keywords.terms(conn, "line")
+        with monkeypatch.context() as patched:  # (its own statement would fail: the state carried is taken)
+            patched.setattr(order_cache, "_STATE_SQL", "SELECT no_such_function()")
+            assert kept.sync(conn) is True
+    other = open_store(tmp_path / "m.db")  # another engine on the same file appends to the thread
+    other.memory.save_messages([msg(6, "a", "Mel: from elsewhere", 100)])
+    other.close()
+    with store.db.read() as conn:  # a read without the terms: its own statement, the append seen
+        assert kept.sync(conn) is True
+        assert kept._state is not None and kept._state[0] == newest()
+    assert agree(index, ids + ["a-6"]) == {"a-5", "a-6"}
+    other = open_store(tmp_path / "m.db")
+    other.memory.save_messages([msg(7, "a", "Mel: once more", 110)])
+    other.close()
+    with store.db.read() as conn:  # with the terms: the state they carried, the second append seen
+        index.keywords.terms(conn, "line")
+        with monkeypatch.context() as patched:
+            patched.setattr(order_cache, "_STATE_SQL", "SELECT no_such_function()")
+            assert kept.sync(conn) is True
+        assert kept._state is not None and kept._state[0] == newest()
+    assert agree(index, ids + ["a-6", "a-7"]) == {"a-6", "a-7"}
+    store.close()
