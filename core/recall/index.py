@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from core.background import BackgroundLoads
 from core.messages import Message
-from core.recall import pg_changes, copies, keyword, order_cache, passages, pg_hybrid, pg_keywords, pieces, search as pipeline
+from core.recall import pg_changes, copies, keyword, passages, pg_hybrid, pg_keywords, pieces, search as pipeline
 from core.recall.backends import KeywordBackend, VectorBackend
 from core.recall.matrix import ScopeVectors
 from core.recall.matrix_vectors import MatrixVectors
@@ -121,9 +121,6 @@ class RecallIndex:
         # libSQL, by the change log on Postgres: ``pg_changes``).
         self.order: OrderCache | PgOrderCache = (OrderCache() if log is None
                                                  else log.shared("order", lambda: PgOrderCache(log)))
-        if isinstance(self.order, OrderCache) and isinstance(self.keywords, keyword.Fts5Keywords):
-            # (the re-rank's state read with the keyword memory's, a hybrid search's first statement)
-            self.keywords.carry(order_cache.STATE_COLUMNS, 2, self.order.offer)
         # A hybrid search's lists, cosines and thread order in one statement, where the server answers
         # both halves (``pg_hybrid``); else each step reads its own (``search.run``).
         self.read_hybrid = (partial(pg_hybrid.read, keywords=self.keywords)

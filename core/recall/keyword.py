@@ -14,8 +14,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
-from typing import Any, Callable
+from collections.abc import Collection
 
 import sqlalchemy as sa
 
@@ -31,11 +30,10 @@ from core.recall.schema import (
     upsert_docs,
 )
 from core.recall import passages
-from core.recall.keyword_memory import STATE_COLUMNS, KeywordMemory
+from core.recall.keyword_memory import KeywordMemory
 from core.recall.types import DocRow, Ranked
 from core.recall.text import keyword_terms
 from core.storage import driver_sql
-from core.storage.database import read_token
 
 DRAIN_BATCH = 2000
 # BM25 weight of the previous-message column against the message's own (1.0); tuned on LoCoMo public.
@@ -172,11 +170,10 @@ def has_pending(conn: sa.Connection) -> bool:
     return bool(driver_sql.scalar(conn, _PENDING_SQL, (FTS_WATERMARK,)))
 
 
-_PENDING = (
-    f"EXISTS (SELECT 1 FROM {QUEUE_TABLE}) OR EXISTS (SELECT 1 FROM mastra_messages WHERE rowid > "
+_PENDING_SQL = (
+    f"SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE}) OR EXISTS (SELECT 1 FROM mastra_messages WHERE rowid > "
     f"coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?), 0))"
 )
-_PENDING_SQL = f"SELECT {_PENDING}"
 
 
 def pending_changes(conn: sa.Connection, limit: int = 20_000) -> tuple[set[str], set[str]]:
@@ -350,39 +347,13 @@ class Fts5Keywords:
         self.stats: TermStats = MemoryTermStats(self.memory)
         self._waiting: OrderedDict[tuple[object, ...], int] = OrderedDict()
         self._lock = threading.Lock()
-        self._pending = threading.local()  # per thread: (read token, ``has_pending``'s answer read with the terms)
-        # The keyword memory's state and the backlog check in one statement (``terms``), and the columns of
-        # another cache's state a search reads as well (``carry``), handed to it.
-        self._state_sql = f"SELECT {STATE_COLUMNS}, {_PENDING}"
-        self._carried: list[tuple[int, int, Callable[[sa.Connection, Sequence[Any]], None]]] = []
-
-    def carry(self, columns: str, count: int, take: Callable[[sa.Connection, Sequence[Any]], None]) -> None:
-        """Read ``count`` more columns (``columns``, SQL without parameters) in the statement ``terms`` reads the
-        memory's state with, and hand their values to ``take`` with the connection: another per-search
-        statement's round trip saved (``OrderCache.offer``: the hybrid re-rank's state). Called as the index
-        is made, before any search."""
-        start = 4 + sum(n for _, n, _ in self._carried)
-        self._carried.append((start, count, take))
-        self._state_sql += f", {columns}"
 
     def open(self, conn: sa.Connection) -> None:
         self.available = keyword_rows_ready(conn)
 
     def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
         terms = keyword_terms(query)  # (cut once: the prefetch and the selection read the same terms)
-        token = read_token(conn)
-
-        def state_and_pending() -> tuple[object, ...]:
-            # The search's backlog check (``has_pending``) comes with the memory's state: one round trip
-            # fewer a keyword or hybrid search. Kept for the rest of this read only (its token).
-            row = driver_sql.first(conn, self._state_sql, (FTS_WATERMARK,))
-            assert row is not None  # (a SELECT without FROM: one row)
-            self._pending.kept = (token, bool(row[3]))
-            for start, count, take in self._carried:
-                take(conn, row[start : start + count])
-            return row
-
-        if self.memory.sync(conn, state_and_pending if token is not None else None):
+        if self.memory.sync(conn):
             self.memory.prefetch(conn, terms)
         return select_terms(conn, query, self.stats, terms)
 
@@ -418,11 +389,6 @@ class Fts5Keywords:
         return drain_queue(conn, indexed=indexed, changed=changed, touched=touched)
 
     def has_pending(self, conn: sa.Connection) -> bool:
-        """``has_pending``, or its answer read with the terms in this very read (``terms``)."""
-        kept = getattr(self._pending, "kept", None)
-        token = read_token(conn)
-        if kept is not None and token is not None and kept[0] == token:
-            return kept[1]  # type: ignore[no-any-return]
         return has_pending(conn)
 
     def pending_changes(self, conn: sa.Connection) -> tuple[set[str], set[str] | None]:

@@ -67,14 +67,11 @@ _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
 _STRUCTURE_ID, _AVERAGES_ID = 10, 1  # FTS5's structure and averages records in its %_data table
 _TOKENIZE = re.compile(r"tokenize\s*=\s*'((?:[^']|'')*)'", re.IGNORECASE)
 
-# What ``sync`` reads (structure record, averages record, rewrite counter): columns a caller may fold into a
-# statement of its own (``keyword.Fts5Keywords.terms``: with the backlog check, one round trip a search).
-STATE_COLUMNS = (
-    f"(SELECT block FROM {FTS_TABLE}_data WHERE id = {_STRUCTURE_ID}), "
+_STATE_SQL = (
+    f"SELECT (SELECT block FROM {FTS_TABLE}_data WHERE id = {_STRUCTURE_ID}), "
     f"(SELECT block FROM {FTS_TABLE}_data WHERE id = {_AVERAGES_ID}), "
     f"(SELECT value FROM {STATE_TABLE} WHERE key = '{FTS_REWRITES}')"
 )
-_STATE_SQL = f"SELECT {STATE_COLUMNS}"
 
 # Each keyword row's (rowid, message, thread, resource) above a rowid: its message's, found by the row's
 # rowid (migration ``0031_recall_keyword_rows``).
@@ -287,31 +284,26 @@ class KeywordMemory:
             self._usable = self._tokenizer is not None
         return self._usable
 
-    def sync(self, conn: sa.Connection, read_state: Callable[[], Sequence[Any]] | None = None) -> bool:
+    def sync(self, conn: sa.Connection) -> bool:
         """Bring what is kept up to date with the stored index (one statement when nothing changed);
         False when searches must use the FTS5 statement. Once per read (``Database.read()``) and thread:
         the steps of one search (its terms, then its ranking) see the index as of the same moment.
         Keyed by the read, not by the connection: one kept connection serves every read of an agent's
         turns (``Database.reads()``), and an answer kept for the connection missed every doc written
-        after its first search. A connection outside ``read()`` syncs on every call. ``read_state``:
-        runs the statement instead, on ``conn``, giving ``STATE_COLUMNS`` first (called only when the
-        state is read: once a read, and only on a store where this module answers)."""
+        after its first search. A connection outside ``read()`` syncs on every call."""
         token = read_token(conn)
         if token is not None and getattr(self._local, "token", None) == token:
             return self._local.ready  # type: ignore[no-any-return]
-        ready = self._sync(conn, read_state)
+        ready = self._sync(conn)
         self._local.token, self._local.ready = token, ready
         return ready
 
-    def _sync(self, conn: sa.Connection, read_state: Callable[[], Sequence[Any]] | None = None) -> bool:
+    def _sync(self, conn: sa.Connection) -> bool:
         if not self._usable_on(conn):
             return False
         # The driver's own cursor: this runs before every keyword search, and SQLAlchemy's result
         # machinery costs three times the statement.
-        if read_state is not None:
-            structure, averages, rewrites = read_state()[:3]
-        else:
-            structure, averages, rewrites = conn.connection.driver_connection.execute(_STATE_SQL).fetchone()  # type: ignore[union-attr]
+        structure, averages, rewrites = conn.connection.driver_connection.execute(_STATE_SQL).fetchone()  # type: ignore[union-attr]
         if rewrites is None:
             return False
         state = (bytes(structure or b""), bytes(averages or b""), int(rewrites))

@@ -35,7 +35,7 @@ import threading
 from bisect import bisect_left
 from collections import OrderedDict
 from datetime import date, timezone
-from typing import Any, Callable, ContextManager, Literal, Mapping, NamedTuple, Sequence, cast
+from typing import Any, Callable, ContextManager, Literal, Mapping, NamedTuple, cast
 
 import sqlalchemy as sa
 
@@ -44,7 +44,6 @@ from core.recall.tables import STATE_TABLE
 from core.recall.text import LABEL_CHARS, speaker_label
 from core.storage import dialect, driver_sql
 from core.storage.catalog import has_table
-from core.storage.database import read_token
 from core.timeutil import parse_iso
 
 MESSAGES_REWRITES = "messages:rewrites"  # state key bumped by triggers on message updates and deletes
@@ -55,11 +54,8 @@ BACKGROUND_ROWS = 20_000
 MAX_CHANGES = 4096  # change-log entries kept for ``changes_since`` (arrays marked less often start over)
 MAX_WHOLE_ROWS = 100_000  # messages of whole threads kept (the least recently asked go first; a larger thread is read per candidate)
 
-# What ``_sync`` reads (the newest message's rowid, the messages' rewrite counter): columns another statement
-# of the same read may carry instead (``OrderCache.offer``).
-STATE_COLUMNS = (f"(SELECT max(rowid) FROM mastra_messages), "
-                 f"(SELECT value FROM {STATE_TABLE} WHERE key = '{MESSAGES_REWRITES}')")
-_STATE_SQL = f"SELECT {STATE_COLUMNS}"
+_STATE_SQL = (f"SELECT (SELECT max(rowid) FROM mastra_messages), "
+              f"(SELECT value FROM {STATE_TABLE} WHERE key = '{MESSAGES_REWRITES}')")
 
 Order = tuple[str | None, date | None, str | None]  # (next message id, UTC day, speaker label)
 Reader = Callable[..., dict[str, Order]]
@@ -153,7 +149,6 @@ class OrderCache:
         self._lock = threading.Lock()
         self._usable: bool | None = None
         self._state: tuple[int, int] | None = None
-        self._offered = threading.local()  # per thread: (read token, ``STATE_COLUMNS``' values read in that read)
         self._kept: dict[str, _Kept] = {}
         self._by_thread: dict[str, set[str]] = {}
         self._threads: OrderedDict[str, _Thread] = OrderedDict()  # threads kept whole, least recently asked first
@@ -217,14 +212,6 @@ class OrderCache:
         A search calls it early (``synced`` of ``read``): one statement, cheaper while SQLite's pages are
         still in the CPU's caches than after the vector scan."""
         return self._sync(conn)
-
-    def offer(self, conn: sa.Connection, state: Sequence[Any]) -> None:
-        """``STATE_COLUMNS``' values, read by another statement of ``conn``'s read (``keyword.Fts5Keywords.terms``,
-        a hybrid search's first): ``sync`` in the same read takes them instead of its own statement. Never
-        past that read (its ``read_token``); nothing is kept for a connection outside ``read()``."""
-        token = read_token(conn)
-        if token is not None:
-            self._offered.kept = (token, state[0], state[1])
 
     def read(self, conn: sa.Connection, message_ids: list[str], *, labels: bool, reader: Reader,
              threads: Callable[[], Mapping[str, str | None]] | None = None, synced: bool | None = None,
@@ -416,11 +403,7 @@ class OrderCache:
             return False
         # The driver's own cursor (a database with the counter is libSQL): this runs before every re-rank,
         # and SQLAlchemy's result machinery costs more than the statement.
-        offered = getattr(self._offered, "kept", None)
-        if offered is not None and offered[0] is not None and offered[0] == read_token(conn):
-            top, rewrites = offered[1:]
-        else:
-            top, rewrites = conn.connection.driver_connection.execute(_STATE_SQL).fetchone()  # type: ignore[union-attr]
+        top, rewrites = conn.connection.driver_connection.execute(_STATE_SQL).fetchone()  # type: ignore[union-attr]
         state = (int(top or 0), int(rewrites or 0))
         with self._lock:
             if state == self._state:
