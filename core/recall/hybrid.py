@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain, compress, count, repeat
 from operator import and_, attrgetter, is_not, itemgetter, ne, not_
 from typing import AbstractSet, Callable, Mapping, NamedTuple, Sequence
@@ -308,6 +309,8 @@ class Combined:
         self._keys: np.ndarray | None = None
         self._rank: np.ndarray | None = None  # candidates best first (None: not sorted yet)
         self._links: tuple[object, np.ndarray, np.ndarray, np.ndarray] | None = None
+        # (``within``'s best and top_k-th score of the scores ``_s`` (the same object), kept for the second cut)
+        self._cut: tuple[np.ndarray, int, float, float] | None = None
 
     @property
     def ids(self) -> list[str]:
@@ -478,20 +481,27 @@ class Combined:
             codes = dict(zip(dict.fromkeys(self._threads), count()))
             self._codes = np.fromiter(map(codes.__getitem__, self._threads), dtype=np.int64, count=len(self._threads))
         th = self._codes
-        groups = int(th.max()) + 1 if len(th) else 0
+        m = len(s)
+        # In the sorted order each thread's candidates are one run, best first: a candidate at the head of its
+        # run gains the next place's score when that place is of its thread (else ``share * 0.0``), every other
+        # one its run head's. Computed in that order (the same products and sums, so the same bits), then
+        # put back in the candidates' order.
         order = self._sorted(s, group=th)
         grouped = th[order]
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = grouped[1:] != grouped[:-1]
-        second = np.zeros(len(order), dtype=bool)
-        second[1:] = first[:-1] & ~first[1:]
-        best_of = np.full(groups, -1, dtype=np.int64)
-        second_of = np.full(groups, -1, dtype=np.int64)
-        best_of[grouped[first]] = order[first]
-        second_of[grouped[second]] = order[second]
-        best, other = best_of[th], second_of[th]
-        to_best = np.where(other >= 0, share * s[np.maximum(other, 0)], share * 0.0)
-        return (s + np.where(best == np.arange(len(s)), to_best, share * s[best])) * (1.0 / (1.0 + share))
+        ranked = s[order]
+        head = np.empty(m, dtype=bool)
+        head[0] = True
+        np.not_equal(grouped[1:], grouped[:-1], out=head[1:])
+        start = np.maximum.accumulate(np.where(head, np.arange(m), 0))  # (each place's run head)
+        after = np.zeros(m, dtype=bool)  # (the next place is of the same thread)
+        np.logical_not(head[1:], out=after[:-1])
+        following = np.empty(m)
+        following[:-1] = ranked[1:]
+        following[-1] = 0.0
+        gained = np.where(head, np.where(after, share * following, share * 0.0), share * ranked[start])
+        out = np.empty(m)
+        out[order] = (ranked + gained) * (1.0 / (1.0 + share))
+        return out
 
     def reshape(self, next_of: "Mapping[str, str | None] | Links", neighbour_share: float, thread_share: float) -> None:
         """``propagate(next_of, neighbour_share)`` then ``thread_prior(thread_share)``, sorted once."""
@@ -538,10 +548,13 @@ class Combined:
         pool = len(s) if among is None else len(among)
         if pool <= top_k:
             return np.arange(len(s)) if among is None else among
-        neg = np.partition(-s, (0, top_k - 1))
-        gain = (NEXT_SHARE * max(float(-neg[0]), 0.0) + (SPEAKER_BOOST if spoken else _ROUNDING)
+        cut = self._cut
+        if cut is None or cut[0] is not s or cut[1] != top_k:
+            neg = np.partition(-s, (0, top_k - 1))
+            cut = self._cut = (s, top_k, float(-neg[0]), float(-neg[top_k - 1]))  # (the second cut's too)
+        gain = (NEXT_SHARE * max(cut[2], 0.0) + (SPEAKER_BOOST if spoken else _ROUNDING)
                 + (DATE_BOOST if dated else 0.0))
-        bar = float(-neg[top_k - 1]) - gain
+        bar = cut[3] - gain
         if among is None:
             return np.flatnonzero(s >= bar)
         kept: np.ndarray = among[s[among] >= bar]
@@ -616,8 +629,8 @@ class Combined:
         vat = self._vat[at].tolist()
         kat = self._kat[at].tolist()
         kw = self._kw_scores.tolist() if len(self._kw_scores) else []
-        return [Fused(mid, thread, resource, float(score), c if ok else None,
-                      kw[k] if k >= 0 else None, v + 1 if v >= 0 else None, k + 1 if k >= 0 else None)
+        return [_fused_of((mid, thread, resource, float(score), c if ok else None,
+                           kw[k] if k >= 0 else None, v + 1 if v >= 0 else None, k + 1 if k >= 0 else None))
                 for mid, thread, resource, score, c, ok, v, k in zip(ids, threads, resources, scores, cos, known, vat, kat)]
 
 
@@ -627,6 +640,9 @@ def _any(which: "AbstractSet[str] | np.ndarray | None") -> bool:
 
 
 _ROUNDING = 1e-9
+# ``Fused(*fields)`` without the named tuple's ``__new__`` (a frame per record), as ``types.ranked_of``.
+_fused_of: Callable[[tuple[str, str | None, str | None, float, float | None, float | None, int | None, int | None]],
+                    Fused] = partial(tuple.__new__, Fused)
 _SCORE = attrgetter("score")
 _MESSAGE_ID = attrgetter("message_id")
 _THREAD_ID = attrgetter("thread_id")

@@ -238,8 +238,10 @@ class OrderRows:
     def _gathered(self, rows: np.ndarray) -> Gathered:
         """The answers of ``rows``, every one known (under ``_lock``)."""
         nxt = self.next_row[rows]
-        by_id = np.flatnonzero(nxt == NEXT_BY_ID)
-        next_ids = {i: self.next_ids[int(rows[i])] for i in by_id.tolist()} if len(by_id) else {}
+        next_ids: dict[int, str] = {}
+        if self.next_ids:  # (a known row is ``NEXT_BY_ID`` only with its id there: ``_put``)
+            by_id = np.flatnonzero(nxt == NEXT_BY_ID)
+            next_ids = {i: self.next_ids[int(rows[i])] for i in by_id.tolist()}
         return Gathered(nxt, self.day[rows], self.label[rows], next_ids, self.labels)
 
     def answers(self, vset: Rows, rows: np.ndarray) -> dict[int, "Order"] | None:

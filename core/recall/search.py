@@ -20,7 +20,6 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
-from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol
 
@@ -489,6 +488,7 @@ class _RowLists:
         self._only: list[str] | None = []  # (the keyword-only candidates' ids; None: see ``_only_at``)
         self._only_at = np.empty(0, dtype=np.int64)  # (their places in the keyword list)
         self._only_cos = np.empty(0, dtype=np.float32)
+        self.slot = np.empty(0, dtype=np.int32)  # (each candidate's place by row: set by ``combined``)
 
     def vector(self) -> list[hybrid.Ranked]:
         """``VectorSet.ranked``'s records of the scan."""
@@ -506,13 +506,16 @@ class _RowLists:
         """``Combined`` of these lists: the vector list's rows, then the keyword list's others (their cosines
         by ``take`` on the matrix, as ``VectorSet.cosines`` computes them), each one's place in the keyword
         list and thread code by row; ids, threads and resources gathered only for the candidates asked
-        (``fields``). (Small lists: Python's sets and maps over ~120 ints cost less than arrays of the set's
-        size.)"""
+        (``fields``). The candidates' places are found through an array by row of the set's size, this
+        search's own (``slot``: each candidate's place, -1 elsewhere and at the two last entries, which
+        ``NO_NEXT`` and ``NEXT_BY_ID`` read), by a few numpy steps rather than maps by row."""
         vset, hits, vrows = self.vset, self.hits, self.pos
         krows = hits.rows
-        listed = krows.tolist()
-        kw_at = dict(zip(listed, range(len(listed))))
-        if len(kw_at) != len(listed):
+        nv, nk = len(vrows), len(krows)
+        slot = np.full(vset.n + 2, -1, dtype=np.int32)  # (places: a few hundred at most)
+        listed = np.arange(nk)
+        slot[krows] = listed  # (each keyword hit's place; a row listed twice keeps one of its places)
+        if (slot[krows] != listed).any():
             # (a message listed twice by the keyword memory: the records feeder, which keeps its last place)
             vector = self.vector()
             vec_at = hybrid.places(vector)
@@ -520,12 +523,14 @@ class _RowLists:
             self._only, self._only_cos = list(found), np.array(list(found.values()), dtype=np.float32)
             self.cand = np.empty(0, dtype=np.int64)
             return hybrid.Combined(vector, hits.records(), found, keyword_share=keyword_share, vec_at=vec_at)
-        scanned = vrows.tolist()
-        kat = np.fromiter(map(kw_at.get, scanned, repeat(-1)), dtype=np.int64, count=len(scanned))
-        seen = set(scanned)
-        self._only, self._only_at = None, np.array([i for i, row in enumerate(listed) if row not in seen], dtype=np.int64)
-        only_at = self._only_at
+        kat = slot[vrows]  # (each vector candidate's place in the keyword list, -1: none)
+        slot[krows] = -1
+        slot[vrows] = np.arange(nv)
+        only_at = np.flatnonzero(slot[krows] < 0)
+        self._only, self._only_at = None, only_at
         only = krows[only_at]
+        slot[only] = np.arange(nv, nv + len(only))
+        self.slot = slot
         # (``take`` of the rows in the keyword list's order, as ``VectorSet.cosines`` does: the same bits)
         self._only_cos = only_cos = np.take(vset._matrix, only, axis=0) @ self.qvec
         self.cand = np.concatenate((vrows, only))
@@ -540,11 +545,10 @@ class _RowLists:
                 extra: dict[str | None, int] = {}
                 for i in differ.tolist():
                     t = named[i]
-                    codes[len(vrows) + i] = index[t] if t in index else extra.setdefault(t, start + len(extra))
+                    codes[nv + i] = index[t] if t in index else extra.setdefault(t, start + len(extra))
         cos = np.concatenate((self.cos, only_cos)).astype(np.float64)
-        return hybrid.Combined.of_rows(len(self.cand), self.fields, codes, cos, len(vrows),
-                                       np.concatenate((kat, only_at)), hits.score.astype(np.float64),
-                                       keyword_share=keyword_share)
+        return hybrid.Combined.of_rows(len(self.cand), self.fields, codes, cos, nv, np.concatenate((kat, only_at)),
+                                       hits.score.astype(np.float64), keyword_share=keyword_share)
 
     def fields(self, at: np.ndarray) -> tuple[list[str], list[str | None], list[str | None]]:
         """The ids, threads and resources of the candidates at ``at`` (``Combined.of_rows``): the vector
@@ -583,18 +587,16 @@ class _Answers(Protocol):
 class _ByRow:
     """The candidates' answers gathered from the vector set's ``OrderRows`` (the rows feeder)."""
 
-    def __init__(self, got: Gathered, cand: np.ndarray) -> None:
-        self.got, self.cand = got, cand
+    def __init__(self, got: Gathered, slot: np.ndarray) -> None:
+        self.got, self.slot = got, slot
 
     def links(self, combined: hybrid.Combined) -> hybrid.Links:
         nr = self.got.next_row
-        # (each next row's place among the candidates, -1 for none, by a search in the candidates' rows sorted:
-        # not an array of the set's size; ``NO_NEXT`` and ``NEXT_BY_ID`` are never a candidate's row)
-        cand = self.cand
-        by_row = np.argsort(cand)
-        rows = cand[by_row]
-        found = np.minimum(np.searchsorted(rows, nr), len(rows) - 1)
-        at = np.where(rows[found] == nr, by_row[found], -1)
+        # (each next row's place among the candidates by ``_RowLists.slot``: -1 for a row not a candidate, for
+        # ``NO_NEXT`` and ``NEXT_BY_ID``, which read its two last entries, and for a row added to the set since
+        # the slot was made, which reads its last)
+        slot = self.slot
+        at = slot[np.minimum(nr, len(slot) - 1)]
         if self.got.next_ids:  # (a next message kept by id: a candidate only if it has a row now)
             place = dict(zip(combined.ids, range(len(combined.ids))))
             for i, mid in self.got.next_ids.items():
@@ -678,7 +680,7 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
                 vset = rows.vset
                 found = vset.order_rows.filled(conn, kept, vset, rows.cand, reader=thread_order, threads=threads,
                                                synced=synced)
-                got = _ByRow(found, rows.cand) if found is not None else None
+                got = _ByRow(found, rows.slot) if found is not None else None
             if got is not None:
                 answers = got
             else:

@@ -15,10 +15,12 @@ import pytest
 
 from core.embedding import HashingEmbedder
 from core.messages import Message
-from core.recall import RecallIndex
+from core.recall import RecallIndex, hybrid
 from core.recall import search as pipeline
 from core.recall.explain import inspect_search
+from core.recall.keyword_memory import RowHits
 from core.recall.matrix import VectorSet
+from core.recall.order_rows import NEXT_BY_ID, NO_LABEL, NO_NEXT, Gathered
 from core.storage import open_store
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -140,3 +142,47 @@ def test_rows_follow_writes_and_the_inspection_reads_the_same_run(indexed: Any, 
             m.setattr(pipeline, "_row_hits", lambda *a, **k: None)
             assert shown(query) == fed
     assert fed_rows == [True] * 3  # (the inspection's searches were fed rows)
+
+
+def test_next_messages_are_placed_by_the_searchs_slot_array() -> None:
+    # ``_RowLists.slot`` of a 10-row set whose candidates are rows 7, 2 and 9 (places 0, 1, 2): a next message
+    # that is a candidate's row reads its place; no next message, one kept by id (none kept here), a row that is
+    # not a candidate, and a row added to the set after the slot was made (10, 12) read -1.
+    slot = np.full(12, -1, dtype=np.int32)
+    slot[[7, 2, 9]] = [0, 1, 2]
+    nexts = np.array([2, NO_NEXT, 10, 12, NEXT_BY_ID, 9, 3], dtype=np.int32)
+    got = Gathered(nexts, np.zeros(7, dtype=np.int32), np.full(7, NO_LABEL, dtype=np.int32), {}, [])
+    links = pipeline._ByRow(got, slot).links(hybrid.Combined([], []))
+    assert links.at.tolist() == [1, -1, -1, -1, -1, 2, -1]
+    assert links.has.tolist() == [True, False, True, True, True, True, True]
+
+
+def test_a_message_listed_twice_by_the_keyword_memory_is_fused_as_records(indexed: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The keyword list's last hit listed once more at its end (as a keyword memory listing a message twice would):
+    # the rows feeder hands the search to ``Combined`` of the records, which keeps that message once, at its
+    # last place, as the records feeder does.
+    _, index = indexed
+    memory = index.keywords.memory
+    real = type(memory).search_rows
+
+    def twice(self: Any, *args: Any, **kw: Any) -> Any:
+        got = real(self, *args, **kw)
+        if got is None or not len(got.rows):
+            return got
+        return RowHits(np.append(got.rows, got.rows[-1]), np.append(got.score, got.score[-1]), got.mids + got.mids[-1:],
+                       np.append(got.threads, got.threads[-1:]), np.append(got.resources, got.resources[-1:]))
+
+    monkeypatch.setattr(type(memory), "search_rows", twice)
+    outside = 0
+    for query in QUERIES:
+        run = pipeline.run(index, query, resource_id="u", thread_id=None, mode="hybrid", top_k=10, every_candidate=True)
+        assert run.rows is not None and run.combined is not None
+        assert not len(run.rows.cand)  # (the records feeder's ``Combined``)
+        listed = run.rows.hits.mids
+        outside += listed[-1] not in {r.message_id for r in run.vector}
+        share = hybrid.fusion_for(index.model_id).keyword_share
+        expected = hybrid.Combined(run.vector, run.keyword, run.cosines, keyword_share=share)
+        assert run.combined.ids == expected.ids and len(set(run.combined.ids)) == len(run.combined.ids)
+        assert repr(run.combined.own) == repr(expected.own)  # (each one's score from its two lists, to the bit)
+    assert outside  # (a keyword-only candidate listed twice was among them)
