@@ -13,6 +13,7 @@ from studio.logic.message_format import ROLE_COLOURS, MessageRow
 PROMPT_SCHEME = "prompt:"  # transcript links: prompt:<user message id> opens that turn in the inspector
 DIM = "#8a8f98"
 ERROR = "#e5534b"
+WAITING_FOR_MODEL = "waiting for the model"  # what a turn waits for before its reply, unless memory works first
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Entry:
     id: str | None = None
     state: str = "stored"  # stored | streaming | failed
     note: str = ""
+    waiting: str = WAITING_FOR_MODEL  # said while a streaming reply has no text yet (``chat_runner.waiting_for``)
 
 
 def entries_from_rows(rows: Sequence[MessageRow]) -> list[Entry]:
@@ -48,6 +50,13 @@ def with_delta(entries: list[Entry], piece: str) -> list[Entry]:
     return [*entries[:-1], replace(last, text=last.text + piece)]
 
 
+def waiting(entries: list[Entry], what: str) -> list[Entry]:
+    """The streaming reply (the last entry) waiting for ``what`` instead."""
+    if not entries or entries[-1].state != "streaming":
+        return entries
+    return [*entries[:-1], replace(entries[-1], waiting=what)]
+
+
 def failed(entries: list[Entry], turn_id: str, why: str) -> list[Entry]:
     """The entries of a failed turn stay visible, marked as not saved."""
     return [replace(e, state="failed", note=why) if e.turn_id == turn_id and e.state != "stored" else e
@@ -68,7 +77,7 @@ def transcript_html(entries: Sequence[Entry], *, busy: bool = False) -> str:
         if e.state == "failed":
             head += f" <span style='color:{ERROR}'>· not saved</span>"
         body = esc(e.text).replace("\n", "<br>") if e.text else (
-            f"<span style='color:{DIM}'>waiting for the model…</span>" if e.state == "streaming" else "")
+            f"<span style='color:{DIM}'>{esc(e.waiting)}…</span>" if e.state == "streaming" else "")
         note = f"<br><span style='color:{DIM}'>{esc(e.note)}</span>" if e.note else ""
         parts.append(f"<p style='margin:6px 0'>{head}<br>{body}{tail}{note}</p>")
     if not parts and not busy:
