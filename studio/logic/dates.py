@@ -1,7 +1,7 @@
 """How the Studio writes a date: one format everywhere, the relative form on hover (no Qt).
 
-Every pane shows a point in time as ``format_datetime`` (``2026-03-01 10:00:05``, local time), and
-its tooltip is ``date_tooltip`` (``3 minutes ago · 2026-03-01 09:00:05 UTC``). Stored timestamps are
+Every pane shows a point in time as ``format_datetime`` (``2026-03-01 10:00:05``, local time), a column
+with little room as ``format_day`` (``2026-03-01``, or ``10:00`` today), and its tooltip is ``date_tooltip`` (``3 minutes ago · 2026-03-01 09:00:05 UTC``). Stored timestamps are
 UTC (ISO-8601 with ``Z``); unreadable ones are shown as they are rather than dropped.
 """
 
@@ -35,6 +35,19 @@ def format_datetime(value: datetime | str | None, tz: tzinfo | None = None) -> s
     return when.astimezone(tz or DISPLAY_TZ).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def format_day(value: datetime | str | None, now: datetime | None = None, tz: tzinfo | None = None) -> str:
+    """The short form, for a column with little room (the thread tree's Last activity): ``HH:MM`` when it is
+    today in local time (or ``tz``), else ``YYYY-MM-DD``; ``—`` when missing, raw text when unreadable. Its
+    tooltip (``date_tooltip``) keeps the exact time."""
+    when = to_datetime(value)
+    if when is None:
+        return format_datetime(value, tz)
+    zone = tz or DISPLAY_TZ
+    local = when.astimezone(zone)
+    today = (now or datetime.now(timezone.utc)).astimezone(zone).date()
+    return local.strftime("%H:%M" if local.date() == today else "%Y-%m-%d")
+
+
 def relative_time(value: datetime | str | None, now: datetime | None = None) -> str:
     """``just now``, ``5 minutes ago``, ``in 2 hours``, ``3 days ago`` … (empty when unknown)."""
     when = to_datetime(value)
@@ -65,4 +78,4 @@ def date_tooltip(value: datetime | str | None, now: datetime | None = None) -> s
     return f"{relative_time(when, now)} · {exact}"
 
 
-__all__ = ["MISSING", "date_tooltip", "format_datetime", "relative_time", "to_datetime"]
+__all__ = ["MISSING", "date_tooltip", "format_datetime", "format_day", "relative_time", "to_datetime"]

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio import reads as queries
-from studio.logic.dates import format_datetime
+from studio.logic.dates import format_day
 from studio.logic.message_format import format_time, snippet
 from studio.logic.thread_labels import shown_title, thread_label
 from studio.reads import SearchFound, SearchHit, TreeData, search_note, search_summary
@@ -87,7 +87,7 @@ class SearchResultsModel(QAbstractListModel):
         return f"{title}  ·  {hit.role}  ·  {format_time(hit.created_at)}\n{snippet(hit.text, self.query)}"
 
 
-TITLE_LEAST_CHARS = 30  # a thread title's least room, in "x" widths (after its indent), before the date column gives way
+TITLE_LEAST_CHARS = 24  # a thread title's least room, in "x" widths (after its indent), before the date column gives way
 
 
 class _DateGivesWay(QObject):
@@ -255,10 +255,10 @@ class ResourcesPane(QWidget):
         counts = {s.message_count for s in data.resources}
         counts.update(t.message_count for threads in data.threads.values() for t in threads)
         metrics = self.tree.fontMetrics()
-        # (a date is always ``YYYY-MM-DD HH:MM:SS`` or a dash: ``format_datetime``)
+        # (a date is always ``YYYY-MM-DD``, ``HH:MM`` today, or a dash: ``format_day``)
         widest = {1: max((metrics.horizontalAdvance(f"{n:,}") for n in counts), default=0),
-                  2: max(metrics.horizontalAdvance(format_datetime(datetime.now(timezone.utc))),
-                         metrics.horizontalAdvance("0000-00-00 00:00:00"))}
+                  2: max(metrics.horizontalAdvance(format_day(datetime(2000, 1, 1, tzinfo=timezone.utc))),
+                         metrics.horizontalAdvance("0000-00-00"))}
         header = self.tree.header()
         for column, width in widest.items():
             cell = reference.siblingAtColumn(column)
@@ -268,7 +268,7 @@ class ResourcesPane(QWidget):
         self.fit_date_column()
 
     def fit_date_column(self) -> None:
-        """The Last activity column shown while the titles keep ``TITLE_LEAST_CHARS`` beside it (``title_room``)."""
+        """The date column (Latest: the last activity) shown while the titles keep ``TITLE_LEAST_CHARS`` beside it (``title_room``)."""
         if not self._date_width:
             return
         header = self.tree.header()

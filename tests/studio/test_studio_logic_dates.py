@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from studio.logic import dates
-from studio.logic.dates import date_tooltip, format_datetime, relative_time
+from studio.logic.dates import date_tooltip, format_datetime, format_day, relative_time
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 STUDIO = Path(__file__).resolve().parents[2] / "studio"
@@ -36,6 +36,15 @@ def test_one_format_for_datetimes_and_stored_text() -> None:
 ])
 def test_relative_form(delta: timedelta, text: str) -> None:
     assert relative_time(NOW - delta, NOW) == text
+
+
+def test_the_short_form_is_the_time_today_and_the_day_before() -> None:
+    assert format_day("2026-03-01T09:05:59Z", NOW) == "09:05"
+    assert format_day("2026-02-28T23:59:00Z", NOW) == "2026-02-28"
+    assert format_day("2026-03-02T00:00:00Z", NOW) == "2026-03-02"  # (a clock ahead: its day, not "today")
+    # "today" is the display zone's: 23:30 UTC on Feb 28 is 01:30 on Mar 1 two hours east
+    assert format_day("2026-02-28T23:30:00Z", NOW, timezone(timedelta(hours=2))) == "01:30"
+    assert format_day(None, NOW) == "—" and format_day("last tuesday", NOW) == "last tuesday"
 
 
 def test_hover_text_has_the_relative_form_and_the_exact_utc_time() -> None:
