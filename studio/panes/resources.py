@@ -48,7 +48,7 @@ from studio.widgets.plain_tip import plain_tip
 from studio.widgets.resource_label_delegate import ResourceLabelDelegate
 from studio.widgets.a11y import named
 
-AUTO_EXPAND_LIMIT = 25  # expand every resource on first load when there are at most this many
+AUTO_EXPAND_LIMIT = 25  # a resource is expanded when it first appears, while the tree holds at most this many
 NO_THREADS = ("No threads in this database yet. An agent's first turn here starts one (or the Chat Playground, "
               "Ctrl+6); File > Import… brings in threads exported from another database.")
 
@@ -117,6 +117,9 @@ class ResourcesPane(QWidget):
         # (no least width of its own: the window's ``SideWidth`` gives the list its least, a share of the window)
         self.session = session
         self._loaded_once = False
+        # The resources the tree has listed: one that appears later (the demo seeding on first launch, an agent
+        # writing while the Studio is open) is expanded as the first load's were; one the user collapsed stays so.
+        self._listed: set[str] = set()
         self._pending: Selection | None = None
         self._applying = False  # (a row removed by a refresh moves Qt's current row: not a pick of the user's)
 
@@ -229,10 +232,13 @@ class ResourcesPane(QWidget):
             self.selection_lost.emit(before)
         self.session.delegations = data.delegations  # (the panes' headers name resources as the tree does)
         self._size_columns(data)
+        appeared = [r.id for r in data.resources if r.id not in self._listed]
+        self._listed.update(appeared)
+        if appeared and len(data.resources) <= AUTO_EXPAND_LIMIT:
+            for resource_id in appeared:
+                self.tree.expand(self.proxy.mapFromSource(self.model.index_of(resource_id, None)))
         if not self._loaded_once and data.resources:  # the first load with data (not an empty file)
             self._loaded_once = True
-            if len(data.resources) <= AUTO_EXPAND_LIMIT:
-                self.tree.expandAll()
             if self._pending is None and self.proxy.rowCount():
                 first = self.proxy.index(0, 0)
                 if self.proxy.rowCount(first):
