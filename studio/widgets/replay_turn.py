@@ -377,7 +377,10 @@ class TurnView(QSplitter):
             return
         changed = changed_since(self._step.received) if self._step else {}
         edited = fragment_mark(changed, rec.stored_ids)
-        bits = [rec.mark or "unchanged", *([edited] if edited else []), rec.source, f"{rec.tokens:,} tokens"]
+        # (turn 1's first call has nothing before it: its fragments are neither changed nor unchanged)
+        compared = self._step is not None and (self._step.previous_index is not None or self._call > 0)
+        mark = rec.mark or ("unchanged" if compared else "")
+        bits = [*([mark] if mark else []), *([edited] if edited else []), rec.source, f"{rec.tokens:,} tokens"]
         if rec.reason:
             bits.append(f"why: {reason_label(rec.reason)}")
         self.fragment_header.setText(" · ".join(bits))
