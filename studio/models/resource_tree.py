@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover - loaded with the tree's data, on a worker
 
 COLUMNS = ("Thread", "Msgs", "Latest")  # (the date column's header short: its width is the titles' room)
 COLUMN_TIPS = ("", "Messages stored in the thread (a resource: in all of its threads)",
-               "Last activity: the newest message's time (HH:MM today, else the day; hover a row for the exact time)")
+               "Last activity: the newest message's time (HH:MM today, the month and day this year, else the date; "
+               "hover a row for the exact time)")
 
 
 class TreeRoles:
