@@ -390,13 +390,11 @@ def waiting_for(span_type: str, attributes: Mapping[str, Any]) -> str | None:
         what = (f"{count:,} unobserved message{'' if count == 1 else 's'}" if isinstance(count, int)
                 else "the unobserved messages")
         size = f" ({tokens:,} tokens)" if isinstance(tokens, int) else ""
-        return (f"observational memory is observing {what}{size} first: its observer, a call to the same model, "
-                "runs before the reply")
+        return f"observational memory is observing {what}{size} before the reply, a model call of its own"
     if span_type == "memory_operation" and operation == "reflect":
         tokens = attributes.get("tokens")
         size = f" ({tokens:,} tokens)" if isinstance(tokens, int) else ""
-        return (f"observational memory is reflecting first: its reflector condenses the observations{size} "
-                "before the reply")
+        return f"observational memory is condensing its observations{size} before the reply, a model call of its own"
     if span_type == "model_generation" and "role" not in attributes:  # the agent's own call (memory's have a role)
         return WAITING_FOR_MODEL
     return None

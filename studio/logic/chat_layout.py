@@ -71,7 +71,7 @@ def transcript_html(entries: Sequence[Entry], *, busy: bool = False) -> str:
         link = (f" · <a href='{PROMPT_SCHEME}{esc(e.turn_id)}'>prompt</a>"
                 if e.turn_id and e.state == "stored" else "")
         tail = ""
-        if e.state == "streaming":
+        if e.state == "streaming" and e.role != "user":  # (the reply coming in; the user's message is whole)
             tail = " <span style='color:%s'>▍</span>" % DIM
         head = f"<b style='color:{colour}'>{esc(e.role)}</b>{link}"
         if e.state == "failed":

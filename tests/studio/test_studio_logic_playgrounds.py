@@ -43,6 +43,30 @@ def test_transcript_links_every_message_to_its_turn_and_streams_into_the_last_en
     assert "prompt:u3" not in chat_layout.transcript_html(gone)  # a turn that was not saved has no prompt
 
 
+def test_only_the_reply_coming_in_has_the_typing_mark_and_it_says_what_it_waits_for():
+    """The user's message sent with the turn was drawn with the reply's typing mark ("What is left to do? ▍"), as
+    if the user were still typing it; and what the reply waits for follows the turn (``chat_runner.waiting_for``)."""
+    from studio.chat_runner import waiting_for
+
+    sent = [chat_layout.Entry("user", "What is left to do?", "u1", "u1", "streaming"),
+            chat_layout.Entry("assistant", "", "u1", None, "streaming")]
+    html = chat_layout.transcript_html(sent)
+    assert html.count("▍") == 1 and html.index("▍") > html.index("waiting for the model")
+    observing = waiting_for("memory_operation", {"operationType": "observe", "messages": 4, "tokens": 1234})
+    assert observing == ("observational memory is observing 4 unobserved messages (1,234 tokens) before the reply, "
+                         "a model call of its own")
+    assert observing in chat_layout.transcript_html(chat_layout.waiting(sent, observing))
+    assert "1 unobserved message (" in str(waiting_for("memory_operation", {"operationType": "observe", "messages": 1,
+                                                                               "tokens": 9}))
+    assert "condensing its observations (40,000 tokens)" in str(
+        waiting_for("memory_operation", {"operationType": "reflect", "tokens": 40_000}))
+    assert waiting_for("model_generation", {"model": "m"}) == chat_layout.WAITING_FOR_MODEL  # the agent's call
+    assert waiting_for("model_generation", {"model": "m", "role": "observer"}) is None  # memory's own call
+    assert waiting_for("tool_call", {}) is None and waiting_for("memory_operation", {"operationType": "recall"}) is None
+    stored = [chat_layout.Entry("user", "hi", "u0", "u0")]
+    assert chat_layout.waiting(stored, observing) == stored  # nothing streaming: nothing changes
+
+
 def test_memory_summary_says_what_each_turn_brings():
     assert chat_layout.memory_summary(MemoryOptions()) == "Memory: last 10 messages"
     line = chat_layout.memory_summary(MemoryOptions(
