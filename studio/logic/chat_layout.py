@@ -97,7 +97,11 @@ def memory_summary(opts: MemoryOptions) -> str:
     """One line: what this agent's memory brings into each turn."""
     bits = []
     last = opts.last_messages
-    bits.append(f"last {last} messages" if last else "no history")
+    om = opts.observational_memory
+    if om.enabled:  # (the engine runs no message history then: observational memory brings the raw tail)
+        bits.append(f"observational memory ({om.scope}) in place of message history")
+    else:
+        bits.append(f"last {last} messages" if last else "no history")
     wm = opts.working_memory
     if wm.enabled:
         bits.append(f"working memory ({wm.scope}{', schema' if wm.schema is not None else ''})")
@@ -106,8 +110,6 @@ def memory_summary(opts: MemoryOptions) -> str:
         rng = sr.message_range
         bits.append(f"recall {sr.mode} top {sr.top_k}, range {rng.before}/{rng.after}, {sr.scope}"
                     + (f", threshold {sr.threshold:g}" if sr.threshold is not None else ""))
-    if opts.observational_memory.enabled:
-        bits.append(f"observational memory ({opts.observational_memory.scope})")
     if opts.read_only:
         bits.append("memory is not updated by the agent")
     return "Memory: " + " · ".join(bits)

@@ -67,13 +67,22 @@ def test_only_the_reply_coming_in_has_the_typing_mark_and_it_says_what_it_waits_
     assert chat_layout.waiting(stored, observing) == stored  # nothing streaming: nothing changes
 
 
-def test_memory_summary_says_what_each_turn_brings():
+def test_memory_summary_says_what_each_turn_brings(tmp_path):
     assert chat_layout.memory_summary(MemoryOptions()) == "Memory: last 10 messages"
     line = chat_layout.memory_summary(MemoryOptions(
         last_messages=0, working_memory={"enabled": True, "scope": "thread"},
         semantic_recall={"enabled": True, "top_k": 3, "threshold": 0.4}))
     assert line == ("Memory: no history · working memory (thread) · recall hybrid top 3, range 1/1, resource, "
                     "threshold 0.4")
+    # With observational memory the engine runs no message history (``TurnAssembler.input_processors``): the line
+    # said "last 10 messages · observational memory (thread)", ten messages the prompt never held as history.
+    om = MemoryOptions(observational_memory={"enabled": True})
+    store = open_store(tmp_path / "m.db")
+    ids = [p.id for p in Memory(store, om).input_processors()]
+    assert "message-history" in [p.id for p in Memory(store, MemoryOptions()).input_processors()]
+    store.close()
+    assert om.last_messages == 10 and "observational-memory" in ids and "message-history" not in ids, ids
+    assert chat_layout.memory_summary(om) == "Memory: observational memory (thread) in place of message history"
 
 
 def test_run_turn_saves_the_turn_and_a_failure_saves_nothing(tmp_path):
