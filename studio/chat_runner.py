@@ -381,7 +381,8 @@ def run_turn(
 
 def waiting_for(span_type: str, attributes: Mapping[str, Any]) -> str | None:
     """What a turn waits for, said for the transcript, once a span of ``span_type`` with ``attributes`` starts in
-    it: observational memory observing (or reflecting) before the model is asked, then the model
+    it: observational memory observing (or reflecting) before the model is asked, or the turn waiting for its
+    background observer (or reflector) past block_after, then the model
     (``WAITING_FOR_MODEL``); None: no change (tools, reads)."""
     operation = attributes.get("operationType")
     if span_type == "memory_operation" and operation == "observe":
@@ -395,6 +396,12 @@ def waiting_for(span_type: str, attributes: Mapping[str, Any]) -> str | None:
         tokens = attributes.get("tokens")
         size = f" ({tokens:,} tokens)" if isinstance(tokens, int) else ""
         return f"observational memory is condensing its observations{size} before the reply, a model call of its own"
+    if span_type == "memory_operation" and operation == "wait":  # past block_after: what runs in the background
+        role = "reflector" if attributes.get("waitsFor") == "reflector" else "observer"
+        limit = attributes.get("limitSeconds")
+        most = f", at most {limit:.0f} s" if isinstance(limit, (int, float)) else ""
+        return (f"waiting for observational memory's background {role} to finish (past its block_after the "
+                f"reply waits for it{most})")
     if span_type == "model_generation" and "role" not in attributes:  # the agent's own call (memory's have a role)
         return WAITING_FOR_MODEL
     return None

@@ -60,6 +60,11 @@ def test_only_the_reply_coming_in_has_the_typing_mark_and_it_says_what_it_waits_
                                                                                "tokens": 9}))
     assert "condensing its observations (40,000 tokens)" in str(
         waiting_for("memory_operation", {"operationType": "reflect", "tokens": 40_000}))
+    waits = waiting_for("memory_operation", {"operationType": "wait", "waitsFor": "observer", "limitSeconds": 120.0})
+    assert waits == ("waiting for observational memory's background observer to finish (past its block_after the "
+                     "reply waits for it, at most 120 s)")
+    assert "background reflector to finish" in str(
+        waiting_for("memory_operation", {"operationType": "wait", "waitsFor": "reflector"}))
     assert waiting_for("model_generation", {"model": "m"}) == chat_layout.WAITING_FOR_MODEL  # the agent's call
     assert waiting_for("model_generation", {"model": "m", "role": "observer"}) is None  # memory's own call
     assert waiting_for("tool_call", {}) is None and waiting_for("memory_operation", {"operationType": "recall"}) is None
