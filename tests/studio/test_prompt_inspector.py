@@ -464,3 +464,19 @@ def test_the_recalled_messages_table_fits_beside_the_request_panel(qtbot, no_lea
                 assert model.index(1, column).data(3), (text, column)
     finally:
         s.close()
+
+
+def test_stored_turn_and_pin_say_why_they_are_off_and_what_to_do(qtbot, pane):
+    """In a preview of the next turn, "Stored turn" and "Pin…" were disabled with no visible reason (found by
+    s33-walk5): the label beside the radio says to pick a message, and the two tooltips say why and what to do."""
+    select(qtbot, pane, Selection("alice", "t-lisbon"))
+    assert not pane.turn_radio.isEnabled() and not pane.pin_btn.isEnabled()
+    assert pane.turn_label.text() == "(pick a message in Messages)"
+    assert "pick one of the thread's messages in the Messages pane" in pane.turn_radio.toolTip()
+    assert pane.pin_btn.toolTip().startswith("Pin… needs a stored turn")
+    pane.fragment_table.selectRow(1)
+    assert not pane.pin_btn.isEnabled() and "pick a message in the Messages pane" in pane.pin_btn.toolTip()
+    select(qtbot, pane, Selection("alice", "t-lisbon", "m3"))  # a stored turn: both on, the tips say what they do
+    assert pane.turn_radio.isEnabled() and "(pick" not in pane.turn_label.text()
+    pane.fragment_table.selectRow(0)
+    assert pane.pin_btn.isEnabled() and pane.pin_btn.toolTip() == "Pin this fragment as a memory check"
