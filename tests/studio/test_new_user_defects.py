@@ -142,9 +142,10 @@ def test_light_theme_context_bar_is_light(qtbot: Any, qapp: Any, no_leaked_widge
                                    "o200k_base"))
         bar.show()
         image = bar.grab().toImage()
-        free = image.pixelColor(int(image.width() * 0.9), 18 + STRIP // 2)  # the window strip's unused part
+        top = 18 * len(bar.head_lines(bar.width()))  # (the strips are under the header's lines)
+        free = image.pixelColor(int(image.width() * 0.9), top + STRIP // 2)  # the window strip's unused part
         assert free.lightness() > 160, free.name()
-        prompt_strip = image.pixelColor(int(image.width() * 0.9), 18 + STRIP + GAP + STRIP // 2)
+        prompt_strip = image.pixelColor(int(image.width() * 0.9), top + STRIP + GAP + STRIP // 2)
         assert prompt_strip.name() == "#3e9c8f"  # the composition strip is all history
     finally:
         qapp.setPalette(saved[0])
