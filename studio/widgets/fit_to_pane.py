@@ -41,13 +41,15 @@ class FitToPane(QObject):
     columns hidden, in this order, while the table cannot hold the others (what they show is said
     elsewhere; settable: what is said elsewhere may change); ``left_out``: columns hidden whatever the width
     (settable: a column that has nothing to say in the table's present mode); ``decorated``: columns that draw
-    a swatch before their text (their sample or floor gets the swatch's width as well)."""
+    a swatch before their text (their sample or floor gets the swatch's width as well); ``roomy``: optional
+    columns shown only where the shared ones get their ``optional_room`` samples (``column_fit.fit_columns``)."""
 
     def __init__(self, table: FitView, samples: Mapping[str, str], shares: Mapping[str, float], last: str,
                  *, pad: int = 16, caps: Mapping[str, str] | None = None, floors: Mapping[str, str] | None = None,
                  rest_sample: str | None = None, optional: Sequence[str] = (), last_share: float = 0.0,
                  last_least: int = 0, decorated: Sequence[str] = (), left_out: Sequence[str] = (),
-                 share_in_least: bool = True) -> None:
+                 share_in_least: bool = True, optional_room: Mapping[str, str] | None = None,
+                 roomy: Sequence[str] = ()) -> None:
         super().__init__(table)
         self.table = table
         self.samples, self.shares, self.last, self.pad = dict(samples), dict(shares), last, pad
@@ -58,6 +60,8 @@ class FitToPane(QObject):
         self.last_share, self.last_least = last_share, last_least
         # False: the share is taken where the table has room, never asked of the layout (``least``).
         self.share_in_least = share_in_least
+        # An optional column of ``roomy`` shows only where each shared column has its ``optional_room`` sample too.
+        self.optional_room, self.roomy = dict(optional_room or {}), tuple(roomy)
         self.decorated = tuple(decorated)
         self.left_out = tuple(left_out)
         table.setTextElideMode(Qt.TextElideMode.ElideRight)
@@ -128,8 +132,9 @@ class FitToPane(QObject):
         least = max(rest, self.last_least)
         rest = max(least, int(total * self.last_share))
         optional = [t for t in self.optional if t in titles]
+        room = {t: metrics.horizontalAdvance(sample) + pad for t, sample in self.optional_room.items()}
         widths = fit_columns(total, fixed, self.shares, minimum, last=self.last, rest=rest,
-                             maximum=caps, optional=optional)
+                             maximum=caps, optional=optional, room=room, roomy=self.roomy)
         over = sum(widths.values()) - total
         if over > 0 and rest > least:  # (the last column's share gives way, down to its least, before the edge)
             widths = fit_columns(total, fixed, self.shares, minimum, last=self.last, rest=max(least, rest - over),

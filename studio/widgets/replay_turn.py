@@ -33,6 +33,7 @@ from studio.logic.replay_layout import (
     STEP_SAMPLES,
     STEP_SHARES,
     STEP_TEXT_LEAST,
+    STEP_WHY_ROOM,
     Comparison,
     RecallRow,
     StepRow,
@@ -191,7 +192,7 @@ class TurnView(QSplitter):
         keep_current_in_sight(self.step_table)  # (the fragment picked on opening a thread was out of sight)
         self._fit = FitToPane(self.step_table, STEP_SAMPLES, STEP_SHARES, last="Text", floors=STEP_FLOORS,
                               caps=STEP_CAPS, optional=STEP_OPTIONAL, decorated=("Source",),
-                              rest_sample=STEP_TEXT_LEAST)
+                              rest_sample=STEP_TEXT_LEAST, optional_room={"Why": STEP_WHY_ROOM})
         for w in (self.context_caption, self.change_label, self.step_table):
             ul.addWidget(w)
         left.addWidget(upper)
@@ -287,6 +288,13 @@ class TurnView(QSplitter):
         Source, Why and Text sat behind a scroll bar, and the received and rebuilt prompts were ~150 px
         columns each."""
         want = Qt.Orientation.Horizontal if event.size().width() >= STACK_BELOW else Qt.Orientation.Vertical
+        # Side by side the table is narrower than stacked (~570 px at a 1,440 px window, ~700 stacked at 1,100):
+        # there the stored ids (said again under the table) give way before the reason is cut ("working memory
+        # c…"); stacked, every column shows, as before.
+        roomy = ("Stored",) if want == Qt.Orientation.Horizontal else ()
+        if self._fit.roomy != roomy:
+            self._fit.roomy = roomy
+            self._fit.fit()
         if want != self.orientation():
             self.setOrientation(want)
             # (stacked, the table and the fragment's text above get the larger part: the tabs scroll)

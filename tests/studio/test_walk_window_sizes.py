@@ -94,3 +94,25 @@ def _options_whole_at_900(demo_dir: Path, tmp_path: Path, make_window: Any, qtbo
             cut.append((control.text(), control.width(), control.sizeHint().width(), corner))
     assert cut == [], (cut, bar.contentsRect())
     window.session.pool.wait(20_000)
+
+
+def test_replays_reasons_read_whole_at_1440_px_before_the_stored_ids_are_shown(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+    """At a 1,440 × 900 window, Replay's context table (side by side with the request, ~570 px) on ada's groceries
+    showed the optional Stored column (89 px of short ids, said again under the table) while the reason read
+    "working memory c…" (found 2026-12-07 by s33-walk5). Side by side, the reason gets "working memory changed"
+    before Stored is shown."""
+    window = _window(demo_dir, tmp_path, make_window, qtbot, 1440)
+    pane = _replay_at(window, qtbot, "ada", "ada-groceries", 2)
+    pane.tabs.setCurrentIndex(0)
+    table = pane.view.step_table
+    qtbot.waitUntil(lambda: table.isVisible() and table.model().rowCount() >= 6, timeout=10_000)
+    qtbot.wait(50)  # (laid out)
+    _fits(table)
+    titles, metrics, model = _titles(table), table.fontMetrics(), table.model()
+    reasons = {model.index(r, titles.index("Why")).data() for r in range(model.rowCount())}
+    assert "working memory changed" in reasons
+    assert table.columnWidth(titles.index("Why")) >= metrics.horizontalAdvance("working memory changed") + 8
+    assert table.isColumnHidden(titles.index("Stored"))
+    _whole(table, "Source", extra=max(table.iconSize().width(), 16))
+    window.session.pool.wait(20_000)
