@@ -40,6 +40,8 @@ from core.agent_configs import DEFAULT_MEMORY_NAME, AgentConfig
 from core.background import BackgroundWork
 from core.llm.base import CONTEXT_OVERFLOW_HINT, ChatModel, ModelError
 from core.llm.stopping import CallStop
+from core.traces.tracer import Span, Tracer
+from studio.logic.chat_layout import WAITING_FOR_MODEL
 
 logger = logging.getLogger(__name__)
 
@@ -320,9 +322,11 @@ def run_turn(
     on_delta: Callable[[str], None],
     on_tools: Callable[[list[str]], None] | None = None,
     stop: CallStop | None = None,
+    on_waiting: Callable[[str], None] | None = None,
 ) -> TurnOutcome:
     """Run one turn (call on a worker). Raises ``ModelError`` (nothing saved) when the model fails, and
-    ``TurnStopped`` (nothing saved) once ``stop`` was stopped (``turn_stop``; from any thread)."""
+    ``TurnStopped`` (nothing saved) once ``stop`` was stopped (``turn_stop``; from any thread).
+    ``on_waiting``: told what the turn waits for whenever that changes before its reply (``waiting_for``)."""
     started = time.perf_counter()
     tools_seen: list[str] = []
 
@@ -335,8 +339,11 @@ def run_turn(
     name = request.agent.name if request.agent is not None else PLAYGROUND_AGENT
     # Borrowing a registered agent never registers it again (its record is the agent process's).
     # The agent's own model settings (from its recorded turn), and the user's reply cap over them.
+    tracer = mem.turn_tracer()
+    if on_waiting is not None and isinstance(tracer, Tracer):
+        tracer = tracer.telling(_teller(on_waiting))
     agent = Agent(name, instructions=request.instructions, model=model, memory=lambda _values: mem, register=False,
-                  model_settings=dict(request.model_settings))
+                  model_settings=dict(request.model_settings), tracer=tracer)
     message = Message.user(request.text, id=request.input_id, thread_id=request.thread_id,
                            resource_id=request.resource_id, metadata=SENT_FROM)
     deltas = 0
@@ -370,6 +377,49 @@ def run_turn(
                        result.trace_id, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
                        time.perf_counter() - started, tools_seen, result.finish_reason or "stop",
                        stop_too_late=stop is not None and stop.stopped)
+
+
+def waiting_for(span_type: str, attributes: Mapping[str, Any]) -> str | None:
+    """What a turn waits for, said for the transcript, once a span of ``span_type`` with ``attributes`` starts in
+    it: observational memory observing (or reflecting) before the model is asked, or the turn waiting for its
+    background observer (or reflector) past block_after, then the model
+    (``WAITING_FOR_MODEL``); None: no change (tools, reads)."""
+    operation = attributes.get("operationType")
+    if span_type == "memory_operation" and operation == "observe":
+        count = attributes.get("messages")
+        tokens = attributes.get("tokens")
+        what = (f"{count:,} unobserved message{'' if count == 1 else 's'}" if isinstance(count, int)
+                else "the unobserved messages")
+        size = f" ({tokens:,} tokens)" if isinstance(tokens, int) else ""
+        return f"observational memory is observing {what}{size} before the reply, a model call of its own"
+    if span_type == "memory_operation" and operation == "reflect":
+        tokens = attributes.get("tokens")
+        size = f" ({tokens:,} tokens)" if isinstance(tokens, int) else ""
+        return f"observational memory is condensing its observations{size} before the reply, a model call of its own"
+    if span_type == "memory_operation" and operation == "wait":  # past block_after: what runs in the background
+        role = "reflector" if attributes.get("waitsFor") == "reflector" else "observer"
+        limit = attributes.get("limitSeconds")
+        most = f", at most {limit:.0f} s" if isinstance(limit, (int, float)) else ""
+        return (f"waiting for observational memory's background {role} to finish (past its block_after the "
+                f"reply waits for it{most})")
+    if span_type == "model_generation" and "role" not in attributes:  # the agent's own call (memory's have a role)
+        return WAITING_FOR_MODEL
+    return None
+
+
+def _teller(on_waiting: Callable[[str], None]) -> Callable[[Span], None]:
+    """A span listener telling ``on_waiting`` what the turn waits for; spans other threads start (memory's
+    background observer, another turn) are not this turn's."""
+    turn_thread = threading.get_ident()
+
+    def started(span: Span) -> None:
+        if threading.get_ident() != turn_thread:
+            return
+        said = waiting_for(str(span.field("span_type")), span.field("attributes") or {})
+        if said is not None:
+            on_waiting(said)
+
+    return started
 
 
 def _stopped(model: ChatModel, during: str | None = None, *, waiting: bool = False) -> TurnStopped:

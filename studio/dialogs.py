@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialog, QFileDialog, QMessageBox, QWidget
+from PySide6.QtWidgets import QDialog, QFileDialog, QLabel, QMessageBox, QWidget
 
 from core.storage.errors import (
     CorruptDatabaseError,
@@ -36,6 +36,7 @@ class Problem:
     advice: str  # what the user can do about it
     details: str = ""
     warning_only: bool = False  # e.g. "opened read-only because…": not an error
+    whole_lines: bool = False  # each line of ``text`` (a path on a line of its own) shown unwrapped (``keep_lines_whole``)
 
 
 def _is_server(path: str | None) -> bool:
@@ -164,10 +165,26 @@ def build_error_box(parent: QWidget | None, problem: Problem) -> QMessageBox:
     if problem.details:
         box.setDetailedText(problem.details)
     box.setStandardButtons(QMessageBox.StandardButton.Ok)
+    if problem.whole_lines:
+        keep_lines_whole(box)
     return box
 
 
-def build_confirm_box(parent: QWidget | None, title: str, text: str, advice: str, yes_text: str) -> QMessageBox:
+def keep_lines_whole(box: QMessageBox) -> None:
+    """Make the box's text as wide as its widest line (up to the screen's width less 200 px), so no line is
+    wrapped: past ~400 px a message box wraps its text, and a path was wrapped at a slash ("in /tmp/" then
+    "s33/…"), to be read and copied in pieces. For a text whose paths stand on lines of their own."""
+    label = box.findChild(QLabel, "qt_msgbox_label")
+    if label is None:  # (a Qt that names its label otherwise: wrapped as before)
+        return
+    metrics = label.fontMetrics()
+    widest = max((metrics.horizontalAdvance(line) for line in box.text().split("\n")), default=0)
+    screen = box.screen().availableGeometry().width() if box.screen() is not None else 1024
+    label.setMinimumWidth(min(widest + 2 * label.margin() + 4, max(screen - 200, 300)))
+
+
+def build_confirm_box(parent: QWidget | None, title: str, text: str, advice: str, yes_text: str,
+                      whole_lines: bool = False) -> QMessageBox:
     box = QMessageBox(parent)
     box.setObjectName("confirmDialog")
     box.setIcon(QMessageBox.Icon.Question)
@@ -179,6 +196,8 @@ def build_confirm_box(parent: QWidget | None, title: str, text: str, advice: str
     box.addButton(QMessageBox.StandardButton.Cancel)
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)
     box.setProperty("yesButton", yes)
+    if whole_lines:
+        keep_lines_whole(box)
     return box
 
 
@@ -210,8 +229,8 @@ class DialogPresenter:
         return box
 
     def confirm(self, parent: QWidget | None, title: str, text: str, advice: str, yes_text: str,
-                on_yes: Callable[[], None]) -> QMessageBox:
-        box = build_confirm_box(parent, title, text, advice, yes_text)
+                on_yes: Callable[[], None], whole_lines: bool = False) -> QMessageBox:
+        box = build_confirm_box(parent, title, text, advice, yes_text, whole_lines)
         yes = box.property("yesButton")
         box.finished.connect(lambda _r: on_yes() if box.clickedButton() is yes else None)
         self._track(box)

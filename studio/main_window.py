@@ -63,6 +63,9 @@ if TYPE_CHECKING:
 
 APP_NAME = "Memory Studio"
 BUSY_DELAY_MS = 300  # show the busy bar only for work slower than a moment
+# How long the status bar says what an action did ("Exported …", "Nothing to import: …"): it said so for ever,
+# still there after many later actions. Work under way ("…") and a warning ("⚠") stay until the next message.
+STATUS_OUTCOME_MS = 60_000
 DEFAULT_SIZE = (1360, 860)  # the first launch's window, and when a saved geometry cannot be restored
 # The thread list: 380 px (or what the user drags it to) while that is at most 36 % of the window, and at least
 # 30 % of it, between 220 and 340 px (a fixed 340 px least left a 720 px window's panes ~320 px, cut sideways).
@@ -259,6 +262,11 @@ SOURCE_LABELS = {
 MENUS = ("File", "Edit", "View", "Help")  # the menu bar's menus, in order
 
 
+def status_lasts(text: str) -> bool:
+    """Whether a status message stays until the next one: work under way ("Opening …") or a warning."""
+    return text.startswith("⚠") or text.rstrip().endswith("…")
+
+
 class MainWindow(QMainWindow):
     """The window. ``MainWindow(settings)`` is complete when it returns. With ``finish_later=True``
     (the app's start, ``studio.app.launch``) it holds only what its first paint shows: the menu bar's
@@ -376,6 +384,10 @@ class MainWindow(QMainWindow):
         # What the window says last: cut with "…" (the whole text on hover) where the path beside it leaves no
         # room, never at the path's edge with no mark; plain text, since it names data (a thread, a file).
         self.status_text = elastic(ElidedLabel("", self))
+        self.status_expiry = QTimer(self)
+        self.status_expiry.setSingleShot(True)
+        self.status_expiry.setInterval(STATUS_OUTCOME_MS)
+        self.status_expiry.timeout.connect(lambda: self.status_text.setText(""))
         self.busy_bar = QProgressBar(self)
         self.busy_bar.setObjectName("busyBar")
         self.busy_bar.setFixedWidth(140)
@@ -447,7 +459,13 @@ class MainWindow(QMainWindow):
         return self.busy_bar.isVisible()
 
     def show_status(self, text: str) -> None:
+        """Say ``text`` in the status bar: what an action did for ``STATUS_OUTCOME_MS``, work under way
+        ("…") and a warning ("⚠") until the next message."""
         self.status_text.setText(text)
+        if status_lasts(text):
+            self.status_expiry.stop()
+        else:
+            self.status_expiry.start()
 
     def _register_commands(self) -> None:
         from studio.memory_edits import MemoryEditActions

@@ -251,7 +251,8 @@ class ReplayThread:
         cursor = record.om_cursor if record is not None else notes.get("cursor")
         gen = f"generation {generation}" if generation is not None else "generation"
         chunks = f" · {record.om_chunks} chunk(s)" if record is not None and record.om_chunks is not None else ""
-        seen = f" · observed up to {cursor.split(' ')[0]}" if cursor else ""
+        # (the cursor is "<ISO time> <message id>": the time shown as every date is, ``format_datetime``)
+        seen = f" · observed up to {format_datetime(cursor.split(' ')[0])}" if cursor else ""
         activity = self._om_activity(opts, record)
         return f"{gen} (row {short_id(row)}){chunks}{seen}" + (f" · at this turn: {activity}" if activity else "")
 

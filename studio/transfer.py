@@ -288,16 +288,19 @@ class TransferActions(QObject):
             self._pending = None
             self.window.show_status(f"Nothing to import: everything in {shown(path)} is already here")
             self.window.presenter.error(self.window, Problem(
-                "Nothing to import", f"Everything in {shown(path)} is already in {session.display_path}.",
-                "Importing it again would change nothing.", warning_only=True))
+                "Nothing to import", f"Everything in the file\n{shown(path)}\nis already in the database\n"
+                f"{session.display_path}",
+                "Importing it again would change nothing.", warning_only=True, whole_lines=True))
             return
         # (The checks held ``scope`` to its shape; ``source`` is only shown, so it may be anything a file holds.)
         scope = data.get("scope") or {}
         source = data.get("source")
         database = source.get("database") if isinstance(source, dict) else None
-        origin = f" (exported from {printable(database)})" if isinstance(database, str) and database else ""
-        text = (f"Import {scope.get('kind', '?')} {printable(str(scope.get('id', '?')))} from {shown(path)}{origin} "
-                f"into {session.display_path}?")
+        origin = f"\n(exported from {printable(database)})" if isinstance(database, str) and database else ""
+        # Each path on a line of its own: within a sentence the box wrapped a path at a slash ("in /tmp/" then
+        # "s33/…"), and one could not read or copy it whole.
+        text = (f"Import {scope.get('kind', '?')} {printable(str(scope.get('id', '?')))}\nfrom {shown(path)}{origin}"
+                f"\ninto {session.display_path}?")
         self.window.show_status(f"Checked {shown(path)}: nothing is written unless you choose Import")
         needs_choice = any(c.replaceable for c in preview.conflicts)
         check = QCheckBox("Replace the rows that differ (overwrite)") if needs_choice else None
@@ -306,7 +309,7 @@ class TransferActions(QObject):
         box = self.window.presenter.confirm(
             self.window, "Import?", text, _advice(preview), "Import",
             lambda: self._import(session, path, data, overwrite=check is not None and check.isChecked(),
-                                 with_configs=configs is not None and configs.isChecked()))
+                                 with_configs=configs is not None and configs.isChecked()), whole_lines=True)
         if check is not None:
             box.setCheckBox(check)
         if configs is not None:

@@ -621,10 +621,18 @@ def _wait_for_background(ctx: ProcessorContext, key: str, opts: ObservationalMem
     raises ``CallStopped`` (``waiting``); the background work goes on, and the next turn takes what it writes."""
     svc = ctx.services
     stop = current_stop()
-    with TRAFFIC.awaiting(svc.observer_model, svc.reflector_model), \
+    limit = _block_wait(opts)
+    # A span of its own: a trace shows how long the turn waited and for what, and a caller listening to the
+    # turn's spans (Studio Chat) says what the turn waits for, not that the model is slow.
+    with ctx.tracer.start_span(f"memory: wait for the background {role}", "memory_operation",
+                               thread_id=ctx.request.thread_id, resource_id=ctx.request.resource_id,
+                               attributes={"operationType": "wait", "waitsFor": role,
+                                           "limitSeconds": limit}) as span, \
+            TRAFFIC.awaiting(svc.observer_model, svc.reflector_model), \
             (stop.waking(svc.background.wake) if stop is not None else nullcontext()):
-        settled = svc.background.wait_key(_work_key(key), _block_wait(opts),
+        settled = svc.background.wait_key(_work_key(key), limit,
                                           give_up=(lambda: stop.stopped) if stop is not None else None)
+        span.set_output({"settled": settled, "stopped": stop is not None and stop.reason is not None})
     if stop is not None and stop.reason is not None:
         model = (svc.reflector_model or svc.observer_model) if role == "reflector" else svc.observer_model
         raise CallStopped(stop.reason, model_id=model.model_id if model is not None else "", during=role,

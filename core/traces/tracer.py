@@ -15,6 +15,7 @@ resource and run ids. A span is exported once, when it ends; secrets are redacte
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import random
@@ -328,6 +329,25 @@ class Tracer:
         # Asked once: an exporter that shows running spans is told of each span as it starts.
         self._started: Callable[[Span], None] | None = \
             self.exporter.span_started if isinstance(self.exporter, LiveSpanExporter) else None
+
+    def telling(self, on_start: Callable[[Span], None]) -> Tracer:
+        """This tracer (the same exporter, clock, ids and redaction), also calling ``on_start`` with each span
+        it starts, inline on the thread that starts it, before the span's work: for a caller showing what
+        a run is doing while it runs (Studio Chat: observational memory observing before the reply).
+        ``on_start`` must be cheap; what it raises is logged, never the run's failure."""
+        told = copy.copy(self)
+        exporter_told = self._started
+
+        def started(span: Span) -> None:
+            if exporter_told is not None:
+                exporter_told(span)
+            try:
+                on_start(span)
+            except Exception:  # noqa: BLE001 - whoever listens must never fail an agent run
+                log.warning("a listener of span %r's start failed", span.name, exc_info=True)
+
+        told._started = started
+        return told
 
     def start_span(
         self,

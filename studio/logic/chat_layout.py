@@ -13,6 +13,7 @@ from studio.logic.message_format import ROLE_COLOURS, MessageRow
 PROMPT_SCHEME = "prompt:"  # transcript links: prompt:<user message id> opens that turn in the inspector
 DIM = "#8a8f98"
 ERROR = "#e5534b"
+WAITING_FOR_MODEL = "waiting for the model"  # what a turn waits for before its reply, unless memory works first
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Entry:
     id: str | None = None
     state: str = "stored"  # stored | streaming | failed
     note: str = ""
+    waiting: str = WAITING_FOR_MODEL  # said while a streaming reply has no text yet (``chat_runner.waiting_for``)
 
 
 def entries_from_rows(rows: Sequence[MessageRow]) -> list[Entry]:
@@ -48,6 +50,13 @@ def with_delta(entries: list[Entry], piece: str) -> list[Entry]:
     return [*entries[:-1], replace(last, text=last.text + piece)]
 
 
+def waiting(entries: list[Entry], what: str) -> list[Entry]:
+    """The streaming reply (the last entry) waiting for ``what`` instead."""
+    if not entries or entries[-1].state != "streaming":
+        return entries
+    return [*entries[:-1], replace(entries[-1], waiting=what)]
+
+
 def failed(entries: list[Entry], turn_id: str, why: str) -> list[Entry]:
     """The entries of a failed turn stay visible, marked as not saved."""
     return [replace(e, state="failed", note=why) if e.turn_id == turn_id and e.state != "stored" else e
@@ -62,13 +71,13 @@ def transcript_html(entries: Sequence[Entry], *, busy: bool = False) -> str:
         link = (f" · <a href='{PROMPT_SCHEME}{esc(e.turn_id)}'>prompt</a>"
                 if e.turn_id and e.state == "stored" else "")
         tail = ""
-        if e.state == "streaming":
+        if e.state == "streaming" and e.role != "user":  # (the reply coming in; the user's message is whole)
             tail = " <span style='color:%s'>▍</span>" % DIM
         head = f"<b style='color:{colour}'>{esc(e.role)}</b>{link}"
         if e.state == "failed":
             head += f" <span style='color:{ERROR}'>· not saved</span>"
         body = esc(e.text).replace("\n", "<br>") if e.text else (
-            f"<span style='color:{DIM}'>waiting for the model…</span>" if e.state == "streaming" else "")
+            f"<span style='color:{DIM}'>{esc(e.waiting)}…</span>" if e.state == "streaming" else "")
         note = f"<br><span style='color:{DIM}'>{esc(e.note)}</span>" if e.note else ""
         parts.append(f"<p style='margin:6px 0'>{head}<br>{body}{tail}{note}</p>")
     if not parts and not busy:
@@ -88,7 +97,11 @@ def memory_summary(opts: MemoryOptions) -> str:
     """One line: what this agent's memory brings into each turn."""
     bits = []
     last = opts.last_messages
-    bits.append(f"last {last} messages" if last else "no history")
+    om = opts.observational_memory
+    if om.enabled:  # (the engine runs no message history then: observational memory brings the raw tail)
+        bits.append(f"observational memory ({om.scope}) in place of message history")
+    else:
+        bits.append(f"last {last} messages" if last else "no history")
     wm = opts.working_memory
     if wm.enabled:
         bits.append(f"working memory ({wm.scope}{', schema' if wm.schema is not None else ''})")
@@ -97,8 +110,6 @@ def memory_summary(opts: MemoryOptions) -> str:
         rng = sr.message_range
         bits.append(f"recall {sr.mode} top {sr.top_k}, range {rng.before}/{rng.after}, {sr.scope}"
                     + (f", threshold {sr.threshold:g}" if sr.threshold is not None else ""))
-    if opts.observational_memory.enabled:
-        bits.append(f"observational memory ({opts.observational_memory.scope})")
     if opts.read_only:
         bits.append("memory is not updated by the agent")
     return "Memory: " + " · ".join(bits)

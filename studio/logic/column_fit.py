@@ -16,18 +16,23 @@ from typing import Mapping, Sequence
 
 def fit_columns(total: int, fixed: Mapping[str, int], shares: Mapping[str, float],
                 minimum: Mapping[str, int], last: str, rest: int = 0,
-                maximum: Mapping[str, int] | None = None, optional: Sequence[str] = ()) -> dict[str, int]:
+                maximum: Mapping[str, int] | None = None, optional: Sequence[str] = (),
+                room: Mapping[str, int] | None = None, roomy: Sequence[str] = ()) -> dict[str, int]:
     """Widths in pixels for a table ``total`` pixels wide: the ``fixed`` columns as given, each column of
     ``shares`` its share of what is left once the ``last`` column has its ``rest`` (and at least its
     ``minimum``, at most its ``maximum``), and ``last`` the remainder (at least ``rest``). A column cut
     short elides its text, whose whole is in the cell's tooltip.
 
     ``optional``: columns (fixed or shared) left out, in this order, while the table is too narrow for the
-    others' widths and minima (a left-out column is absent from the answer: its table hides it)."""
+    others' widths and minima (a left-out column is absent from the answer: its table hides it). An optional
+    column of ``roomy`` is shown only where the shared columns have their ``room`` as well (more than their
+    minima: Replay's stored ids took 89 px of a 1,440 px window's table while its reason read "working memory
+    c…")."""
     fixed, shares = dict(fixed), dict(shares)
     for title in optional:
-        if sum(fixed.values()) + sum(minimum.get(t, 0) for t in shares) + rest <= total:
-            break
+        needs = {t: max(minimum.get(t, 0), (room or {}).get(t, 0) if title in roomy else 0) for t in shares}
+        if sum(fixed.values()) + sum(needs.values()) + rest <= total:
+            continue  # (the minima only grow with the roomy columns: an earlier column that fits, fits)
         fixed.pop(title, None)
         shares.pop(title, None)
     spare = max(0, total - sum(fixed.values()) - rest)

@@ -240,8 +240,35 @@ def part_html(part: dict[str, Any]) -> str:
     if kind.startswith("data-"):
         return _block(kind.upper(), "#e8a33d", _pre(pretty_json(part.get("data"))))
     if kind == "step-start":
-        return '<div class="step">— step —</div>'
+        return _step_html(part)
     return _block(kind.upper(), "#9aa0a6", _pre(pretty_json(part)))
+
+
+def _step_html(part: dict[str, Any], number: int | None = None, *, empty: bool = False) -> str:
+    """A step's start: its number when the message has more than one, the model that ran it when the part
+    names it, and, for a step with no part kept after it (the next step starts, or the message ends),
+    that nothing of it was stored (a step with no kept parts showed as a bare "— step —" line)."""
+    said = ["step" if number is None else f"step {number}"]
+    if part.get("model"):
+        said.append(f"model {part['model']}")
+    if empty:
+        said.append("nothing of this step was stored")
+    return f'<div class="step">— {html.escape(" · ".join(said))} —</div>'
+
+
+def parts_html(parts: list[dict[str, Any]]) -> str:
+    """Each part's HTML, steps numbered when there is more than one."""
+    numbered = sum(p.get("type") == "step-start" for p in parts) > 1
+    out, steps = [], 0
+    for i, part in enumerate(parts):
+        if part.get("type") != "step-start":
+            out.append(part_html(part))
+            continue
+        steps += 1
+        nxt = parts[i + 1] if i + 1 < len(parts) else None
+        out.append(_step_html(part, steps if numbered else None,
+                              empty=nxt is None or nxt.get("type") == "step-start"))
+    return "".join(out)
 
 
 def message_html(row: MessageRow) -> str:
@@ -253,7 +280,7 @@ def message_html(row: MessageRow) -> str:
     )
     if row.message is None:
         return head + _block("UNREADABLE", "#e06c75", _text_html(row.error or "?"))
-    body = "".join(part_html(p) for p in shown_parts(row.message)) or _text_html(row.message.text)
+    body = parts_html(shown_parts(row.message)) or _text_html(row.message.text)
     if row.error:
         body = _block("PARTLY UNREADABLE", "#e06c75", _text_html(row.error)) + body
     meta = row.message.metadata

@@ -784,10 +784,13 @@ def fork_source(metadata: Mapping[str, Any] | None) -> str | None:
 # 1,440 px window they read "mess…", "working …" and "You ar…"): Role gives way first (the source's
 # tooltip says the role), then Stored (the fragment's details below link its stored messages).
 STEP_SAMPLES = {"#": "00", "Change": "+ entered", "Role": "assistant", "Stored": "…00000000", "Tokens": "00,000"}
-STEP_SHARES = {"Source": 0.45, "Why": 0.45}
+STEP_SHARES = {"Source": 0.45, "Why": 0.55}  # (the reason reads whole before the source gets spare width)
 STEP_FLOORS = {"Source": "message-history", "Why": "new message"}
 # ... and the most they take: beyond it the spare width goes to the fragment's text (at a 2,560 px window
 # the two shares gave Source and Why ~500 px each, mostly blank, and the text ~150 px, "You are a st…")
 STEP_CAPS = {"Source": "observational-memory", "Why": "a stored message was deleted since"}
 STEP_OPTIONAL = ("Role", "Stored")
 STEP_TEXT_LEAST = "You are a"  # the Text column's least
+# What the reason gets before the Stored column is shown: at a 1,440 px window the stored ids (said again under the
+# table) took 89 px while the reason read "working memory c…" (longer reasons end in "…", whole on hover).
+STEP_WHY_ROOM = "working memory changed"

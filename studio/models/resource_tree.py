@@ -24,7 +24,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QFont
 
-from studio.logic.dates import date_tooltip, format_datetime
+from studio.logic.dates import date_tooltip, format_day
 from studio.logic.thread_labels import (
     NO_DELEGATIONS,
     UNTITLED,
@@ -43,7 +43,10 @@ from studio.widgets.plain_tip import plain_tip
 if TYPE_CHECKING:  # pragma: no cover - loaded with the tree's data, on a worker
     from core.storage.memory_store import ResourceSummary, ThreadSummary
 
-COLUMNS = ("Thread", "Msgs", "Last activity")
+COLUMNS = ("Thread", "Msgs", "Latest")  # (the date column's header short: its width is the titles' room)
+COLUMN_TIPS = ("", "Messages stored in the thread (a resource: in all of its threads)",
+               "Last activity: the newest message's time (HH:MM today, the month and day this year, else the date; "
+               "hover a row for the exact time)")
 
 
 class TreeRoles:
@@ -111,7 +114,7 @@ def recency_order(keys: Sequence[float]) -> list[int]:
 
 
 def _short_time(when: Any) -> str:
-    return format_datetime(when)
+    return format_day(when)
 
 
 class ResourceTreeModel(QAbstractItemModel):
@@ -290,6 +293,8 @@ class ResourceTreeModel(QAbstractItemModel):
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
             return COLUMNS[section]
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.ToolTipRole:
+            return COLUMN_TIPS[section] or None
         return None
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:

@@ -74,6 +74,7 @@ class ChatPane(QWidget):
     context_loaded = Signal()
     _delta = Signal(str)  # from the worker thread (queued to the UI thread)
     _tools = Signal(object)
+    _waiting = Signal(str)  # what the turn waits for before its reply (from the worker thread)
 
     def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -93,6 +94,7 @@ class ChatPane(QWidget):
         self.busy = False
         self._turn: ChatRequest | None = None
         self._stop: CallStop | None = None  # the running turn's (``chat_runner.turn_stop``)
+        self._model_name = ""  # the running turn's model, as the picker names it
         self._models: list[ModelOption] = []
         self._turn_scope: dict[str, tuple[str, str]] = {}  # user message id -> (resource, thread) of turns sent here
         # The last failed turn's entries and its thread: a read of that thread (another pane's write, a
@@ -109,6 +111,7 @@ class ChatPane(QWidget):
         self._build()
         self._delta.connect(self._on_delta)
         self._tools.connect(self._on_tools)
+        self._waiting.connect(self._on_waiting)
         session.changed.connect(self._on_db_changed)
         session.read_only_changed.connect(lambda _ro: self._update_state())
         self.refresh_models()
@@ -513,13 +516,14 @@ class ChatPane(QWidget):
         self._render()
         self._update_state()
         self.status.setText(f"Waiting for {choice.name}…")
+        self._model_name = choice.name
         store, embedders, stop = self.session.store, self.embedders, self._stop
 
         def job() -> TurnOutcome:
             model = choice.build()
             try:
                 return chat_runner.run_turn(store, req, model, embedder=lambda: embedders.get(store), on_delta=self._delta.emit,
-                                            on_tools=self._tools.emit, stop=stop)
+                                            on_tools=self._tools.emit, stop=stop, on_waiting=self._waiting.emit)
             finally:
                 chat_runner.close_when_idle(store, req.agent, model)  # (after the observer it may have started)
 
@@ -541,6 +545,15 @@ class ChatPane(QWidget):
         if not self._paint.isActive():
             self._paint.start()
         self.delta_shown.emit(piece)
+
+    def _on_waiting(self, what: str) -> None:
+        """Before the reply: say what the turn waits for (observational memory observing first, then the model)."""
+        if not self.busy or self._stop is None or self._stop.stopped:
+            return
+        self.entries = lay.waiting(self.entries, what)
+        self.status.setText(f"Waiting for {self._model_name}…" if what == lay.WAITING_FOR_MODEL
+                            else f"{what[:1].upper()}{what[1:]}…")
+        self._render()
 
     def _on_tools(self, names: list[str]) -> None:
         if self.busy and self.entries:

@@ -88,6 +88,10 @@ MAX_LINE_CHARS = 2**31 - 1  # QLineEdit's own limit is 32,767 characters
 MIN_FRAGMENT_ROWS = 4  # the fragment table keeps at least this many rows in sight
 STACKED_FRAGMENT_ROWS = 6  # the fragment table's rows in sight while the request tabs are under the detail
 STACKED_REQUEST_LINES = 14  # lines of text the request tabs keep under the fragment's detail (stacked)
+NO_STORED_TURN = "(pick a message in Messages)"  # beside the Stored turn radio while it is off
+NO_STORED_TURN_TIP = ("Stored turn rebuilds the prompt a stored turn was sent: pick one of the thread's messages "
+                      "in the Messages pane (its turn opens here)")
+STORED_TURN_TIP = "The prompt the turn of the message picked in the Messages pane was sent, rebuilt"
 MIGRATE_COMMAND = "file.migrate"
 OBSERVATIONS_COMMAND = "view.tab.observations"  # an observation block's record is edited there
 MIGRATE_HINT_TEXT = "memory-studio migrate"  # recall errors that only a migration fixes say this
@@ -425,7 +429,10 @@ class PromptInspectorPane(QWidget):
                              "Pick one of this resource's threads: a prompt is assembled for a thread.")
             return
         self.turn_radio.setEnabled(selection.message_id is not None)
-        self.turn_label.setText(f"message {short_id(selection.message_id)}" if selection.message_id else "")
+        # Disabled, the radio (and Pin…, which pins a stored turn) said nothing of why: the label says what to do.
+        self.turn_label.setText(f"message {short_id(selection.message_id)}" if selection.message_id
+                                else NO_STORED_TURN)
+        self.turn_radio.setToolTip(STORED_TURN_TIP if selection.message_id else NO_STORED_TURN_TIP)
         self._syncing = True
         if selection.message_id is not None:
             self.turn_radio.setChecked(True)
@@ -648,6 +655,7 @@ class PromptInspectorPane(QWidget):
                 self.message_edit.setToolTip(rich_tip(preview.turn.input.text[:2000]))
                 self._syncing = False
         self.status.setText(self._prompt_status(prompt))
+        self.pin_btn.setToolTip(self._pin_tip(self.selected_fragment()))
         self.commands.refresh_enabled()
         if self.fragment_model.rowCount():
             self.fragment_table.selectRow(self._row_like(kept))
@@ -753,6 +761,7 @@ class PromptInspectorPane(QWidget):
         self.detail_sources.setText("")
         self.edit_btn.setEnabled(False)
         self.pin_btn.setEnabled(False)
+        self.pin_btn.setToolTip(self._pin_tip(None))
         self.processors_label.setText("")
         self.commands.refresh_enabled()
 
@@ -781,6 +790,17 @@ class PromptInspectorPane(QWidget):
         return PinTarget(thread_id=preview.request.thread_id or "", resource_id=preview.request.resource_id,
                          input_text=turn.text, turn_number=None, text=row.text, source=row.source,
                          stored_ids=tuple(row.detail.get("hit_ids") or row.stored_ids))
+
+    def _pin_tip(self, row: FragmentRow | None) -> str:
+        """Why Pin… is off, and what to do, or what it does."""
+        if row is not None and self.pin_target(row) is not None:
+            return "Pin this fragment as a memory check"
+        if self.preview is None or self.preview.turn is None:
+            return ("Pin… needs a stored turn (a check rebuilds a stored turn's prompt): pick a message in the "
+                    "Messages pane, then a fragment here")
+        if row is None:
+            return "Pick a fragment in the list above to pin it as a memory check"
+        return "Pin… checks a turn's first model call, and this fragment entered at a later one"
 
     def _in_first_call(self, row: FragmentRow) -> bool:
         """Whether the turn's first model call (what a check rebuilds) has this fragment."""
@@ -829,10 +849,7 @@ class PromptInspectorPane(QWidget):
         row = self.fragment_model.row_at(indexes[0].row()) if indexes else None
         self.edit_btn.setEnabled(row is not None and bool(row.stored_ids))
         self.pin_btn.setEnabled(row is not None and self.pin_target(row) is not None)
-        self.pin_btn.setToolTip("Pin this fragment as a memory check" if self.pin_btn.isEnabled() else
-                                "Pin… needs a stored turn: pick a message of the thread (Stored turn)"
-                                if row is None or self._in_first_call(row) else
-                                "Pin… checks a turn's first model call, and this fragment entered at a later one")
+        self.pin_btn.setToolTip(self._pin_tip(row))
         if row is None:
             return
         self.detail_header.setText(fragment_header(row))

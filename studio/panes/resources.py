@@ -7,7 +7,7 @@ that message. A refresh (the file changed) updates rows in place, so selection a
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from itertools import chain
 from typing import Any
 
 from PySide6.QtCore import (
@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio import reads as queries
-from studio.logic.dates import format_datetime
+from studio.logic.dates import MISSING, day_samples
 from studio.logic.message_format import format_time, snippet
 from studio.logic.thread_labels import shown_title, thread_label
 from studio.reads import SearchFound, SearchHit, TreeData, search_note, search_summary
@@ -48,7 +48,7 @@ from studio.widgets.plain_tip import plain_tip
 from studio.widgets.resource_label_delegate import ResourceLabelDelegate
 from studio.widgets.a11y import named
 
-AUTO_EXPAND_LIMIT = 25  # expand every resource on first load when there are at most this many
+AUTO_EXPAND_LIMIT = 25  # a resource is expanded when it first appears, while the tree holds at most this many
 NO_THREADS = ("No threads in this database yet. An agent's first turn here starts one (or the Chat Playground, "
               "Ctrl+6); File > Import… brings in threads exported from another database.")
 
@@ -87,7 +87,7 @@ class SearchResultsModel(QAbstractListModel):
         return f"{title}  ·  {hit.role}  ·  {format_time(hit.created_at)}\n{snippet(hit.text, self.query)}"
 
 
-TITLE_LEAST_CHARS = 30  # a thread title's least room, in "x" widths (after its indent), before the date column gives way
+TITLE_LEAST_CHARS = 24  # a thread title's least room, in "x" widths (after its indent), before the date column gives way
 
 
 class _DateGivesWay(QObject):
@@ -117,6 +117,9 @@ class ResourcesPane(QWidget):
         # (no least width of its own: the window's ``SideWidth`` gives the list its least, a share of the window)
         self.session = session
         self._loaded_once = False
+        # The resources the tree has listed: one that appears later (the demo seeding on first launch, an agent
+        # writing while the Studio is open) is expanded as the first load's were; one the user collapsed stays so.
+        self._listed: set[str] = set()
         self._pending: Selection | None = None
         self._applying = False  # (a row removed by a refresh moves Qt's current row: not a pick of the user's)
 
@@ -229,10 +232,13 @@ class ResourcesPane(QWidget):
             self.selection_lost.emit(before)
         self.session.delegations = data.delegations  # (the panes' headers name resources as the tree does)
         self._size_columns(data)
+        appeared = [r.id for r in data.resources if r.id not in self._listed]
+        self._listed.update(appeared)
+        if appeared and len(data.resources) <= AUTO_EXPAND_LIMIT:
+            for resource_id in appeared:
+                self.tree.expand(self.proxy.mapFromSource(self.model.index_of(resource_id, None)))
         if not self._loaded_once and data.resources:  # the first load with data (not an empty file)
             self._loaded_once = True
-            if len(data.resources) <= AUTO_EXPAND_LIMIT:
-                self.tree.expandAll()
             if self._pending is None and self.proxy.rowCount():
                 first = self.proxy.index(0, 0)
                 if self.proxy.rowCount(first):
@@ -255,10 +261,12 @@ class ResourcesPane(QWidget):
         counts = {s.message_count for s in data.resources}
         counts.update(t.message_count for threads in data.threads.values() for t in threads)
         metrics = self.tree.fontMetrics()
-        # (a date is always ``YYYY-MM-DD HH:MM:SS`` or a dash: ``format_datetime``)
+        # A date is ``HH:MM`` today, ``Sep 14`` this year, ``YYYY-MM-DD`` before, or a dash (``format_day``): the
+        # oldest one loaded says how wide the column's texts can be (``day_samples``), none formatted here.
+        oldest = min(chain((t.last_activity or t.thread.updated_at for threads in data.threads.values() for t in threads),
+                           (s.last_activity for s in data.resources if s.last_activity is not None)), default=None)
         widest = {1: max((metrics.horizontalAdvance(f"{n:,}") for n in counts), default=0),
-                  2: max(metrics.horizontalAdvance(format_datetime(datetime.now(timezone.utc))),
-                         metrics.horizontalAdvance("0000-00-00 00:00:00"))}
+                  2: max(metrics.horizontalAdvance(text) for text in (*day_samples(oldest), MISSING))}
         header = self.tree.header()
         for column, width in widest.items():
             cell = reference.siblingAtColumn(column)
@@ -268,7 +276,7 @@ class ResourcesPane(QWidget):
         self.fit_date_column()
 
     def fit_date_column(self) -> None:
-        """The Last activity column shown while the titles keep ``TITLE_LEAST_CHARS`` beside it (``title_room``)."""
+        """The date column (Latest: the last activity) shown while the titles keep ``TITLE_LEAST_CHARS`` beside it (``title_room``)."""
         if not self._date_width:
             return
         header = self.tree.header()

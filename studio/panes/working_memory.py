@@ -267,6 +267,9 @@ class WorkingMemoryPane(QWidget):
         self.result_view = CodeEditor("json", read_only=True)
         self.merge_caption = elastic(QLabel(""), wrap=True)  # "Changes: …" can list many paths
         self.merge_caption.setStyleSheet("color: palette(placeholder-text);")
+        for viewer in (self.current_view, self.result_view):  # wrapped as the editor beside them is: at a 900 px
+            # window a long value ran past their edge ("English for restaurant t") behind a sideways scroll bar
+            viewer.setLineWrapMode(CodeEditor.LineWrapMode.WidgetWidth)
         for viewer in (self.template_view, self.current_view, self.result_view):
             grow_to_content(viewer)  # (the page scrolls, not a viewer inside it)
         js_side = QSplitter(Qt.Orientation.Vertical)

@@ -16,6 +16,7 @@ from studio.widgets.plain_tip import plain_tip
 STRIP = 10
 GAP = 6
 LEGEND_H = 18
+HEAD_H = 18  # a header line
 
 
 class ContextBar(QWidget):
@@ -28,7 +29,8 @@ class ContextBar(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
 
     def sizeHint(self) -> QSize:
-        return QSize(480, 18 + STRIP * 2 + GAP * 2 + LEGEND_H * self._legend_rows(480) + 4)
+        return QSize(480, HEAD_H * len(self.head_lines(480)) + STRIP * 2 + GAP * 2
+                     + LEGEND_H * self._legend_rows(480) + 4)
 
     def minimumSizeHint(self) -> QSize:
         return QSize(200, self.sizeHint().height())
@@ -65,7 +67,25 @@ class ContextBar(QWidget):
         return rows
 
     def _fit_height(self) -> None:
-        self.setFixedHeight(18 + STRIP * 2 + GAP * 2 + LEGEND_H * self._legend_rows(max(self.width(), 1)) + 4)
+        width = max(self.width(), 1)
+        self.setFixedHeight(HEAD_H * len(self.head_lines(width)) + STRIP * 2 + GAP * 2
+                            + LEGEND_H * self._legend_rows(width) + 4)
+
+    def head_lines(self, width: int) -> list[str]:
+        """The header's lines at ``width`` (the tokenizer drawn right of the first): the totals and whose
+        window it is on one line where they fit, else whose window on a line of its own (on one line, at a
+        1,440 px window it read "(the model of this thread's last…"); a line still too long ends in "…"."""
+        u = self._usage
+        if u is None:
+            return ["No prompt assembled yet."]
+        fm = self.fontMetrics()
+        room = max(width - fm.horizontalAdvance(f"tokenizer: {u.tokenizer}") - 12, 40)
+        totals = f"Context window  {u.summary}" + ("  — OVER THE WINDOW" if u.over else "")
+        whole = f"{totals}  · {u.window_owner}"
+        if fm.horizontalAdvance(whole) <= room:
+            return [whole]
+        elide = Qt.TextElideMode.ElideRight
+        return [fm.elidedText(totals, elide, room), fm.elidedText(u.window_owner, elide, max(width, 40))]
 
     def resizeEvent(self, event: object) -> None:  # legend may wrap differently
         self._fit_height()
@@ -86,15 +106,16 @@ class ContextBar(QWidget):
             p.setPen(dim)
             p.drawText(0, fm.ascent() + 2, "No prompt assembled yet.")
             return
-        # Header: totals and whose window it is on the left, tokenizer right; cut to fit, never wider.
+        # Header: totals and whose window it is on the left (whose window under them where both do not fit),
+        # tokenizer right; never wider.
         tok = f"tokenizer: {u.tokenizer}"
-        room = max(w - fm.horizontalAdvance(tok) - 12, 40)
-        p.setPen(text_col if not u.over else QColor("#E5534B"))
-        head = f"Context window  {u.summary}" + ("  — OVER THE WINDOW" if u.over else "") + f"  · {u.window_owner}"
-        p.drawText(0, fm.ascent() + 1, fm.elidedText(head, Qt.TextElideMode.ElideRight, room))
+        lines = self.head_lines(w)
+        for i, line in enumerate(lines):
+            p.setPen(text_col if not u.over or i else QColor("#E5534B"))
+            p.drawText(0, HEAD_H * i + fm.ascent() + 1, line)
         p.setPen(dim)
         p.drawText(w - fm.horizontalAdvance(tok), fm.ascent() + 1, tok)
-        y = 18
+        y = HEAD_H * len(lines)
         # Strip 1: the window, to scale.
         self._strip(p, QRectF(0, y, w, STRIP), [(s.source, s.tokens / u.window, s.color) for s in u.segments],
                     free=True)

@@ -36,16 +36,20 @@ class FitToPane(QObject):
     """``samples``: each narrow column's widest usual text (it gets that width); ``shares``: each wider
     column's share of what is left (at least its title and its ``floors`` sample, at most its ``caps``
     sample, when given);
-    ``last``: the column that takes the rest (at least its title, or ``rest_sample``); ``optional``:
+    ``last``: the column that takes the rest (at least its title, or ``rest_sample``, and ``last_share`` of the
+    table: asked of the layout too unless ``share_in_least`` is False); ``optional``:
     columns hidden, in this order, while the table cannot hold the others (what they show is said
     elsewhere; settable: what is said elsewhere may change); ``left_out``: columns hidden whatever the width
     (settable: a column that has nothing to say in the table's present mode); ``decorated``: columns that draw
-    a swatch before their text (their sample or floor gets the swatch's width as well)."""
+    a swatch before their text (their sample or floor gets the swatch's width as well); ``roomy``: optional
+    columns shown only where the shared ones get their ``optional_room`` samples (``column_fit.fit_columns``)."""
 
     def __init__(self, table: FitView, samples: Mapping[str, str], shares: Mapping[str, float], last: str,
                  *, pad: int = 16, caps: Mapping[str, str] | None = None, floors: Mapping[str, str] | None = None,
                  rest_sample: str | None = None, optional: Sequence[str] = (), last_share: float = 0.0,
-                 last_least: int = 0, decorated: Sequence[str] = (), left_out: Sequence[str] = ()) -> None:
+                 last_least: int = 0, decorated: Sequence[str] = (), left_out: Sequence[str] = (),
+                 share_in_least: bool = True, optional_room: Mapping[str, str] | None = None,
+                 roomy: Sequence[str] = ()) -> None:
         super().__init__(table)
         self.table = table
         self.samples, self.shares, self.last, self.pad = dict(samples), dict(shares), last, pad
@@ -54,6 +58,10 @@ class FitToPane(QObject):
         # The last column's least also as a share of the table's width and in pixels (the recall lists'
         # message: at least half of its list, at least ``last_least``): the others give way first.
         self.last_share, self.last_least = last_share, last_least
+        # False: the share is taken where the table has room, never asked of the layout (``least``).
+        self.share_in_least = share_in_least
+        # An optional column of ``roomy`` shows only where each shared column has its ``optional_room`` sample too.
+        self.optional_room, self.roomy = dict(optional_room or {}), tuple(roomy)
         self.decorated = tuple(decorated)
         self.left_out = tuple(left_out)
         table.setTextElideMode(Qt.TextElideMode.ElideRight)
@@ -101,7 +109,8 @@ class FitToPane(QObject):
         others = sum(w for t, w in {**fixed, **minimum}.items() if t not in self.optional)
         last = max(rest, self.last_least)
         inner = others + last
-        if 0 < self.last_share < 1:  # (the last column's share is at least ``last``, the others' share ``others``)
+        if 0 < self.last_share < 1 and self.share_in_least:  # (the last column's share is at least ``last``, the
+            # others' share ``others``)
             inner = max(math.ceil(last / self.last_share), math.ceil(others / (1 - self.last_share)))
         chrome = self.table.width() - self.table.viewport().width() if self.table.isVisible() else 0
         chrome = max(chrome, 2 * self.table.frameWidth() + self.table.verticalScrollBar().sizeHint().width())
@@ -123,8 +132,9 @@ class FitToPane(QObject):
         least = max(rest, self.last_least)
         rest = max(least, int(total * self.last_share))
         optional = [t for t in self.optional if t in titles]
+        room = {t: metrics.horizontalAdvance(sample) + pad for t, sample in self.optional_room.items()}
         widths = fit_columns(total, fixed, self.shares, minimum, last=self.last, rest=rest,
-                             maximum=caps, optional=optional)
+                             maximum=caps, optional=optional, room=room, roomy=self.roomy)
         over = sum(widths.values()) - total
         if over > 0 and rest > least:  # (the last column's share gives way, down to its least, before the edge)
             widths = fit_columns(total, fixed, self.shares, minimum, last=self.last, rest=max(least, rest - over),

@@ -200,12 +200,14 @@ class ObservationLinesEditor(QWidget):
         row.setContentsMargins(0, 0, 0, 0)
         self.edit_btn = QPushButton("Edit Observation…")
         self.delete_btn = QPushButton("Delete Observation…")
-        self.note = elastic(ElidedLabel(""))  # ("8 observation(s) in the current generation": cut with "…")
+        # The count on a line of its own, under the list it counts: beside the buttons, at a 1,440 px window,
+        # it read "8 observation(s) in the current…" (still cut with "…" where even its line is too narrow).
+        self.note = elastic(ElidedLabel(""))
         self.note.setStyleSheet("color: palette(placeholder-text);")
         for button in (self.edit_btn, self.delete_btn):
             button.setEnabled(False)
             row.addWidget(button)
-        row.add(self.note, 1, elastic=True)
+        layout.addWidget(self.note)
         layout.addWidget(bar)
         self.list.selectionModel().currentRowChanged.connect(self._update)
         self.list.doubleClicked.connect(lambda _index: self.edit_current())

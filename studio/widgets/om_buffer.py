@@ -50,10 +50,12 @@ class BufferPanel(QWidget):
                                              selection=QAbstractItemView.SelectionMode.SingleSelection)
         # Fitted to the panel (at a 1,100 px window Tokens and Observations were past its edge, and the
         # activity's times cut to "2026-09-14 19:30…"): dates whole, Covers gives way first (Until's tooltip
-        # says it), the observations end in "…".
+        # says it), the observations end in "…". What was observed, the chunk's meaning, keeps at least 40 % of
+        # the table (at a 1,440 px window it had ~90 px, "[low] (18:4…", beside Covers' ~150).
         self.chunk_fit = FitToPane(self.chunk_table, CHUNK_SAMPLES, {"Covers": 1.0}, last="Observations",
                                    floors={"Covers": "2 messages"}, caps={"Covers": "12 messages · 1,234 tokens"},
-                                   rest_sample="(15:32) Sam", pad=16, optional=("Covers",))
+                                   rest_sample="(15:32) Sam", pad=16, optional=("Covers",), last_share=0.4,
+                                   share_in_least=False)  # (the pane stacks at its least, as before)
         self.event_fit = FitToPane(self.event_table, {"When": DATE_SAMPLE}, {}, last="What", rest_sample="buffered",
                                    pad=12)
         for fit in (self.chunk_fit, self.event_fit):

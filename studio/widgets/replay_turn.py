@@ -33,6 +33,7 @@ from studio.logic.replay_layout import (
     STEP_SAMPLES,
     STEP_SHARES,
     STEP_TEXT_LEAST,
+    STEP_WHY_ROOM,
     Comparison,
     RecallRow,
     StepRow,
@@ -191,7 +192,7 @@ class TurnView(QSplitter):
         keep_current_in_sight(self.step_table)  # (the fragment picked on opening a thread was out of sight)
         self._fit = FitToPane(self.step_table, STEP_SAMPLES, STEP_SHARES, last="Text", floors=STEP_FLOORS,
                               caps=STEP_CAPS, optional=STEP_OPTIONAL, decorated=("Source",),
-                              rest_sample=STEP_TEXT_LEAST)
+                              rest_sample=STEP_TEXT_LEAST, optional_room={"Why": STEP_WHY_ROOM})
         for w in (self.context_caption, self.change_label, self.step_table):
             ul.addWidget(w)
         left.addWidget(upper)
@@ -287,6 +288,13 @@ class TurnView(QSplitter):
         Source, Why and Text sat behind a scroll bar, and the received and rebuilt prompts were ~150 px
         columns each."""
         want = Qt.Orientation.Horizontal if event.size().width() >= STACK_BELOW else Qt.Orientation.Vertical
+        # Side by side the table is narrower than stacked (~570 px at a 1,440 px window, ~700 stacked at 1,100):
+        # there the stored ids (said again under the table) give way before the reason is cut ("working memory
+        # c…"); stacked, every column shows, as before.
+        roomy = ("Stored",) if want == Qt.Orientation.Horizontal else ()
+        if self._fit.roomy != roomy:
+            self._fit.roomy = roomy
+            self._fit.fit()
         if want != self.orientation():
             self.setOrientation(want)
             # (stacked, the table and the fragment's text above get the larger part: the tabs scroll)
@@ -377,7 +385,10 @@ class TurnView(QSplitter):
             return
         changed = changed_since(self._step.received) if self._step else {}
         edited = fragment_mark(changed, rec.stored_ids)
-        bits = [rec.mark or "unchanged", *([edited] if edited else []), rec.source, f"{rec.tokens:,} tokens"]
+        # (turn 1's first call has nothing before it: its fragments are neither changed nor unchanged)
+        compared = self._step is not None and (self._step.previous_index is not None or self._call > 0)
+        mark = rec.mark or ("unchanged" if compared else "")
+        bits = [*([mark] if mark else []), *([edited] if edited else []), rec.source, f"{rec.tokens:,} tokens"]
         if rec.reason:
             bits.append(f"why: {reason_label(rec.reason)}")
         self.fragment_header.setText(" · ".join(bits))

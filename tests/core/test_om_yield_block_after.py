@@ -104,6 +104,13 @@ def test_a_turn_waiting_past_block_after_gets_its_observation_while_other_turns_
     assert first_observer.error is None and first_observer.attributes.get("yielded") is None
     assert first_observer.attributes["notYielded"] == [{"to": model.model_id, "reason": KEPT_TURN_WAITS}]
     assert not TRAFFIC.awaited(model)  # the wait is over: background calls give way again
+    # The wait is a span of the turn's trace (before: no trace of it; Studio Chat said "waiting for the model").
+    waits = [s for s in spans if s.name == "memory: wait for the background observer"]
+    assert len(waits) == 1 and waits[0].attributes["operationType"] == "wait"
+    assert waits[0].attributes["waitsFor"] == "observer" and waits[0].attributes["limitSeconds"] == 180
+    assert waits[0].output == {"settled": True, "stopped": False} and waits[0].thread_id == "t"
+    turn = next(s for s in spans if s.name.startswith("agent") and s.trace_id == waits[0].trace_id)
+    assert "Question 1" in str(turn.input)
 
 
 class Model:

@@ -224,3 +224,30 @@ def test_a_tracing_switch_that_is_neither_off_nor_on_says_tracing_stays_on(
         assert tracing_disabled() is False
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "'disabled-please' is neither off" in said[0] and "tracing stays on" in said[0]
+
+
+def test_a_telling_tracer_names_each_span_as_it_starts_and_exports_as_the_tracer_it_copies() -> None:
+    """``Tracer.telling``: the listener hears each span at its start (before its work), with its attributes; the
+    spans still go to the same exporter with the same ids and redaction; the original tracer tells nobody; a
+    listener that raises never fails the run."""
+    tracer, exporter = make_tracer()
+    heard: list[tuple[str, object, int]] = []
+    told = tracer.telling(lambda span: heard.append((span.name, span.field("attributes"), len(exporter.spans))))
+    with told.start_span("run", SpanType.AGENT_RUN):
+        with told.start_span("memory: observe", SpanType.MEMORY_OPERATION,
+                             attributes={"operationType": "observe", "messages": 4, "apiKey": "sk-secret"}):
+            pass
+    with tracer.start_span("untold", SpanType.AGENT_RUN):
+        pass
+    assert [(name, done) for name, _attrs, done in heard] == [("run", 0), ("memory: observe", 0)]
+    assert heard[1][1] == {"operationType": "observe", "messages": 4, "apiKey": "sk-secret"}
+    assert [s.name for s in exporter.spans] == ["memory: observe", "run", "untold"]
+    assert [s.span_id for s in exporter.spans] == ["span3", "span2", "span5"]  # one id sequence (trace1, trace4 between): the same tracer's
+    assert exporter.spans[0].attributes["apiKey"] == REDACTED
+
+    def broken(_span: object) -> None:
+        raise RuntimeError("listener broke")
+
+    with tracer.telling(broken).start_span("still runs", SpanType.AGENT_RUN):
+        pass
+    assert exporter.spans[-1].name == "still runs"

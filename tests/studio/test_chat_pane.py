@@ -320,9 +320,44 @@ def test_stop_while_the_observer_runs_in_the_turn_cuts_it_and_writes_nothing(qtb
         assert len(server.chat_requests()) == 1  # the turn's own model was never asked
 
 
-def test_stop_while_the_turn_waits_for_the_background_observer_ends_it_at_once(qtbot, pane, session):
+def test_while_the_observer_runs_before_the_reply_the_pane_says_so_not_that_it_waits_for_the_model(
+        qtbot, pane, session):
+    """Observational memory observes 4 unobserved messages in the turn before the model is asked: while the
+    observer's call is held, the transcript and the status line say that (before: "waiting for the model…",
+    as if the model were slow); once the model is asked they say so, and the turn ends as any other."""
+    def answer(messages, _tools):
+        if messages[0]["content"] == OBSERVER_SYSTEM_PROMPT:
+            return "<observations>\nDate: Mar 1, 2026\n* 🔴 (09:00) Ada's garden needs watering.\n</observations>"
+        return "Water it twice a day."
+
+    om_thread(session.store)
+    with LoopbackServer(ScriptedModel(answer, name="server"), slots=1) as server:
+        use_models(pane, Endpoint("Loopback", server.base_url, timeout=600))
+        select(qtbot, pane, Selection("ada", "t-notes"))
+        pane.agent_combo.setCurrentIndex(pane.agent_combo.findData("scribe"))
+        try:
+            server.stall_next()
+            pane.input.setPlainText("What is left to do?")
+            pane.send_btn.click()
+            qtbot.waitUntil(lambda: len(server.chat_requests()) == 1, timeout=10_000)
+            assert server.chat_requests()[0]["messages"][0]["content"] == OBSERVER_SYSTEM_PROMPT
+            qtbot.waitUntil(lambda: "observing" in pane.transcript_text(), timeout=10_000)
+            shown = pane.transcript_text()
+            assert "observational memory is observing 4 unobserved messages" in shown, shown
+            assert "waiting for the model" not in shown
+            assert pane.status.text().startswith("Observational memory is observing 4 unobserved messages")
+            with qtbot.waitSignal(pane.turn_finished, timeout=60_000) as blocker:
+                server.release()
+        finally:
+            server.release()
+    assert blocker.args[0].text == "Water it twice a day."
+    assert "observing" not in pane.transcript_text() and "Water it twice a day." in pane.transcript_text()
+
+
+def test_while_the_turn_waits_for_the_background_observer_the_pane_says_so_and_stop_ends_the_wait_at_once(qtbot, pane, session):
     """Past ``block_after`` a turn waits (up to 120 s) for observational memory's background observer, held here by
-    the one-slot server. Stop ends that wait at once (before: the turn ended only when the wait did): nothing of the
+    the one-slot server. The transcript and status line say the turn waits for that observer (it said "waiting for
+    the model"). Stop ends that wait at once (before: the turn ended only when the wait did): nothing of the
     turn is saved, the pane says the turn waited for the background observer and that it goes on, and the
     observer's call is not cut; once the server answers, the next turn takes its observation."""
     from types import SimpleNamespace
@@ -356,6 +391,13 @@ def test_stop_while_the_turn_waits_for_the_background_observer_ends_it_at_once(q
             pane.input.setPlainText(f"Second: {long}")
             pane.send_btn.click()
             qtbot.waitUntil(lambda: TRAFFIC.awaited(SimpleNamespace(base_url=server.base_url)), timeout=30_000)
+            # While it waits, the pane says for what (before: "waiting for the model", as if the model were slow).
+            qtbot.waitUntil(lambda: "background observer" in pane.transcript_text(), timeout=10_000)
+            shown = pane.transcript_text()
+            assert ("waiting for observational memory's background observer to finish (past its block_after the "
+                    "reply waits for it, at most 180 s)") in shown, shown
+            assert "waiting for the model" not in shown
+            assert pane.status.text().startswith("Waiting for observational memory's background observer")
             with qtbot.waitSignal(pane.turn_failed, timeout=60_000) as blocker:
                 pane.stop()
             said = blocker.args[0]

@@ -71,6 +71,24 @@ def test_summary_and_detail_show_every_part_type() -> None:
         assert needle in html, needle
 
 
+def test_a_step_with_no_kept_parts_says_so_once_and_steps_are_numbered() -> None:
+    """An assistant message stored with two step-start parts and nothing between (the first step's
+    updateWorkingMemory call is not kept) showed "— step — / — step —" (found by s33-walk5)."""
+    msg = Message.create("assistant", [
+        {"type": "step-start", "model": "scripted/chef-demo"},
+        {"type": "step-start"},
+        text_part("Added rice noodles."),
+    ], thread_id="t", created_at=at(0))
+    html = message_html(summarize(msg))
+    assert "— step —" not in html
+    assert "— step 1 · model scripted/chef-demo · nothing of this step was stored —" in html
+    assert "— step 2 —" in html and html.count("nothing of this step was stored") == 1
+    assert html.index("step 2") < html.index("Added rice noodles.")
+    one = message_html(summarize(Message.create("assistant", [{"type": "step-start"}, text_part("Hi.")],
+                                                thread_id="t", created_at=at(0))))
+    assert "— step —" in one and "nothing of" not in one  # one step with its text: as before
+
+
 def test_snippet_centres_the_hit() -> None:
     text = "a " * 100 + "peanut allergy noted" + " b" * 100
     s = snippet(text, "PEANUT", width=40)

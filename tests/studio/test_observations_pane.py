@@ -281,3 +281,24 @@ def test_at_a_1100_px_window_the_generations_and_buffer_tables_fit_with_their_da
     gen_titles = [pane.gen_model.headerData(c, Qt.Orientation.Horizontal) for c in range(pane.gen_model.columnCount())]
     if pane.gen_table.isColumnHidden(gen_titles.index("Updated")):
         assert "updated" in pane.gen_model.index(0, gen_titles.index("Created")).data(Qt.ItemDataRole.ToolTipRole)
+
+
+def test_at_a_1440_px_window_the_buffered_observations_and_the_count_are_not_cut_to_a_few_characters(
+        no_leaked_widgets, qtbot, make_session, demo_db):
+    """The pane's width in a 1,440 × 900 window (~1,010 px): the buffered chunk's Observations column had ~90 px
+    ("[low] (18:4…") beside Covers' ~150, and the count under the log read "8 observation(s) in the current…"
+    (found by s33-walk5). What was observed keeps at least 40 % of its table; the count is whole."""
+    from PySide6.QtCore import Qt
+
+    pane = open_pane(qtbot, make_session, demo_db)
+    pane.resize(1010, 800)
+    panel = pane.buffer_panel
+    qtbot.waitUntil(lambda: panel.chunk_model.rowCount() > 0 and "observation(s)" in pane.line_editor.note.text(),
+                    timeout=WAIT)
+    qtbot.wait(50)  # (laid out)
+    table = panel.chunk_table
+    titles = [table.model().headerData(c, Qt.Orientation.Horizontal) for c in range(table.model().columnCount())]
+    observations = table.columnWidth(titles.index("Observations"))
+    assert observations >= 0.4 * table.viewport().width() - 1, (observations, table.viewport().width())
+    assert table.horizontalHeader().length() <= table.viewport().width()
+    assert not pane.line_editor.note.elided(), pane.line_editor.note.text()

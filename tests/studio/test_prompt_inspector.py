@@ -464,3 +464,38 @@ def test_the_recalled_messages_table_fits_beside_the_request_panel(qtbot, no_lea
                 assert model.index(1, column).data(3), (text, column)
     finally:
         s.close()
+
+
+def test_stored_turn_and_pin_say_why_they_are_off_and_what_to_do(qtbot, pane):
+    """In a preview of the next turn, "Stored turn" and "Pin…" were disabled with no visible reason (found by
+    s33-walk5): the label beside the radio says to pick a message, and the two tooltips say why and what to do."""
+    select(qtbot, pane, Selection("alice", "t-lisbon"))
+    assert not pane.turn_radio.isEnabled() and not pane.pin_btn.isEnabled()
+    assert pane.turn_label.text() == "(pick a message in Messages)"
+    assert "pick one of the thread's messages in the Messages pane" in pane.turn_radio.toolTip()
+    assert pane.pin_btn.toolTip().startswith("Pin… needs a stored turn")
+    pane.fragment_table.selectRow(1)
+    assert not pane.pin_btn.isEnabled() and "pick a message in the Messages pane" in pane.pin_btn.toolTip()
+    select(qtbot, pane, Selection("alice", "t-lisbon", "m3"))  # a stored turn: both on, the tips say what they do
+    assert pane.turn_radio.isEnabled() and "(pick" not in pane.turn_label.text()
+    pane.fragment_table.selectRow(0)
+    assert pane.pin_btn.isEnabled() and pane.pin_btn.toolTip() == "Pin this fragment as a memory check"
+
+
+def test_the_context_line_puts_whose_window_it_is_under_the_totals_rather_than_cut_it(qtbot, pane):
+    """At the pane's width in a 1,440 px window the context line read "… · window of scripted/chef-demo (the model
+    of this thread's last…", cut (found by s33-walk5): whose window it is goes on a line of its own, whole."""
+    pane.resize(1010, 860)
+    pane.show()
+    preview = select(qtbot, pane, Selection("alice", "t-lisbon"))
+    bar, usage = pane.bar, pane.bar.usage
+    assert usage is not None and preview is not None
+    qtbot.waitUntil(lambda: bar.width() > 900, timeout=5_000)
+    lines = bar.head_lines(bar.width())
+    assert lines == [f"Context window  {usage.summary}", usage.window_owner], lines
+    metrics = bar.fontMetrics()
+    assert all(metrics.horizontalAdvance(line) <= bar.width() for line in lines)
+    assert bar.height() >= 2 * 18 + 2 * 10  # both header lines and the two strips
+    pane.resize(2400, 860)  # where the whole fits: one line, as before
+    qtbot.waitUntil(lambda: bar.width() > 2000, timeout=5_000)
+    assert bar.head_lines(bar.width()) == [f"Context window  {usage.summary}  · {usage.window_owner}"]

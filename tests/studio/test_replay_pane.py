@@ -182,6 +182,23 @@ def test_diff_against_the_previous_turn_is_highlighted_with_reasons(qtbot: Any, 
     assert "why: outside the history window" in pane.view.fragment_header.text()
 
 
+def test_the_first_turns_fragments_are_not_called_unchanged(qtbot: Any, pane: ReplayPane) -> None:
+    """Turn 1 says "First turn: nothing to compare with.", yet its selected fragment's header began "unchanged · …"
+    (a comparison that was never made); from turn 2 on, a fragment that did not change is called unchanged."""
+    open_thread(qtbot, pane)
+    pane.go_to(0)
+    wait_step(qtbot, pane, 0)
+    assert pane.view.change_label.text() == "First turn: nothing to compare with."
+    for row in range(pane.view.step_model.rowCount()):
+        pane.view.step_table.selectRow(row)
+        assert not pane.view.fragment_header.text().startswith("unchanged"), pane.view.fragment_header.text()
+    pane.go_to(1)
+    wait_step(qtbot, pane, 1)
+    rows = pane.view.step_model.rows()
+    pane.view.step_table.selectRow(next(j for j, r in enumerate(rows) if r.change is None))
+    assert pane.view.fragment_header.text().startswith("unchanged · ")
+
+
 def test_working_memory_change_is_a_reason(qtbot: Any, pane: ReplayPane) -> None:
     open_thread(qtbot, pane)
     pane.go_to(3)  # the turn after the tool call: working memory holds the diet now

@@ -43,13 +43,51 @@ def test_transcript_links_every_message_to_its_turn_and_streams_into_the_last_en
     assert "prompt:u3" not in chat_layout.transcript_html(gone)  # a turn that was not saved has no prompt
 
 
-def test_memory_summary_says_what_each_turn_brings():
+def test_only_the_reply_coming_in_has_the_typing_mark_and_it_says_what_it_waits_for():
+    """The user's message sent with the turn was drawn with the reply's typing mark ("What is left to do? ▍"), as
+    if the user were still typing it; and what the reply waits for follows the turn (``chat_runner.waiting_for``)."""
+    from studio.chat_runner import waiting_for
+
+    sent = [chat_layout.Entry("user", "What is left to do?", "u1", "u1", "streaming"),
+            chat_layout.Entry("assistant", "", "u1", None, "streaming")]
+    html = chat_layout.transcript_html(sent)
+    assert html.count("▍") == 1 and html.index("▍") > html.index("waiting for the model")
+    observing = waiting_for("memory_operation", {"operationType": "observe", "messages": 4, "tokens": 1234})
+    assert observing == ("observational memory is observing 4 unobserved messages (1,234 tokens) before the reply, "
+                         "a model call of its own")
+    assert observing in chat_layout.transcript_html(chat_layout.waiting(sent, observing))
+    assert "1 unobserved message (" in str(waiting_for("memory_operation", {"operationType": "observe", "messages": 1,
+                                                                               "tokens": 9}))
+    assert "condensing its observations (40,000 tokens)" in str(
+        waiting_for("memory_operation", {"operationType": "reflect", "tokens": 40_000}))
+    waits = waiting_for("memory_operation", {"operationType": "wait", "waitsFor": "observer", "limitSeconds": 120.0})
+    assert waits == ("waiting for observational memory's background observer to finish (past its block_after the "
+                     "reply waits for it, at most 120 s)")
+    assert "background reflector to finish" in str(
+        waiting_for("memory_operation", {"operationType": "wait", "waitsFor": "reflector"}))
+    assert waiting_for("model_generation", {"model": "m"}) == chat_layout.WAITING_FOR_MODEL  # the agent's call
+    assert waiting_for("model_generation", {"model": "m", "role": "observer"}) is None  # memory's own call
+    assert waiting_for("tool_call", {}) is None and waiting_for("memory_operation", {"operationType": "recall"}) is None
+    stored = [chat_layout.Entry("user", "hi", "u0", "u0")]
+    assert chat_layout.waiting(stored, observing) == stored  # nothing streaming: nothing changes
+
+
+def test_memory_summary_says_what_each_turn_brings(tmp_path):
     assert chat_layout.memory_summary(MemoryOptions()) == "Memory: last 10 messages"
     line = chat_layout.memory_summary(MemoryOptions(
         last_messages=0, working_memory={"enabled": True, "scope": "thread"},
         semantic_recall={"enabled": True, "top_k": 3, "threshold": 0.4}))
     assert line == ("Memory: no history · working memory (thread) · recall hybrid top 3, range 1/1, resource, "
                     "threshold 0.4")
+    # With observational memory the engine runs no message history (``TurnAssembler.input_processors``): the line
+    # said "last 10 messages · observational memory (thread)", ten messages the prompt never held as history.
+    om = MemoryOptions(observational_memory={"enabled": True})
+    store = open_store(tmp_path / "m.db")
+    ids = [p.id for p in Memory(store, om).input_processors()]
+    assert "message-history" in [p.id for p in Memory(store, MemoryOptions()).input_processors()]
+    store.close()
+    assert om.last_messages == 10 and "observational-memory" in ids and "message-history" not in ids, ids
+    assert chat_layout.memory_summary(om) == "Memory: observational memory (thread) in place of message history"
 
 
 def test_run_turn_saves_the_turn_and_a_failure_saves_nothing(tmp_path):

@@ -206,3 +206,24 @@ def test_a_message_that_came_another_way_names_both_ways() -> None:
     assert row.source == "semantic-recall" and row.source_before == "observational-memory"
     assert row.why == "the same message, reached the prompt another way"
     assert change_summary(changes) == "~1 changed (the same message, reached the prompt another way)"
+
+
+def test_the_observations_fact_names_the_observed_time_as_every_date_is(
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replay's facts line said "observed up to 2026-09-14T18:20:00.000Z" (the stored cursor's raw ISO text) beside
+    dates written "2026-09-14 18:20:00" everywhere else (the Observations pane's "Last observed", the same time)."""
+    from datetime import timezone
+
+    from studio.logic import dates
+
+    from .conftest import seeded_demo_folder
+
+    monkeypatch.setattr(dates, "DISPLAY_TZ", timezone.utc)
+    store = open_store(seeded_demo_folder(tmp_path_factory, "replay-om-label") / "memory.db")
+    try:
+        thread = ReplayThread.open(store, lambda o, n: Memory(store, o, name=n), "sam-standup")
+        label = thread.step(len(thread.turns) - 1).om_label
+    finally:
+        store.close()
+    assert "observed up to 2026-09-14 18:20:00 ·" in label, label
+    assert "T18:20" not in label

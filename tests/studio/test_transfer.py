@@ -173,7 +173,9 @@ def test_import_previews_asks_then_imports_and_refreshes_the_tree(qtbot: Any, ma
     seed_small_other(target)
     window = make_window()
     box = _import_box(qtbot, window, target, 1, export)
-    assert f"Import resource ada from {export} (exported from" in box.text()  # the path as chosen, as errors name it
+    assert f"Import resource ada\nfrom {export}\n(exported from" in box.text()  # the path as chosen, as errors name it
+    assert box.text().endswith(f"\ninto {target}?")
+    whole_lines(box)
     assert "It would write 2 threads, 4 messages" in box.informativeText()
     assert box.checkBox() is None  # no conflicts: nothing to overwrite
     with qtbot.waitSignal(window.transfer.imported, timeout=15_000) as sig:
@@ -188,8 +190,20 @@ def test_import_previews_asks_then_imports_and_refreshes_the_tree(qtbot: Any, ma
 
     window.commands.run("file.import")  # the same file again: nothing to do, and it says so
     box = _box(qtbot, window, "Nothing to import")
-    assert "already in" in box.text()
+    assert box.text() == f"Everything in the file\n{export}\nis already in the database\n{target}"
+    whole_lines(box)  # (a path within the sentence was wrapped at a slash: "in /tmp/" then "s33/…")
     box.accept()
+
+
+def whole_lines(box: QMessageBox) -> None:
+    """Each line of the box's text (a path has one of its own) shows whole on one line: none is wrapped."""
+    from PySide6.QtWidgets import QLabel
+
+    label = box.findChild(QLabel, "qt_msgbox_label")
+    metrics, lines = label.fontMetrics(), box.text().split("\n")
+    for line in lines:
+        assert metrics.horizontalAdvance(line) <= label.contentsRect().width(), (line, label.width())
+    assert label.heightForWidth(label.width()) <= len(lines) * metrics.lineSpacing() + 2 * label.margin() + 4
 
 
 def seed_small_other(path: Path) -> None:
@@ -544,7 +558,7 @@ def test_a_files_source_of_any_shape_is_shown_or_left_out_never_breaks_the_confi
     window = make_window()
     window.open_database(str(target))
     _wait_open(qtbot, window, 1)
-    for source, says in (("laptop", " from {path} into "), ({"database": "a\x1b[2Jb"}, " (exported from a\\x1b[2Jb) ")):
+    for source, says in (("laptop", "\nfrom {path}\ninto "), ({"database": "a\x1b[2Jb"}, "\n(exported from a\\x1b[2Jb)\n")):
         export = tmp_path / "ada.json"
         export.write_text(dumps({**data, "source": source}), encoding="utf-8")
         window.transfer.choose_open_path = Chooser(str(export)).open

@@ -16,17 +16,24 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return seeded_demo_folder(tmp_path_factory, "demo-wide")
 
 
+def _context_table(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int, resource: str,
+                   thread: str) -> tuple[Any, Any]:
+    """The window at ``width`` and Replay's context table on ``thread``'s third turn, laid out."""
+    window = _window(demo_dir, tmp_path, make_window, qtbot, width)
+    pane = _replay_at(window, qtbot, resource, thread, 2)
+    pane.tabs.setCurrentIndex(0)
+    table = pane.view.step_table
+    qtbot.waitUntil(lambda: table.isVisible() and table.model().rowCount() >= 6, timeout=10_000)
+    qtbot.wait(50)  # (laid out)
+    return window, table
+
+
 def test_replays_context_table_gives_a_wide_windows_room_to_the_fragments_text(
         demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
     """At a 2,560 px window Source and Why took ~45 % each of the spare width, ~500 px, mostly blank, and
     the fragment's text, what the table is read for, ~150 px: "You are a st…" (found 2026-12-06 by the
     walk). Each now takes what its usual text needs, the text the rest."""
-    window = _window(demo_dir, tmp_path, make_window, qtbot, 2560)
-    pane = _replay_at(window, qtbot, "sam", "sam-standup", 2)
-    pane.tabs.setCurrentIndex(0)
-    table = pane.view.step_table
-    qtbot.waitUntil(lambda: table.isVisible() and table.model().rowCount() >= 6, timeout=10_000)
-    qtbot.wait(50)  # (laid out)
+    window, table = _context_table(demo_dir, tmp_path, make_window, qtbot, 2560, "sam", "sam-standup")
     _fits(table)
     titles, metrics = _titles(table), table.fontMetrics()
     _whole(table, "Source", extra=max(table.iconSize().width(), 16))
@@ -42,12 +49,7 @@ def test_replays_context_table_at_ordinary_widths_keeps_its_columns(
         demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int) -> None:
     """The caps change nothing where the shares are below them: at 1,100 and 1,440 px the source reads
     whole and the reason keeps its words as before."""
-    window = _window(demo_dir, tmp_path, make_window, qtbot, width)
-    pane = _replay_at(window, qtbot, "sam", "sam-standup", 2)
-    pane.tabs.setCurrentIndex(0)
-    table = pane.view.step_table
-    qtbot.waitUntil(lambda: table.isVisible() and table.model().rowCount() >= 6, timeout=10_000)
-    qtbot.wait(50)
+    window, table = _context_table(demo_dir, tmp_path, make_window, qtbot, width, "sam", "sam-standup")
     _fits(table)
     _whole(table, "Source", extra=max(table.iconSize().width(), 16))
     titles, metrics = _titles(table), table.fontMetrics()
@@ -93,4 +95,21 @@ def _options_whole_at_900(demo_dir: Path, tmp_path: Path, make_window: Any, qtbo
         if control.width() < control.sizeHint().width() or not bar.contentsRect().adjusted(0, 0, 1, 1).contains(corner):
             cut.append((control.text(), control.width(), control.sizeHint().width(), corner))
     assert cut == [], (cut, bar.contentsRect())
+    window.session.pool.wait(20_000)
+
+
+def test_replays_reasons_read_whole_at_1440_px_before_the_stored_ids_are_shown(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+    """At a 1,440 × 900 window, Replay's context table (side by side with the request, ~570 px) on ada's groceries
+    showed the optional Stored column (89 px of short ids, said again under the table) while the reason read
+    "working memory c…" (found 2026-12-07 by s33-walk5). Side by side, the reason gets "working memory changed"
+    before Stored is shown."""
+    window, table = _context_table(demo_dir, tmp_path, make_window, qtbot, 1440, "ada", "ada-groceries")
+    _fits(table)
+    titles, metrics, model = _titles(table), table.fontMetrics(), table.model()
+    reasons = {model.index(r, titles.index("Why")).data() for r in range(model.rowCount())}
+    assert "working memory changed" in reasons
+    assert table.columnWidth(titles.index("Why")) >= metrics.horizontalAdvance("working memory changed") + 8
+    assert table.isColumnHidden(titles.index("Stored"))
+    _whole(table, "Source", extra=max(table.iconSize().width(), 16))
     window.session.pool.wait(20_000)

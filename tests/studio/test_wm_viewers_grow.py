@@ -144,3 +144,23 @@ def test_what_save_would_do_and_why_it_is_off_are_in_sight_at_720_x_800(
     assert pane.result_view.toPlainText().startswith("(fix the problems")
     assert pane.result_view.horizontalScrollBar().maximum() == 0, pane.result_view.toPlainText()
     window.session.pool.wait(20_000)
+
+
+def test_at_a_900_px_window_the_json_viewers_wrap_a_long_value_as_the_editor_does(
+        tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+    """At 900 x 800 "Stored now" and the merge preview ran a long value past their edge ("English for restaurant
+    t") behind a sideways scroll bar while the editor beside them wrapped it (found 2026-12-07 by s33-walk5)."""
+    owner = "a traveller who likes long descriptions of every restaurant tip in English and more"
+    path = _db(tmp_path / "memory.db", {owner: 2})
+    window = make_window()
+    window.resize(900, 800)
+    window.open_database(str(path))
+    qtbot.waitUntil(lambda: window.resources is not None and len(window.resources.thread_rows()) == 1,
+                    timeout=20_000)
+    pane = _shown(qtbot, window, owner)
+    for view in (pane.current_view, pane.result_view):
+        assert view.lineWrapMode() == pane.editor.lineWrapMode() == view.LineWrapMode.WidgetWidth
+        longest = max(view.toPlainText().splitlines(), key=len)
+        assert view.fontMetrics().horizontalAdvance(longest) > view.viewport().width()  # (it needs wrapping)
+        qtbot.waitUntil(lambda view=view: view.horizontalScrollBar().maximum() == 0, timeout=5_000)
+    window.grab().save(str(tmp_path / "wm-900.png"))
