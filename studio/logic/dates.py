@@ -1,9 +1,8 @@
 """How the Studio writes a date: one format everywhere, the relative form on hover (no Qt).
 
-Every pane shows a point in time as ``format_datetime`` (``2026-03-01 10:00:05``, local time), a column
-with little room as ``format_day`` (``10:00`` today, ``Mar 1`` this year, else ``2025-03-01``), and its
-tooltip is ``date_tooltip`` (``3 minutes ago · 2026-03-01 09:00:05 UTC``). Stored timestamps are UTC
-(ISO-8601 with ``Z``); unreadable ones are shown as they are rather than dropped.
+Every pane shows a point in time as ``format_datetime`` (``2026-03-01 10:00:05``, local time), and
+its tooltip is ``date_tooltip`` (``3 minutes ago · 2026-03-01 09:00:05 UTC``). Stored timestamps are
+UTC (ISO-8601 with ``Z``); unreadable ones are shown as they are rather than dropped.
 """
 
 from __future__ import annotations
@@ -36,37 +35,6 @@ def format_datetime(value: datetime | str | None, tz: tzinfo | None = None) -> s
     return when.astimezone(tz or DISPLAY_TZ).strftime("%Y-%m-%d %H:%M:%S")
 
 
-MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")  # (not the locale's)
-
-
-def format_day(value: datetime | str | None, now: datetime | None = None, tz: tzinfo | None = None) -> str:
-    """The short form, for a column with little room (the thread tree's Latest): ``HH:MM`` today, ``Sep 14``
-    earlier this year, ``YYYY-MM-DD`` before, in local time (or ``tz``); ``—`` when missing, raw text when
-    unreadable. Its tooltip (``date_tooltip``) keeps the exact time."""
-    when = to_datetime(value)
-    if when is None:
-        return format_datetime(value, tz)
-    zone = tz or DISPLAY_TZ
-    local = when.astimezone(zone)
-    today = (now or datetime.now(timezone.utc)).astimezone(zone).date()
-    if local.date() == today:
-        return local.strftime("%H:%M")
-    if local.year == today.year and local.date() < today:
-        return f"{MONTHS[local.month - 1]} {local.day}"
-    return local.strftime("%Y-%m-%d")
-
-
-def day_samples(oldest: datetime | str | None, now: datetime | None = None, tz: tzinfo | None = None) -> list[str]:
-    """Texts as wide as the widest ``format_day`` can write for dates no older than ``oldest`` (the older the
-    date, the wider its form): what a column of them is sized by without formatting every one."""
-    form = format_day(oldest, now, tz)
-    if form in (MISSING, "") or ":" in form:
-        return ["00:00"]
-    if "-" in form:
-        return ["0000-00-00"]
-    return [f"{month} 00" for month in MONTHS]
-
-
 def relative_time(value: datetime | str | None, now: datetime | None = None) -> str:
     """``just now``, ``5 minutes ago``, ``in 2 hours``, ``3 days ago`` … (empty when unknown)."""
     when = to_datetime(value)
@@ -97,5 +65,4 @@ def date_tooltip(value: datetime | str | None, now: datetime | None = None) -> s
     return f"{relative_time(when, now)} · {exact}"
 
 
-__all__ = ["MISSING", "MONTHS", "date_tooltip", "day_samples", "format_datetime", "format_day", "relative_time",
-           "to_datetime"]
+__all__ = ["MISSING", "date_tooltip", "format_datetime", "relative_time", "to_datetime"]

@@ -24,7 +24,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QFont
 
-from studio.logic.dates import date_tooltip, format_day
+from studio.logic.dates import date_tooltip, format_datetime
 from studio.logic.thread_labels import (
     NO_DELEGATIONS,
     UNTITLED,
@@ -45,8 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover - loaded with the tree's data, on a worker
 
 COLUMNS = ("Thread", "Msgs", "Latest")  # (the date column's header short: its width is the titles' room)
 COLUMN_TIPS = ("", "Messages stored in the thread (a resource: in all of its threads)",
-               "Last activity: the newest message's time (HH:MM today, the month and day this year, else the date; "
-               "hover a row for the exact time)")
+               "Last activity: the newest message's time (hover a row for how long ago)")
 
 
 class TreeRoles:
@@ -114,7 +113,7 @@ def recency_order(keys: Sequence[float]) -> list[int]:
 
 
 def _short_time(when: Any) -> str:
-    return format_day(when)
+    return format_datetime(when)
 
 
 class ResourceTreeModel(QAbstractItemModel):

@@ -7,7 +7,7 @@ that message. A refresh (the file changed) updates rows in place, so selection a
 
 from __future__ import annotations
 
-from itertools import chain
+from datetime import datetime, timezone
 from typing import Any
 
 from PySide6.QtCore import (
@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio import reads as queries
-from studio.logic.dates import MISSING, day_samples
+from studio.logic.dates import format_datetime
 from studio.logic.message_format import format_time, snippet
 from studio.logic.thread_labels import shown_title, thread_label
 from studio.reads import SearchFound, SearchHit, TreeData, search_note, search_summary
@@ -261,12 +261,10 @@ class ResourcesPane(QWidget):
         counts = {s.message_count for s in data.resources}
         counts.update(t.message_count for threads in data.threads.values() for t in threads)
         metrics = self.tree.fontMetrics()
-        # A date is ``HH:MM`` today, ``Sep 14`` this year, ``YYYY-MM-DD`` before, or a dash (``format_day``): the
-        # oldest one loaded says how wide the column's texts can be (``day_samples``), none formatted here.
-        oldest = min(chain((t.last_activity or t.thread.updated_at for threads in data.threads.values() for t in threads),
-                           (s.last_activity for s in data.resources if s.last_activity is not None)), default=None)
+        # (a date is always ``YYYY-MM-DD HH:MM:SS`` or a dash: ``format_datetime``, the one date format)
         widest = {1: max((metrics.horizontalAdvance(f"{n:,}") for n in counts), default=0),
-                  2: max(metrics.horizontalAdvance(text) for text in (*day_samples(oldest), MISSING))}
+                  2: max(metrics.horizontalAdvance(format_datetime(datetime.now(timezone.utc))),
+                         metrics.horizontalAdvance("0000-00-00 00:00:00"))}
         header = self.tree.header()
         for column, width in widest.items():
             cell = reference.siblingAtColumn(column)
