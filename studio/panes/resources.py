@@ -87,7 +87,7 @@ class SearchResultsModel(QAbstractListModel):
         return f"{title}  ·  {hit.role}  ·  {format_time(hit.created_at)}\n{snippet(hit.text, self.query)}"
 
 
-TITLE_LEAST_CHARS = 24  # a thread title's least room, in "x" widths (after its indent), before the date column gives way
+TITLE_LEAST_CHARS = 30  # a thread title's least room, in "x" widths (after its indent), before the date column gives way
 
 
 class _DateGivesWay(QObject):

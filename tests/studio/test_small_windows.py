@@ -318,33 +318,6 @@ def test_the_thread_list_gives_way_to_the_panes_in_a_narrow_window(demo_dir: Pat
         _thread_list_at(demo_dir, tmp_path, make_window, qtbot, width)
 
 
-def test_the_thread_lists_dates_show_at_1440_px_beside_titles_that_keep_their_room(
-        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
-    """At 1,440 × 900 the thread list's date column was hidden (its full ``YYYY-MM-DD HH:MM:SS`` and its
-    "Last activity" header took ~150 px of the list's 380): the user saw no date without dragging the list
-    wider. Under its short header "Latest" it shows now, in the one date format, and the titles keep
-    ``TITLE_LEAST_CHARS`` beside it: no demo title is cut."""
-    from studio.models.resource_tree import TreeRoles
-
-    window = _window(demo_dir, tmp_path, make_window, qtbot, 1440)
-    window.resize(1440, 900)
-    tree = window.resources.tree
-    qtbot.waitUntil(lambda: not tree.isColumnHidden(2), timeout=5_000)
-    x = tree.fontMetrics().horizontalAdvance("x")
-    assert window.resources.title_room() >= x * TITLE_LEAST_CHARS
-    proxy = window.resources.proxy
-    for r in range(proxy.rowCount()):
-        parent = proxy.index(r, 0)
-        for t in range(proxy.rowCount(parent)):
-            title, day = proxy.index(t, 0, parent), proxy.index(t, 2, parent)
-            assert tree.fontMetrics().horizontalAdvance(title.data()) <= window.resources.title_room(), title.data()
-            # the one date format (``format_datetime``), whole in its column:
-            assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", day.data()), day.data()
-            assert tree.fontMetrics().horizontalAdvance(day.data()) <= tree.header().sectionSize(2)
-            assert title.data(TreeRoles.THREAD_ID)
-    window.session.pool.wait(20_000)
-
-
 def _thread_list_at(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int) -> None:
     window = _window(demo_dir, tmp_path, make_window, qtbot, width)
     window.resize(width, 800)
