@@ -141,3 +141,16 @@ def test_at_1440_px_replays_context_table_reads_every_reason_whole_and_gives_the
     view = window.panes["replay"].view
     assert view.tabs.height() >= 150 and table.viewport().height() >= 6 * table.verticalHeader().defaultSectionSize()
     window.session.pool.wait(20_000)
+
+
+def test_at_1440_px_replays_header_names_whose_options_whole_and_how_they_were_chosen_on_hover(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+    """Replay's header at a 1,440 px window read "… · options from agent 'chef' (agen…": the reason named the agent
+    again, "(agent 'chef' answered last in this thread)" (found 2026-12-07 by s33-walk5). The header names the agent
+    whole; how it was chosen is in the tooltip."""
+    window, _table = _context_table(demo_dir, tmp_path, make_window, qtbot, 1440, "sam", "sam-standup")
+    subtitle = window.panes["replay"].subtitle
+    assert subtitle.text().endswith("options from agent 'notes-om'"), subtitle.text()
+    assert not subtitle.elided(), (subtitle.text(), subtitle.width())
+    assert "options from agent 'notes-om' (agent 'notes-om' answered last in this thread)" in subtitle.toolTip()
+    window.session.pool.wait(20_000)
