@@ -256,24 +256,18 @@ def test_a_dropped_connection_leads_with_the_models_own_hint_not_a_server_that_i
     that the server … is running and reachable" (it was: it took the request), and the model's own, more precise
     hint ("took the request, then dropped it: check its logs") came after it (found 2026-12-07 by s33-walk6). The
     model's hint now leads, said once; an error with no hint of its own keeps the general advice."""
-    import socket
+    import socketserver
     import threading
 
     from core.llm import OpenAICompatibleModel, RetryPolicy
 
-    listener = socket.create_server(("127.0.0.1", 0))
+    class TakeAndDrop(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(65536)  # the request arrives; the connection closes with no reply
 
-    def drop_each() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(65536)  # the request arrives; no reply is written
-
-    threading.Thread(target=drop_each, daemon=True).start()
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), TakeAndDrop)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     store = open_store(tmp_path / "m.db")
     try:
         with OpenAICompatibleModel("m", base_url=url, environ={}, keyring_service=None,
@@ -282,7 +276,8 @@ def test_a_dropped_connection_leads_with_the_models_own_hint_not_a_server_that_i
             with pytest.raises(ModelError) as caught:
                 chat_runner.run_turn(store, req, model, embedder=lambda: None, on_delta=lambda _p: None)
     finally:
-        listener.close()
+        server.shutdown()
+        server.server_close()
         store.close()
     what, todo = chat_runner.model_problem(caught.value)
     assert "closed the connection before its reply was complete" in what
