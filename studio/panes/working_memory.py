@@ -4,8 +4,8 @@ what each agent runs with.
 Looking never writes. Edits are staged in the editor (its document is the undo stack) and written
 only by Save, in a worker, with the loaded text as ``expected``: if the agent changed the memory in
 the meantime the write is refused and both sides are shown. Undo after a save stages the value stored
-before it (as History's Restore stages a version): Save writes it as a new version, checked the same way. A read-only session disables every
-write action and says why.
+before it (as History's Restore stages a version): Save writes it as a new version, checked the same way.
+A read-only session disables every write action and says why.
 """
 
 from __future__ import annotations
