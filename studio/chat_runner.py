@@ -470,6 +470,14 @@ def model_problem(exc: BaseException) -> tuple[str, str]:
             todo = ("The message and the memory sent with it are longer than the model's context: shorten the "
                     "message, start a new thread (less history), or pick a model with a larger context. "
                     "The prompt inspector shows what this thread's memory adds.")
+        elif status is None and exc.endpoint and exc.hint:
+            # The model's own hint says what it saw (refused, no answer in time, taken and then dropped): it
+            # leads, said once, not after a guess that the server is down ("running and reachable" read first
+            # for a server that took the request and dropped it).
+            todo = (f"{exc.hint[:1].upper()}{exc.hint[1:]}; or pick another model. "
+                    "Test Connection in File > Preferences… tries the server.")
+            return (f"The model {exc.model_id} failed{where}: {_without_hint(exc)}",
+                    f"{todo} Nothing of this turn was saved.")
         elif status is None and exc.endpoint:
             todo = (f"Check that the server{where} is running and reachable, or pick another model; "
                     "Test Connection in File > Preferences… tries it.")
@@ -477,6 +485,12 @@ def model_problem(exc: BaseException) -> tuple[str, str]:
             todo = "Try again, or pick another model in the Model list (File > Preferences… configures them)."
         return f"The model {exc.model_id} failed{where}: {exc}", f"{todo} Nothing of this turn was saved."
     return f"{type(exc).__name__}: {exc}", "Nothing of this turn was saved. Fix the cause above and send again."
+
+
+def _without_hint(exc: ModelError) -> str:
+    """The error's text without its hint (said in what to do instead)."""
+    text, tail = str(exc), f" — {exc.hint}"
+    return text[:-len(tail)] if exc.hint and text.endswith(tail) else text
 
 
 def recent_turn_links(rows: Sequence[Any]) -> Mapping[str, str]:

@@ -118,7 +118,8 @@ def _replay_memory(memory_factory: MemoryFactory, options: MemoryOptions, name: 
 
 class ReplayThread:
     def __init__(self, store: Store, memory: Memory, thread: Thread, turns: list[Turn], agent: str,
-                 start: int = 0, rows: ReplaySource | None = None, recall_note: str = "") -> None:
+                 start: int = 0, rows: ReplaySource | None = None, recall_note: str = "",
+                 agent_name: str = "") -> None:
         self.store = store
         self.recall_note = recall_note  # why "rebuilt now" leaves semantic recall out ("" when it does not)
         self.rows = rows or ReplaySource(store).preload(thread.id)
@@ -126,6 +127,7 @@ class ReplayThread:
         self.thread = thread
         self.turns = turns
         self.agent = agent  # how the configuration was chosen, in words
+        self.agent_name = agent_name or agent  # whose it is, without the how ("agent 'chef'"): the pane's header
         self.start = start  # the step to show first
         wm = memory.effective_options().working_memory  # reads the Studio's overrides: done here, on the worker
         self.thread_scoped_wm = bool(wm.enabled and wm.scope == "thread")  # what a fork can carry
@@ -152,7 +154,8 @@ class ReplayThread:
         choice = agent_for_thread(store, thread_id)
         if choice.thread is None:
             raise LookupError(f"Thread {thread_id} is not in this database any more.")
-        agent = f"agent '{choice.agent.name}' ({choice.reason})" if choice.agent else f"defaults ({choice.reason})"
+        name = f"agent '{choice.agent.name}'" if choice.agent else "defaults"
+        agent = f"{name} ({choice.reason})"
         memory, recall_note = _replay_memory(memory_factory, choice.options(), choice.memory_name)
         rows = ReplaySource(store).preload(thread_id)
         turns = memory.turns(thread_id, source=rows)  # (from the same read: a long thread is decoded once)
@@ -163,7 +166,7 @@ class ReplayThread:
             if when is None:
                 raise LookupError(f"Message {message_id} is not in thread {thread_id} any more.")
             start = turn_index_for(turns, message_id, when)
-        return cls(store, memory, choice.thread, turns, agent, start, rows, recall_note)
+        return cls(store, memory, choice.thread, turns, agent, start, rows, recall_note, agent_name=name)
 
     # -- rebuilding --------------------------------------------------------------------------------
     def prompt(self, index: int, mode: str = "record") -> AssembledPrompt:

@@ -27,11 +27,12 @@ def fit_columns(total: int, fixed: Mapping[str, int], shares: Mapping[str, float
     others' widths and minima (a left-out column is absent from the answer: its table hides it). An optional
     column of ``roomy`` is shown only where the shared columns have their ``room`` as well (more than their
     minima: Replay's stored ids took 89 px of a 1,440 px window's table while its reason read "working memory
-    c…")."""
+    c…"), and ``last`` its ``room`` when given (the role took 70 px while the fragment's text read "Hi! I'A…")."""
     fixed, shares = dict(fixed), dict(shares)
     for title in optional:
-        needs = {t: max(minimum.get(t, 0), (room or {}).get(t, 0) if title in roomy else 0) for t in shares}
-        if sum(fixed.values()) + sum(needs.values()) + rest <= total:
+        wanted = (room or {}) if title in roomy else {}
+        needs = {t: max(minimum.get(t, 0), wanted.get(t, 0)) for t in shares}
+        if sum(fixed.values()) + sum(needs.values()) + max(rest, wanted.get(last, 0)) <= total:
             continue  # (the minima only grow with the roomy columns: an earlier column that fits, fits)
         fixed.pop(title, None)
         shares.pop(title, None)

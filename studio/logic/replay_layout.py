@@ -791,6 +791,8 @@ STEP_FLOORS = {"Source": "message-history", "Why": "new message"}
 STEP_CAPS = {"Source": "observational-memory", "Why": "a stored message was deleted since"}
 STEP_OPTIONAL = ("Role", "Stored")
 STEP_TEXT_LEAST = "You are a"  # the Text column's least
-# What the reason gets before the Stored column is shown: at a 1,440 px window the stored ids (said again under the
-# table) took 89 px while the reason read "working memory c…" (longer reasons end in "…", whole on hover).
-STEP_WHY_ROOM = "working memory changed"
+# What the reason and the text get before Role and Stored are shown: at a 1,440 px window the stored ids (said
+# again under the table) took 89 px while the reason read "working memory c…", and the role 70 px while the text
+# read "Hi! I'A…" (the source's tooltip says the role, the fragment's details below link its stored messages).
+STEP_WHY_ROOM = "observed by observational memory"
+STEP_TEXT_ROOM = "Hi! I'm your assistant. Today"

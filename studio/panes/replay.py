@@ -378,10 +378,14 @@ class ReplayPane(QWidget):
         name = header_title(thread.title, thread.id, thread.resource_id, known)
         self.title.setText(f"Replay · {name if len(name) <= 40 else name[:39] + '…'}")  # never widens the pane
         fork = fork_source(thread.metadata)
-        self.subtitle.setText(f"thread {shown_title(thread.id)} · resource {resource_label(thread.resource_id, known)}"
-                              " · "
-                              f"options from {shown_title(source.agent or '')}" + (f" · {fork}" if fork else ""))
-        self.subtitle.setToolTip(header_tip(self.subtitle.text(), thread.resource_id, known) or self.subtitle.text())
+        head = (f"thread {shown_title(thread.id)} · resource {resource_label(thread.resource_id, known)}"
+                " · options from ")
+        tail = f" · {fork}" if fork else ""
+        # The header names whose options (cut at 1,440 px it read "options from agent 'chef' (agen…", the agent said
+        # twice: "(agent 'chef' answered last in this thread)"); how they were chosen is said on hover.
+        self.subtitle.setText(head + shown_title(source.agent_name or "") + tail)
+        whole = head + shown_title(source.agent or "") + tail
+        self.subtitle.setToolTip(header_tip(whole, thread.resource_id, known) or whole)
         self._select_thread_in_list(thread.id)
         self.what_if.set_source(source)
         self.rerun.set_source(source)

@@ -121,6 +121,10 @@ class ResourcesPane(QWidget):
         # writing while the Studio is open) is expanded as the first load's were; one the user collapsed stays so.
         self._listed: set[str] = set()
         self._pending: Selection | None = None
+        # The first row picked for the user on the first load, while they have picked nothing themselves: a load
+        # that puts another row first (the demo seeded while the first load ran) moves the pick to it.
+        self._auto: Selection | None = None
+        self._picking = False  # (the tree's own pick: not the user's)
         self._applying = False  # (a row removed by a refresh moves Qt's current row: not a pick of the user's)
 
         self.filter = QLineEdit(self)
@@ -237,18 +241,29 @@ class ResourcesPane(QWidget):
         if appeared and len(data.resources) <= AUTO_EXPAND_LIMIT:
             for resource_id in appeared:
                 self.tree.expand(self.proxy.mapFromSource(self.model.index_of(resource_id, None)))
-        if not self._loaded_once and data.resources:  # the first load with data (not an empty file)
-            self._loaded_once = True
-            if self._pending is None and self.proxy.rowCount():
-                first = self.proxy.index(0, 0)
-                if self.proxy.rowCount(first):
-                    self._pending = Selection(first.data(TreeRoles.RESOURCE_ID),
-                                              self.proxy.index(0, 0, first).data(TreeRoles.THREAD_ID))
+        first_load = not self._loaded_once and bool(data.resources)  # (the first with data, not an empty file)
+        self._loaded_once = self._loaded_once or first_load
+        if self._pending is None and (first_load or (self._auto is not None
+                                                     and self.current_selection() == self._auto)):
+            first = self._first_row()
+            if first != self.current_selection():
+                self._auto = self._pending = first
         if self._pending is not None:
             pending, self._pending = self._pending, None
-            self.set_selection(pending)
+            self._picking = pending == self._auto
+            try:
+                self.set_selection(pending)
+            finally:
+                self._picking = False
         self.texts_shown.emit([r.id for r in data.resources]
                               + [s.thread.title or "" for threads in data.threads.values() for s in threads])
+
+    def _first_row(self) -> Selection | None:
+        """The tree's first thread row (its first resource's first thread), if any."""
+        first = self.proxy.index(0, 0)
+        if not first.isValid() or not self.proxy.rowCount(first):
+            return None
+        return Selection(first.data(TreeRoles.RESOURCE_ID), self.proxy.index(0, 0, first).data(TreeRoles.THREAD_ID))
 
     def _size_columns(self, data: TreeData) -> None:
         """The count and date columns as wide as their widest text in ``data`` (and their titles): what
@@ -336,6 +351,8 @@ class ResourcesPane(QWidget):
 
     def _on_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if current.isValid() and not self._applying:
+            if not self._picking:
+                self._auto = None  # the user's pick (or the app's): kept from now on
             self.selection_changed.emit(self.current_selection())
 
     def _on_filter(self, text: str) -> None:

@@ -3,8 +3,9 @@ what each agent runs with.
 
 Looking never writes. Edits are staged in the editor (its document is the undo stack) and written
 only by Save, in a worker, with the loaded text as ``expected``: if the agent changed the memory in
-the meantime the write is refused and both sides are shown. A read-only session disables every
-write action and says why.
+the meantime the write is refused and both sides are shown. Undo after a save stages the value stored
+before it (as History's Restore stages a version): Save writes it as a new version, checked the same way.
+A read-only session disables every write action and says why.
 """
 
 from __future__ import annotations
@@ -153,6 +154,11 @@ class WorkingMemoryPane(QWidget):
         # as if nothing had happened to the edit just saved. ``_replaced`` says so until the owner changes.
         self._my_save: tuple[Any, str | None, datetime] | None = None
         self._replaced: str | None = None
+        # What the last save replaced (owner, format, the text stored before it): Undo, with nothing left in the
+        # editor to undo, stages it as History's Restore does (found by s33-walk5: after Save, Undo was off and only
+        # History brought the previous value back). ``_saving_over``: the same, for the save under way.
+        self._undo_save: tuple[Any, str, str | None] | None = None
+        self._saving_over: tuple[Any, str, str | None] | None = None
         # Unsaved edits of owners the user moved away from (another resource, thread or agent), by owner and
         # format: picking that owner again brings the edit back instead of the stored text replacing it.
         self._kept: dict[tuple[WmTarget, str], tuple[WmDraft, str]] = {}
@@ -371,8 +377,8 @@ class WorkingMemoryPane(QWidget):
         specs = [
             ("wm.save", "Save Working Memory", self.save, "Ctrl+S", self._can_save, self.save_btn, "Save"),
             ("wm.revert", "Revert Working Memory Edits", self.revert, None, self._is_dirty, self.revert_btn, "Revert"),
-            ("wm.undo", "Undo Working Memory Edit", self.editor.undo, None,
-             lambda: self.editor.document().isUndoAvailable(), self.undo_btn, "Undo"),
+            ("wm.undo", "Undo Working Memory Edit", self.undo, None,
+             lambda: self.editor.document().isUndoAvailable() or self._can_undo_save(), self.undo_btn, "Undo"),
             ("wm.redo", "Redo Working Memory Edit", self.editor.redo, None,
              lambda: self.editor.document().isRedoAvailable(), self.redo_btn, "Redo"),
             ("wm.restore_version", "Restore Selected Version into the Editor",
@@ -712,6 +718,7 @@ class WorkingMemoryPane(QWidget):
         snap, value = self.snapshot, self._check.value
         assert snap.target is not None and value is not None
         baseline = self.draft.baseline if expected is ... else expected
+        self._saving_over = (snap.target, self.draft.fmt, baseline)
         note = self._pending_note
         store = self.session.store
         self._saving = True
@@ -730,6 +737,7 @@ class WorkingMemoryPane(QWidget):
 
     def _on_saved(self, text: str | None) -> None:
         self._saving = False
+        self._undo_save, self._saving_over = self._saving_over, None
         self._pending_note = None
         self._end_conflict()
         if self.draft is not None:
@@ -811,21 +819,45 @@ class WorkingMemoryPane(QWidget):
     def select_versions(self, *numbers: int) -> None:
         self.history.select_versions(*numbers)
 
+    def undo(self) -> None:
+        """The editor's own Undo; with nothing left there after a save, the value stored before the save is staged
+        (as History's Restore stages a version): Save writes it as a new version, against what is stored now."""
+        if self.editor.document().isUndoAvailable():
+            self.editor.undo()
+            return
+        if not self._can_undo_save() or self._undo_save is None:
+            return
+        before = self._undo_save[2]
+        self._undo_save = None  # (staged: the editor's Undo now brings the saved value back)
+        self._stage(before or "")
+        self._pending_note = "restored the value stored before a save (Undo)"
+        self.status.setText("Undo: the value stored before your save is staged. Save makes it current, a new "
+                            "version (yours stays in History).")
+
+    def _can_undo_save(self) -> bool:
+        """A save of this owner to undo, with the editor showing what is stored (no edit of its own)."""
+        saved, snap = self._undo_save, self.snapshot
+        return (saved is not None and snap is not None and self._writable() and not self._saving
+                and not self._in_conflict and not self._is_dirty() and self.draft is not None
+                and (snap.target, self.draft.fmt) == saved[:2])
+
+    def _stage(self, stored: str) -> None:
+        """Stage the stored text ``stored`` in the editor (undoable), a JSON value whole (the replace mode)."""
+        assert self.draft is not None
+        if self.draft.fmt == "json":
+            if self.draft.json_mode != "replace":
+                self.json_mode.setCurrentIndex(self.json_mode.findData("replace"))
+            stored = pretty_json(json.loads(stored)) if stored else "{}"
+        self.editor.replace_all(stored)
+        self.tabs.setCurrentIndex(0)
+
     def restore_selected_version(self) -> None:
         """Stage an old version in the editor (undoable); Save writes it as a new version."""
         row = self._selected_version()
         if row is None or self.draft is None or not self._writable():
             return
-        v = row.version
-        if self.draft.fmt == "json":
-            if self.draft.json_mode != "replace":
-                self.json_mode.setCurrentIndex(self.json_mode.findData("replace"))
-            text = pretty_json(json.loads(v.text)) if v.text else "{}"
-        else:
-            text = v.text or ""
-        self.editor.replace_all(text)
+        self._stage(row.version.text or "")
         self._pending_note = f"restored version {row.number}"
-        self.tabs.setCurrentIndex(0)
         self.status.setText(f"Version {row.number} is staged in the editor. Save to make it current.")
 
     # -- template / schema -----------------------------------------------------------------------

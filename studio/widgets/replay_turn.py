@@ -33,6 +33,7 @@ from studio.logic.replay_layout import (
     STEP_SAMPLES,
     STEP_SHARES,
     STEP_TEXT_LEAST,
+    STEP_TEXT_ROOM,
     STEP_WHY_ROOM,
     Comparison,
     RecallRow,
@@ -165,7 +166,11 @@ REQUEST_TABS = (("Request", "Request", "Request: the whole request of this model
                 ("Reply", "Reply", "Reply: what the model answered"),
                 ("Recall", "Recall", "Recall: the messages semantic recall brought into this prompt"),
                 ("Tokens", "Tokens", "Tokens: the prompt's tokens by source"))
-STACK_BELOW = 860  # px: a view narrower than this puts its tabs under the context table, not beside it
+# px: a view narrower than this puts its tabs under the context table, not beside it. The table is Replay's main
+# view: beside the request at a 1,440 px window (a ~1,030 px view) it had ~575 px, the request side ~450 (its recall
+# table's columns need ~420), so the fragment's text kept ~70 px ("Hi! I'A…") and its reason read "observed by
+# observati…". Stacked there, the table has the view's width: every reason whole, the text ~280 px, Role and Stored.
+STACK_BELOW = 1280
 TABS_LEAST = 150  # px: the request side's least height, its tab bar and a request's first lines (stacked)
 
 
@@ -192,7 +197,7 @@ class TurnView(QSplitter):
         keep_current_in_sight(self.step_table)  # (the fragment picked on opening a thread was out of sight)
         self._fit = FitToPane(self.step_table, STEP_SAMPLES, STEP_SHARES, last="Text", floors=STEP_FLOORS,
                               caps=STEP_CAPS, optional=STEP_OPTIONAL, decorated=("Source",),
-                              rest_sample=STEP_TEXT_LEAST, optional_room={"Why": STEP_WHY_ROOM})
+                              rest_sample=STEP_TEXT_LEAST, optional_room={"Why": STEP_WHY_ROOM, "Text": STEP_TEXT_ROOM})
         for w in (self.context_caption, self.change_label, self.step_table):
             ul.addWidget(w)
         left.addWidget(upper)
@@ -286,12 +291,12 @@ class TurnView(QSplitter):
         """Side by side from ``STACK_BELOW`` px wide, else the tabs under the context table: side by side in
         a narrower pane (a 1,100 px window) the table had ~385 px, below what its columns' titles need, so
         Source, Why and Text sat behind a scroll bar, and the received and rebuilt prompts were ~150 px
-        columns each."""
+        columns each; at a 1,440 px window ~575 px, the text ~70 px. The split is a splitter: the user drags it."""
         want = Qt.Orientation.Horizontal if event.size().width() >= STACK_BELOW else Qt.Orientation.Vertical
-        # Side by side the table is narrower than stacked (~570 px at a 1,440 px window, ~700 stacked at 1,100):
-        # there the stored ids (said again under the table) give way before the reason is cut ("working memory
-        # c…"); stacked, every column shows, as before.
-        roomy = ("Stored",) if want == Qt.Orientation.Horizontal else ()
+        # Side by side the table is narrower than stacked: there the role and the stored ids (said again in the
+        # source's tooltip and under the table) give way before the reason or the text is cut; stacked, every
+        # column shows where it fits, as before.
+        roomy = STEP_OPTIONAL if want == Qt.Orientation.Horizontal else ()
         if self._fit.roomy != roomy:
             self._fit.roomy = roomy
             self._fit.fit()

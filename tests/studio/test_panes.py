@@ -878,3 +878,52 @@ def test_a_message_longer_than_its_two_lines_ends_in_an_ellipsis_and_its_tooltip
         assert "r" in tip and html.escape(index.data(MessageRoles.PREVIEW), quote=False) in tip
         assert GuiQt.mightBeRichText(tip) and "<b>" not in tip  # wrapped by Qt; the text's markup escaped
     pane.grab().save(str(tmp_path / "rows.png"))
+
+
+def test_the_first_launch_selects_the_trees_first_row_once_the_demo_is_seeded_unless_the_user_picked_one(
+        qtbot: Any, make_session: Any, tmp_path: Path) -> None:
+    """The first launch seeds the demo while the tree loads: the first load held ada alone, so ada's thread was
+    selected, and it stayed selected once sam's, listed first, came in (found 2026-12-07 by s33-walk5). The
+    tree's pick follows its first row while the user has picked nothing; a row the user picked stays."""
+    from datetime import timedelta
+
+    from .conftest import T0
+
+    path = tmp_path / "memory.db"
+    store = open_store(path)
+
+    def add(resource_id: str, minutes: int) -> None:
+        store.memory.create_thread(thread_id=f"t-{resource_id}", resource_id=resource_id, title=f"{resource_id}'s")
+        store.memory.save_messages([Message.user("hi", id=f"m-{resource_id}", thread_id=f"t-{resource_id}",
+                                                 resource_id=resource_id, created_at=T0 + timedelta(minutes=minutes))])
+
+    def load(count: int) -> None:
+        pane.refresh()
+        qtbot.waitUntil(lambda: pane.proxy.rowCount() == count, timeout=10_000)
+
+    def first_row() -> tuple[str, str]:
+        top = pane.proxy.index(0, 0)
+        return top.data(TreeRoles.RESOURCE_ID), pane.proxy.index(0, 0, top).data(TreeRoles.THREAD_ID)
+
+    add("ada", 0)
+    pane = ResourcesPane(make_session(path))
+    qtbot.addWidget(pane)
+    picks: list[Any] = []
+    pane.selection_changed.connect(picks.append)
+    pane.show()
+    load(1)
+    assert (pane.current_selection().resource_id, pane.current_selection().thread_id) == ("ada", "t-ada")
+    add("sam", 10)
+    add("li-wei", 5)
+    load(3)
+    assert first_row() != ("ada", "t-ada")  # (the newest resource is listed first)
+    current = pane.current_selection()
+    assert (current.resource_id, current.thread_id) == first_row()
+    assert picks[-1] == current  # (the panes were told)
+    pane.tree.setCurrentIndex(pane.proxy.index(0, 0, pane.proxy.index(2, 0)))  # the user picks the last resource's
+    picked = pane.current_selection()
+    add("bo", 20)
+    load(4)
+    assert first_row() == ("bo", "t-bo")
+    assert pane.current_selection() == picked
+    store.close()

@@ -229,7 +229,7 @@ def test_in_a_narrow_window_the_turn_stacks_so_every_column_is_readable(qtbot: A
     assert view.width() < STACK_BELOW and view.orientation() == Qt.Orientation.Vertical
     assert view.tabs.height() >= 150 and table.viewport().height() >= 3 * table.verticalHeader().defaultSectionSize()
 
-    window.resize(1500, 800)  # wide enough again: side by side, and still no scroll bar
+    window.resize(1800, 800)  # wide enough again: side by side, and still no scroll bar
     QApplication.processEvents()
     assert view.width() >= STACK_BELOW and view.orientation() == Qt.Orientation.Horizontal
     assert table.horizontalScrollBar().maximum() == 0

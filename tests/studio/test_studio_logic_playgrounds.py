@@ -249,3 +249,40 @@ def test_a_context_overflow_does_not_say_try_again(tmp_path):
                                                         endpoint="http://h/v1"))
     assert other.startswith("Try again")
     store.close()
+
+
+def test_a_dropped_connection_leads_with_the_models_own_hint_not_a_server_that_is_down(tmp_path):
+    """A server that took the turn's request and closed the connection before replying was introduced with "Check
+    that the server … is running and reachable" (it was: it took the request), and the model's own, more precise
+    hint ("took the request, then dropped it: check its logs") came after it (found 2026-12-07 by s33-walk6). The
+    model's hint now leads, said once; an error with no hint of its own keeps the general advice."""
+    import socketserver
+    import threading
+
+    from core.llm import OpenAICompatibleModel, RetryPolicy
+
+    class TakeAndDrop(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(65536)  # the request arrives; the connection closes with no reply
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), TakeAndDrop)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    store = open_store(tmp_path / "m.db")
+    try:
+        with OpenAICompatibleModel("m", base_url=url, environ={}, keyring_service=None,
+                                   retry=RetryPolicy(max_retries=0, initial_delay=0.0)) as model:
+            req = ChatRequest("t-drop", "ada", "Hello", None, "", "u-drop", new_thread=True)
+            with pytest.raises(ModelError) as caught:
+                chat_runner.run_turn(store, req, model, embedder=lambda: None, on_delta=lambda _p: None)
+    finally:
+        server.shutdown()
+        server.server_close()
+        store.close()
+    what, todo = chat_runner.model_problem(caught.value)
+    assert "closed the connection before its reply was complete" in what
+    assert todo.startswith(f"The server at {url} took the request, then dropped it: check its logs"), todo
+    assert "running and reachable" not in todo and "check its logs" not in what  # (said once, where to act)
+    assert todo.endswith("Nothing of this turn was saved.")
+    _what, general = chat_runner.model_problem(ModelError("refused", model_id="m", endpoint="http://h/v1"))
+    assert general.startswith("Check that the server at http://h/v1 is running and reachable")

@@ -194,6 +194,18 @@ def test_context_columns_share_the_panes_width_and_the_last_takes_the_rest() -> 
     assert (narrow["Source"], narrow["Why"], narrow["Text"]) == (60, 40, 50)  # minima: only then it scrolls
 
 
+def test_a_roomy_optional_column_waits_for_the_last_columns_room_too() -> None:
+    """Side by side at a 1,440 px window the role took 70 px while the fragment's text read "Hi! I'A…": a roomy
+    optional column shows only where the last column has its room as well as the shared ones theirs."""
+    def fit(total: int, room: dict[str, int]) -> dict[str, int]:
+        return fit_columns(total, {"#": 30, "Role": 70}, {"Why": 1.0}, {"Why": 40}, "Text", rest=50,
+                           optional=["Role"], room=room, roomy=["Role"])
+
+    assert "Role" in fit(400, {"Why": 100})
+    assert "Role" not in fit(400, {"Why": 100, "Text": 250})  # (the text would keep 50 px of its 250)
+    assert "Role" in fit(460, {"Why": 100, "Text": 250})
+
+
 def test_a_message_that_came_another_way_names_both_ways() -> None:
     """Replay's row of a message that moved between observational memory's unobserved messages and semantic
     recall says why in words and keeps the way it came before, which the fragment pane names beside "now"."""

@@ -420,7 +420,9 @@ def test_replays_recall_table_fits_with_its_scores_in_sight(template: Path, tmp_
     message = model.index(0, titles.index("Message")).data(Qt.ItemDataRole.ToolTipRole)
     assert rows[0].message_id in message and "rank 1, with 3 messages around it" in message  # (the rank, when left out)
     assert not table.isColumnHidden(titles.index("Window"))  # (it was left out at 1,440 px: the request side ~450 px)
-    assert table.isColumnHidden(titles.index("#")) == (width == 1440)
+    # (the rank was left out at 1,440 px, where the request side had ~450 px; the request goes under the context
+    # table there now, s33-walk7, and the recall table has the view's width)
+    assert not table.isColumnHidden(titles.index("#"))
     # the thread takes the rest: a few characters at least (it ends in "…", whole on hover, checked above)
     assert table.columnWidth(titles.index("Thread")) >= metrics.horizontalAdvance("liwei-s…") + 8
     window.session.pool.wait(20_000)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtCore import Qt
 
 from .conftest import seeded_demo_folder, theme_restored
 from .test_replay_inspector_columns import _fits, _replay_at, _titles, _whole, _window
@@ -98,13 +99,17 @@ def _options_whole_at_900(demo_dir: Path, tmp_path: Path, make_window: Any, qtbo
     window.session.pool.wait(20_000)
 
 
-def test_replays_reasons_read_whole_at_1440_px_before_the_stored_ids_are_shown(
+def test_replays_reasons_read_whole_side_by_side_before_the_stored_ids_are_shown(
         demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
     """At a 1,440 × 900 window, Replay's context table (side by side with the request, ~570 px) on ada's groceries
     showed the optional Stored column (89 px of short ids, said again under the table) while the reason read
     "working memory c…" (found 2026-12-07 by s33-walk5). Side by side, the reason gets "working memory changed"
-    before Stored is shown."""
-    window, table = _context_table(demo_dir, tmp_path, make_window, qtbot, 1440, "ada", "ada-groceries")
+    before Stored is shown. (A 1,440 px window stacks the request under the table now: side by side from ~1,700.)"""
+    from studio.widgets.replay_turn import STACK_BELOW
+
+    window, table = _context_table(demo_dir, tmp_path, make_window, qtbot, 1800, "ada", "ada-groceries")
+    view = window.panes["replay"].view
+    assert view.width() >= STACK_BELOW and view.orientation() == Qt.Orientation.Horizontal
     _fits(table)
     titles, metrics, model = _titles(table), table.fontMetrics(), table.model()
     reasons = {model.index(r, titles.index("Why")).data() for r in range(model.rowCount())}
@@ -112,4 +117,40 @@ def test_replays_reasons_read_whole_at_1440_px_before_the_stored_ids_are_shown(
     assert table.columnWidth(titles.index("Why")) >= metrics.horizontalAdvance("working memory changed") + 8
     assert table.isColumnHidden(titles.index("Stored"))
     _whole(table, "Source", extra=max(table.iconSize().width(), 16))
+    window.session.pool.wait(20_000)
+
+
+@pytest.mark.parametrize("thread", [("ada", "ada-groceries"), ("sam", "sam-standup")])
+def test_at_1440_px_replays_context_table_reads_every_reason_whole_and_gives_the_text_real_room(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, thread: tuple[str, str]) -> None:
+    """Replay is the debugger's main view, and at a 1,440 × 900 window its context table had ~575 px beside the
+    request (whose recall table needs ~420): the fragment's text kept ~70 px ("Hi! I'A…"), the reasons read
+    "observed by observati…" (found 2026-12-07 by s33-walk5 and walk6). The request goes under the table there
+    now: every reason reads whole, the text has at least a third of the table, and the request side keeps its
+    tabs (test_replay_inspector_columns: its recall table whole)."""
+    window, table = _context_table(demo_dir, tmp_path, make_window, qtbot, 1440, *thread)
+    _fits(table)
+    titles, metrics, model = _titles(table), table.fontMetrics(), table.model()
+    why = table.columnWidth(titles.index("Why"))
+    for row in range(model.rowCount()):
+        reason = model.index(row, titles.index("Why")).data() or ""
+        assert metrics.horizontalAdvance(reason) + 8 <= why, (reason, why)
+    assert table.columnWidth(titles.index("Text")) >= table.viewport().width() // 4, (
+        table.columnWidth(titles.index("Text")), table.viewport().width())
+    _whole(table, "Source", extra=max(table.iconSize().width(), 16))
+    view = window.panes["replay"].view
+    assert view.tabs.height() >= 150 and table.viewport().height() >= 6 * table.verticalHeader().defaultSectionSize()
+    window.session.pool.wait(20_000)
+
+
+def test_at_1440_px_replays_header_names_whose_options_whole_and_how_they_were_chosen_on_hover(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+    """Replay's header at a 1,440 px window read "… · options from agent 'chef' (agen…": the reason named the agent
+    again, "(agent 'chef' answered last in this thread)" (found 2026-12-07 by s33-walk5). The header names the agent
+    whole; how it was chosen is in the tooltip."""
+    window, _table = _context_table(demo_dir, tmp_path, make_window, qtbot, 1440, "sam", "sam-standup")
+    subtitle = window.panes["replay"].subtitle
+    assert subtitle.text().endswith("options from agent 'notes-om'"), subtitle.text()
+    assert not subtitle.elided(), (subtitle.text(), subtitle.width())
+    assert "options from agent 'notes-om' (agent 'notes-om' answered last in this thread)" in subtitle.toolTip()
     window.session.pool.wait(20_000)

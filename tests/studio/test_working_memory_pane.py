@@ -435,3 +435,45 @@ def test_an_agent_turn_that_began_before_a_save_and_replaced_it_is_said(qtbot, p
     assert "The working memory you saved at" in pane.info_banner.text()
     load(qtbot, pane, Selection("bob", "t2"))  # another owner: not about it
     assert "you saved" not in pane.info_banner.text() or not pane.info_banner.isVisible()
+
+
+def test_undo_after_a_save_stages_the_value_before_it_and_save_writes_it_as_a_new_version(qtbot, pane, session):
+    """After Save, Undo (and Edit's Undo Working Memory Edit) was off: only History's Restore brought the previous
+    value back (found 2026-12-07 by s33-walk5). Undo now stages the value stored before the save, as Restore stages
+    a version, and says so; Save writes it as a new version, refused as any save when another writer came between."""
+    load(qtbot, pane, Selection("alice", "t1"))
+    before = pane.editor.toPlainText()
+    pane.editor.replace_all(before + "\n- City: Berlin")
+    save_and_wait(qtbot, pane, pane.saved)
+    qtbot.waitUntil(lambda: pane.version_model.rowCount() == 2 and not pane._saving, timeout=10_000)
+    assert not pane.editor.document().isUndoAvailable()  # (the reload: nothing of the editor's own to undo)
+    assert pane.commands.action("wm.undo").isEnabled()
+    pane.commands.run("wm.undo")
+    assert pane.editor.toPlainText() == before and "staged" in pane.status.text()
+    assert stored(session, "t1", "alice").endswith("City: Berlin")  # staged only: nothing written by Undo
+    pane.commands.run("wm.undo")  # the editor's own Undo now: the saved value again
+    assert pane.editor.toPlainText().endswith("City: Berlin")
+    pane.commands.run("wm.redo")
+    assert pane.editor.toPlainText() == before
+    save_and_wait(qtbot, pane, pane.saved)
+    qtbot.waitUntil(lambda: pane.version_model.rowCount() == 3, timeout=10_000)
+    assert stored(session, "t1", "alice") == before
+    newest = pane.version_model.rows()[0]
+    assert newest.text == before and newest.note and "before a save" in newest.note
+    # Undo again, then an agent writes before Save: the save is refused, both shown, nothing overwritten.
+    pane.commands.run("wm.undo")
+    assert pane.editor.toPlainText().endswith("City: Berlin")
+    agent = Memory(session.store, MemoryOptions(working_memory={"enabled": True}), name="assistant")
+    agent.update_working_memory(thread_id="t1", resource_id="alice", working_memory="# User\n- Name: Alice\n- Pet: cat")
+    theirs = save_and_wait(qtbot, pane, pane.conflict)
+    assert theirs.endswith("Pet: cat") and stored(session, "t1", "alice") == theirs
+
+
+def test_undo_after_a_save_is_off_on_another_owner(qtbot, pane, session):
+    load(qtbot, pane, Selection("alice", "t1"))
+    pane.editor.replace_all("# User\n- Name: Alice\n- City: Berlin")
+    save_and_wait(qtbot, pane, pane.saved)
+    qtbot.waitUntil(lambda: pane.version_model.rowCount() == 2 and not pane._saving, timeout=10_000)
+    assert pane.commands.action("wm.undo").isEnabled()
+    load(qtbot, pane, Selection("bob", "t2"))
+    assert not pane.commands.action("wm.undo").isEnabled()
