@@ -38,6 +38,7 @@ from core.llm.stopping import CallStop
 from core.gateway.access import ANYONE, Caller, client_id
 from core.gateway.errors import bad_request
 from core.gateway.idempotency import single_header
+from core.gateway.notices import om_notices
 from core.ids import MAX_NEW_ID, clipped, shown
 from core.llm.base import Usage
 from core.memory import resolve_memory
@@ -99,6 +100,8 @@ class TurnFinished:
     finish_reason: str  # already OpenAI's
     usage: Usage | None
     trace_id: str | None
+    # What the turn's memory did less of than asked (``core.gateway.notices``): the reply's ``memory.notices``.
+    notices: tuple[dict[str, Any], ...] = ()
 
 
 TurnEvent = TextDelta | TurnFinished
@@ -290,7 +293,9 @@ def run_turn(agent: Agent, turn: Turn, save_with: SaveWith | None = None, stop: 
 
 def finished(result: AgentResult | TurnOutcome) -> TurnFinished:
     """The end of a turn as a client sees it, from its result (or, before it is saved, its ``TurnOutcome``)."""
-    return TurnFinished(result.text, openai_finish_reason(result.finish_reason), result.usage, result.trace_id)
+    notices = om_notices(p.notes for p in result.prompts)
+    return TurnFinished(result.text, openai_finish_reason(result.finish_reason), result.usage, result.trace_id,
+                        tuple(notices))
 
 
 def openai_finish_reason(reason: str | None) -> str:

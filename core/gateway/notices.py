@@ -1,0 +1,73 @@
+"""What a gateway turn tells its client about its memory besides the reply: ``memory.notices``.
+
+A turn can succeed while its memory did less than asked: observational memory's observer (or reflector)
+failed and the messages stay raw until it is tried again, or the turn named no resource and stored nothing.
+The server's log, the trace and the Studio say so; a client reads only the reply, so the reply's ``memory``
+object carries each as ``{"code", "message"}`` (and ``retry_at`` for a failed call), and the
+``x-memory-notices`` header names their codes.
+
+Nothing here goes to the model: the notices are read from the turn's prompt notes once it has run.
+A failure's text is the one the Studio shows the thread's owner, which the gateway's 502 shows a client
+too for a failing model (its endpoint and status, never a key); an error of another kind (a bug, a
+storage failure) may name the server's files or databases, so its words are left to the log.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from core.llm.base import ModelError
+from core.observational.reflector import ReplyCutOff
+
+#: The response header naming the turn's notices' codes.
+NOTICES_HEADER = "x-memory-notices"
+#: The observational-memory processor's id, under which its notes are kept.
+_OM = "observational-memory"
+#: (note key, code) of each observational-memory failure a turn can meet.
+_OM_FAILURES = (("observation", "observation_failed"), ("reflection", "reflection_failed"))
+# "<Name>: " where an error's text names the exception it came from (``jobs.observe``, the reflector's attempts).
+_EXCEPTION_NAME = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Warning))(?=: )")
+_UNSHOWN = ("the {what} failed with an unexpected error, whose text is for the gateway's operator (the server's "
+            "log has it); the messages stay raw meanwhile")
+
+
+def om_notices(notes: Iterable[Mapping[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """The notices of observational memory's notes over a turn's prompts (the first of each kind)."""
+    notices: dict[str, dict[str, Any]] = {}
+    for prompt_notes in notes:
+        om = prompt_notes.get(_OM) or {}
+        for what, code in _OM_FAILURES:
+            error = om.get(f"{what}Error")
+            if code in notices or not isinstance(error, str) or not error:
+                continue
+            notice: dict[str, Any] = {"code": code, "message": _shown(error, what)}
+            retry_at = om.get(f"{what}RetryAt")
+            if isinstance(retry_at, str):
+                notice["retry_at"] = retry_at
+            notices[code] = notice
+    return list(notices.values())
+
+
+def _shown(error: str, what: str) -> str:
+    """``error`` as a client may read it: as it is when every exception it names is a model's failure."""
+    if all(name in _client_errors() for name in _EXCEPTION_NAME.findall(error)):
+        return error
+    return _UNSHOWN.format(what="observer" if what == "observation" else "reflector")
+
+
+def _client_errors() -> frozenset[str]:
+    """The exception names whose text the gateway shows a client: ``ModelError`` and its kinds (as its 502s do),
+    and a reply cut off at its length cap."""
+    names, todo = {ReplyCutOff.__name__}, [ModelError]
+    while todo:
+        kind = todo.pop()
+        names.add(kind.__name__)
+        todo.extend(kind.__subclasses__())
+    return frozenset(names)
+
+
+def notices_header(notices: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    codes = ", ".join(dict.fromkeys(str(n["code"]) for n in notices))
+    return {NOTICES_HEADER: codes} if codes else {}

@@ -1,0 +1,93 @@
+"""The reply's ``memory.notices`` (and the ``x-memory-notices`` header): what a gateway turn's memory did less of
+than asked, told to the client that would otherwise see only a reply (official ``openai`` client, real server)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from core import Memory, MemoryOptions
+from core.agent import Agent
+from core.gateway import GatewayServer, create_app
+from core.llm import ModelError, ScriptedModel
+from core.tokens import EstimatingTokenizer
+
+LONG = "the raised beds need cedar planks and a drip line " * 12  # ~150 tokens: past the threshold below
+
+
+def _agent(store: Any, observer: ScriptedModel, model: ScriptedModel) -> Agent:
+    memory = Memory(store, MemoryOptions(last_messages=10, observational_memory={
+        "enabled": True, "message_tokens": 60, "observation_tokens": 5_000, "buffer_tokens": False}),
+        observer_model=observer, tokenizer=EstimatingTokenizer())
+    return Agent("om", instructions="Be brief.", model=model, memory=memory, tracer=False)
+
+
+def _ask(client: openai.OpenAI, text: str, *, streamed: bool, thread: str = "t1") -> tuple[dict[str, Any], Any]:
+    """The reply's ``memory`` object and its headers."""
+    meta = {"thread_id": thread, "resource_id": "ada"}
+    if streamed:
+        raw = client.chat.completions.with_raw_response.create(
+            model="om", messages=[{"role": "user", "content": text}], metadata=meta, stream=True)
+        chunks = list(raw.parse())
+        return next(c.model_extra["memory"] for c in chunks if c.choices and c.choices[0].finish_reason), raw.headers
+    raw = client.chat.completions.with_raw_response.create(
+        model="om", messages=[{"role": "user", "content": text}], metadata=meta)
+    return raw.parse().model_extra["memory"], raw.headers
+
+
+@pytest.fixture
+def serve(store: Any) -> Iterator[Any]:
+    servers: list[GatewayServer] = []
+
+    def start(observer: ScriptedModel, model: ScriptedModel) -> openai.OpenAI:
+        server = GatewayServer(create_app({"om": _agent(store, observer, model)}, token=""))
+        servers.append(server.__enter__())
+        return openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+
+    yield start
+    for server in servers:
+        server.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_a_failing_observer_is_told_to_the_client_with_its_retry_time(serve: Any, streamed: bool) -> None:
+    failure = ModelError("upstream said no", model_id="scripted/observer", endpoint="http://observer.test", status=500)
+    observer = ScriptedModel([failure] * 3, name="observer")
+    model = ScriptedModel(lambda m, t: "ok")
+    client = serve(observer, model)
+    first, headers = _ask(client, LONG, streamed=streamed)  # (the input alone: observed once stored)
+    assert first["notices"] == [] and "x-memory-notices" not in headers
+    failed, headers = _ask(client, "and the paths?", streamed=streamed)
+    assert len(observer.requests) == 1
+    [notice] = failed["notices"]
+    assert notice["code"] == "observation_failed"
+    assert "upstream said no" in notice["message"] and "http://observer.test" in notice["message"]
+    assert notice["retry_at"] and f"tried again after {notice['retry_at']}" in notice["message"]
+    if not streamed:  # (a streamed reply's headers go before the turn has run: its notices are in the last chunk)
+        assert headers["x-memory-notices"] == "observation_failed"
+    # The next turn, during the back-off, calls no observer and says until when.
+    waiting, _ = _ask(client, "and the soil?", streamed=streamed)
+    assert len(observer.requests) == 1
+    [notice_then] = waiting["notices"]
+    assert notice_then["code"] == "observation_failed" and notice_then["retry_at"] == notice["retry_at"]
+    assert f"backing off until {notice['retry_at']}" in notice_then["message"]
+    # What the model received holds none of it: the notices are the client's, the prompt is as before.
+    assert all("upstream said no" not in str(r.messages) and "notices" not in str(r.messages) for r in model.requests)
+
+
+def test_an_unexpected_observer_error_keeps_its_words_in_the_log(serve: Any, caplog: Any) -> None:
+    def broken(messages: Any, tools: Any) -> str:
+        raise RuntimeError("database /srv/private/om.db is locked by pid 4242")
+
+    client = serve(ScriptedModel(broken, name="observer"), ScriptedModel(lambda m, t: "ok"))
+    _ask(client, LONG, streamed=False)
+    told, headers = _ask(client, "and the paths?", streamed=False)
+    [notice] = told["notices"]
+    assert notice["code"] == "observation_failed" and notice["retry_at"]
+    assert "/srv/private" not in str(told) and "RuntimeError" not in notice["message"]
+    assert "the server's log has it" in notice["message"]
+    assert "/srv/private/om.db" in caplog.text  # (the operator's)
+    assert headers["x-memory-notices"] == "observation_failed"
