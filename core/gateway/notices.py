@@ -1,10 +1,12 @@
 """What a gateway turn tells its client about its memory besides the reply: ``memory.notices``.
 
-A turn can succeed while its memory did less than asked: observational memory's observer (or reflector)
-failed and the messages stay raw until it is tried again, or the turn named no resource and stored nothing.
+A turn can succeed while its memory did less than asked, or otherwise than its client may think:
+observational memory's observer (or reflector) failed and the messages stay raw until it is tried again; the
+agent has no memory and stored nothing; the request named no resource (stored under the gateway's default one,
+which all such requests share) or no thread (a new one, without the history of any other).
 The server's log, the trace and the Studio say so; a client reads only the reply, so the reply's ``memory``
 object carries each as ``{"code", "message"}`` (and ``retry_at`` for a failed call), and the
-``x-memory-notices`` header names their codes.
+``x-memory-notices`` header names their codes (a streamed reply's: those known before the turn ran).
 
 Nothing here goes to the model: the notices are read from the turn's prompt notes once it has run.
 A failure's text is the one the Studio shows the thread's owner, which the gateway's 502 shows a client
@@ -66,6 +68,29 @@ def _client_errors() -> frozenset[str]:
         names.add(kind.__name__)
         todo.extend(kind.__subclasses__())
     return frozenset(names)
+
+
+def where_notices(*, agent: str, has_memory: bool, resource: str | None, defaulted: bool,
+                  new_thread: str | None) -> list[dict[str, Any]]:
+    """The notices of where a turn goes, known before it runs: an agent without memory stores nothing
+    (``not_stored``); a request naming no resource is stored under the gateway's default one
+    (``default_resource``), and one naming no thread begins a new one (``new_thread``)."""
+    if not has_memory:
+        return [{"code": "not_stored", "message": f"The agent {agent!r} has no memory: nothing of this turn was "
+                 "stored, and the model was sent only your last message (the gateway reads no earlier one)."}]
+    notices: list[dict[str, Any]] = []
+    if defaulted:
+        notices.append({"code": "default_resource", "message": (
+            f"This request named no resource (metadata.resource_id, the x-resource-id header or the user field), so "
+            f"the turn was stored under the gateway's default resource {resource!r}, which every request naming "
+            "none shares, with its working memory and what resource-scoped recall finds. Name one per user to keep "
+            "their memories apart.")})
+    if new_thread is not None:
+        notices.append({"code": "new_thread", "message": (
+            f"This request named no thread (metadata.thread_id, the x-thread-id header or a conversation id), so "
+            f"the turn began a new thread, {new_thread!r}, holding no history but this turn. Send that id "
+            "with the next request to go on with it: one naming none begins another.")})
+    return notices
 
 
 def notices_header(notices: Iterable[Mapping[str, Any]]) -> dict[str, str]:

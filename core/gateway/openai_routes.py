@@ -442,7 +442,7 @@ def memory_headers(turn: Turn, done: TurnFinished | None = None) -> dict[str, st
     ignored = ", ".join(name for name in turn.ignored if _header_value(name) and "," not in name)
     if ignored:  # (names a header cannot carry are in the body's "memory" object only)
         headers[IGNORED_HEADER] = ignored
-    headers.update(notices_header(done.notices if done is not None else ()))
+    headers.update(notices_header([*turn.notices, *(done.notices if done is not None else ())]))
     return headers
 
 
@@ -455,7 +455,7 @@ def _header_value(value: str) -> bool:
 
 def _memory_info(turn: Turn, done: TurnFinished) -> dict[str, Any]:
     return {"thread_id": turn.thread_id, "resource_id": turn.resource_id, "trace_id": done.trace_id,
-            "ignored": list(turn.ignored), "notices": list(done.notices)}
+            "ignored": list(turn.ignored), "notices": [*turn.notices, *done.notices]}
 
 
 #: The response header naming the request's fields the turn did not use (``turns.ignored_fields``).

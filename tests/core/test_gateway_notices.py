@@ -91,3 +91,45 @@ def test_an_unexpected_observer_error_keeps_its_words_in_the_log(serve: Any, cap
     assert "the server's log has it" in notice["message"]
     assert "/srv/private/om.db" in caplog.text  # (the operator's)
     assert headers["x-memory-notices"] == "observation_failed"
+
+
+def _raw_ask(client: openai.OpenAI, *, streamed: bool, **asked: Any) -> tuple[dict[str, Any], Any]:
+    messages = [{"role": "user", "content": "hi"}]
+    if streamed:
+        raw = client.chat.completions.with_raw_response.create(model=asked.pop("model", "om"), messages=messages,
+                                                               stream=True, **asked)
+        chunks = list(raw.parse())
+        return next(c.model_extra["memory"] for c in chunks if c.choices and c.choices[0].finish_reason), raw.headers
+    raw = client.chat.completions.with_raw_response.create(model=asked.pop("model", "om"), messages=messages, **asked)
+    return raw.parse().model_extra["memory"], raw.headers
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_a_turn_naming_no_resource_or_thread_is_told_where_it_went(store: Any, streamed: bool) -> None:
+    """A request naming nothing (the openai client's default) was stored under the gateway's default resource,
+    shared by every such request, in a new thread each time: only the x-thread-id / x-resource-id headers hinted
+    at it. And an agent without memory stored nothing, saying so nowhere but in a null thread_id."""
+    model = ScriptedModel(lambda m, t: "ok")
+    memory = Memory(store, MemoryOptions(last_messages=10))
+    agents = {"om": Agent("om", instructions="Be brief.", model=model, memory=memory, tracer=False),
+              "bare": Agent("bare", instructions="Be brief.", model=model, tracer=False)}
+    with GatewayServer(create_app(agents, token="", default_resource="shared")) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+        nothing, headers = _raw_ask(client, streamed=streamed)
+        named, named_headers = _raw_ask(client, streamed=streamed, metadata={"thread_id": "t1", "resource_id": "ada"})
+        by_user, _ = _raw_ask(client, streamed=streamed, user="bob", metadata={"thread_id": "t2"})
+        bare, bare_headers = _raw_ask(client, streamed=streamed, model="bare", user="bob")
+    codes = [n["code"] for n in nothing["notices"]]
+    assert codes == ["default_resource", "new_thread"]
+    assert headers["x-memory-notices"] == "default_resource, new_thread"  # (known before a streamed reply starts)
+    resource, thread = nothing["notices"]
+    assert "default resource 'shared'" in resource["message"] and "every request naming none shares" in resource["message"]
+    assert f"new thread, {nothing['thread_id']!r}" in thread["message"] and "metadata.thread_id" in thread["message"]
+    assert [t.id for t in memory.list_threads(resource_id="shared").threads] == [nothing["thread_id"]]  # (stored)
+    # Naming both (or the user field for the resource) is what the client meant: nothing to tell.
+    assert named["notices"] == [] and by_user["notices"] == [] and "x-memory-notices" not in named_headers
+    [not_stored] = bare["notices"]
+    assert not_stored["code"] == "not_stored" and "'bare' has no memory" in not_stored["message"]
+    assert bare["thread_id"] is None and bare_headers["x-memory-notices"] == "not_stored"
+    # What the model received holds none of it.
+    assert all("notices" not in str(r.messages) and "shared" not in str(r.messages) for r in model.requests)
