@@ -29,8 +29,11 @@ NOTICES_HEADER = "x-memory-notices"
 _OM = "observational-memory"
 #: (note key, code) of each observational-memory failure a turn can meet.
 _OM_FAILURES = (("observation", "observation_failed"), ("reflection", "reflection_failed"))
-# "<Name>: " where an error's text names the exception it came from (``jobs.observe``, the reflector's attempts).
-_EXCEPTION_NAME = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Warning))(?=: )")
+# Where an error's text names the exception it came from: ``jobs.observe``'s "observer call failed: <Name>: …" and
+# the reflector's "level 0: <Name>: …" (any name); elsewhere, a word that looks like one ("KeyError: ", "DbLocked: ").
+_ANCHORED_NAME = re.compile(r"(?:call failed|levels? [0-9][0-9–, ]*): ([A-Za-z_][A-Za-z0-9_]*): ")
+_WORD_BEFORE_COLON = re.compile(r"\b([A-Z][A-Za-z0-9_]*): ")
+_EXCEPTION_ENDINGS = ("Error", "Exception", "Exit", "Interrupt", "Warning", "Iteration")
 _UNSHOWN = ("the {what} failed with an unexpected error, whose text is for the gateway's operator (the server's "
             "log has it); the messages stay raw meanwhile")
 
@@ -54,9 +57,16 @@ def om_notices(notes: Iterable[Mapping[str, Mapping[str, Any]]]) -> list[dict[st
 
 def _shown(error: str, what: str) -> str:
     """``error`` as a client may read it: as it is when every exception it names is a model's failure."""
-    if all(name in _client_errors() for name in _EXCEPTION_NAME.findall(error)):
+    named = [*_ANCHORED_NAME.findall(error), *(word for word in _WORD_BEFORE_COLON.findall(error)
+                                                if _looks_like_exception(word))]
+    if all(name in _client_errors() for name in named):
         return error
     return _UNSHOWN.format(what="observer" if what == "observation" else "reflector")
+
+
+def _looks_like_exception(word: str) -> bool:
+    """An exception class's name by its form: "…Error" and the like, or CamelCase of two words or more."""
+    return word.endswith(_EXCEPTION_ENDINGS) or (any(c.isupper() for c in word[1:]) and any(c.islower() for c in word))
 
 
 def _client_errors() -> frozenset[str]:

@@ -133,3 +133,25 @@ def test_a_turn_naming_no_resource_or_thread_is_told_where_it_went(store: Any, s
     assert bare["thread_id"] is None and bare_headers["x-memory-notices"] == "not_stored"
     # What the model received holds none of it.
     assert all("notices" not in str(r.messages) and "shared" not in str(r.messages) for r in model.requests)
+
+
+@pytest.mark.parametrize("error, shown", [
+    ("observer call failed: ModelError: scripted/observer: POST http://observer.test failed with HTTP 500: no", True),
+    ("observer call failed: ReplyCutOff: the observer reply was cut off at the server's own reply limit", True),
+    ("observer reply unusable: no <observations> block", True),
+    ("observer call failed: Locked: /srv/private/om.db", False),  # (any exception class, however named)
+    ("the observer failed (observer call failed: OperationalError: database is locked); backing off until x", False),
+    ("no usable rewrite (level 0: ProgrammingError: relation om_private does not exist)", False),
+    ("no usable rewrite (levels 0–2: the reflector reply was cut off at the server's own reply limit)", True),
+    ("no usable rewrite (level 0: KeyError: 'secret')", False),
+    ("something went wrong: DbLocked: pid 4242", False),
+])
+def test_a_notice_shows_a_failures_words_only_when_they_are_a_model_errors(error: str, shown: bool) -> None:
+    from core.gateway.notices import om_notices
+
+    [notice] = om_notices([{"observational-memory": {"reflectionError": error, "reflectionRetryAt": "2026-12-07"}}])
+    assert notice == {"code": "reflection_failed", "retry_at": "2026-12-07",
+                      "message": error if shown else notice["message"]}
+    if not shown:
+        assert notice["message"].startswith("the reflector failed with an unexpected error") and "/srv" not in \
+            notice["message"]
