@@ -35,7 +35,7 @@ _ANCHORED_NAME = re.compile(r"(?:call failed|levels? [0-9][0-9–, ]*): ([A-Za-z
 _WORD_BEFORE_COLON = re.compile(r"\b([A-Z][A-Za-z0-9_]*): ")
 _EXCEPTION_ENDINGS = ("Error", "Exception", "Exit", "Interrupt", "Warning", "Iteration")
 _UNSHOWN = ("the {what} failed with an unexpected error, whose text is for the gateway's operator (the server's "
-            "log has it); the messages stay raw meanwhile")
+            "log has it); {meanwhile}")
 
 
 def om_notices(notes: Iterable[Mapping[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
@@ -61,7 +61,9 @@ def _shown(error: str, what: str) -> str:
                                                 if _looks_like_exception(word))]
     if all(name in _client_errors() for name in named):
         return error
-    return _UNSHOWN.format(what="observer" if what == "observation" else "reflector")
+    if what == "observation":
+        return _UNSHOWN.format(what="observer", meanwhile="the messages stay raw meanwhile")
+    return _UNSHOWN.format(what="reflector", meanwhile="the observations are kept as they are meanwhile")
 
 
 def _looks_like_exception(word: str) -> bool:

@@ -297,7 +297,7 @@ class ObservationalMemory(BaseProcessor):
         backoff = buffer_store.current_backoff(turn.record, which)
         if backoff is None or not backoff.active(now):
             return False
-        what = 'observation' if which == 'observer' else 'reflection'
+        what = "observation" if which == "observer" else "reflection"
         ctx.note(self.id, **{f"{what}Error": f"the {which} failed ({backoff.error}); backing off until "
                              f"{backoff.retry_at} (failure {backoff.failures}); the messages stay raw meanwhile",
                              f"{what}RetryAt": backoff.retry_at})
