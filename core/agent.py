@@ -134,6 +134,8 @@ class TurnOutcome:
     trace_id: str | None
     thread_id: str | None
     resource_id: str | None
+    # The turn's prompts, one per model call, as ``AgentResult.prompts`` (their notes say what memory did).
+    prompts: Sequence[AssembledPrompt] = ()
 
 
 #: ``Agent.generate``'s ``save_with``: the finished turn -> a staged write saved in the turn's transaction.
@@ -447,7 +449,8 @@ class Agent:
             # Nobody waits for the reply (a tool ran, or the reply came, after its client left): not saved.
             error, finish_reason = CallStopped(str(stop.reason), model_id=self.model.model_id), "error"
 
-        writes = [save_with(TurnOutcome(" ".join(text_out), finish_reason, usage, trace_id, thread_id, resource_id))] \
+        writes = [save_with(TurnOutcome(" ".join(text_out), finish_reason, usage, trace_id, thread_id, resource_id,
+                                         tuple(prompts)))] \
             if save_with is not None and error is None else []
         saved = turn.finish(finish_reason, failed=error is not None, writes=writes)
         if error is not None:

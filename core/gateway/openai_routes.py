@@ -43,6 +43,7 @@ from core.gateway.idempotency import (
     request_hash,
     scope_of,
 )
+from core.gateway.notices import notices_header
 from core.gateway.turns import (
     TextDelta,
     Turn,
@@ -155,7 +156,7 @@ async def chat_completions(request: Request) -> Response:
     done = finished(result)
     payload = _completion(completion_id, created, turn, done)
     # Server-Timing: how long the agent itself took, so what the gateway adds can be told apart.
-    return JSONResponse(payload, headers={**memory_headers(turn), "server-timing": f"agent;dur={agent_ms:.3f}"},
+    return JSONResponse(payload, headers={**memory_headers(turn, done), "server-timing": f"agent;dur={agent_ms:.3f}"},
                         background=sweep_task(gateway, claim))
 
 
@@ -243,7 +244,7 @@ def completion_outcome(completion_id: str, created: int, turn: Turn, done: TurnF
     return {"kind": "completion", "id": completion_id, "created": created, "model": turn.agent,
             "text": done.text, "finish_reason": done.finish_reason,
             "usage": done.usage.to_dict() if done.usage is not None else None,
-            "memory": _memory_info(turn, done), "headers": memory_headers(turn)}
+            "memory": _memory_info(turn, done), "headers": memory_headers(turn, done)}
 
 
 def keep_outcome(keeper: Keeper, claim: Claim, outcome: Mapping[str, Any], turn: Turn) -> None:
@@ -429,8 +430,9 @@ def _model(name: str, created: int) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": created, "owned_by": "memory-studio"}
 
 
-def memory_headers(turn: Turn) -> dict[str, str]:
-    """Where the turn was remembered, so a client can continue the thread it did not name."""
+def memory_headers(turn: Turn, done: TurnFinished | None = None) -> dict[str, str]:
+    """Where the turn was remembered, so a client can continue the thread it did not name; the fields it did not
+    use; the codes of its notices (those of ``done`` once it has run: a streamed reply's headers go before)."""
     headers = {}
     # HTTP headers carry Latin-1 only; a non-ASCII id is still in the body's "memory" object.
     if turn.thread_id and _header_value(turn.thread_id):
@@ -440,6 +442,7 @@ def memory_headers(turn: Turn) -> dict[str, str]:
     ignored = ", ".join(name for name in turn.ignored if _header_value(name) and "," not in name)
     if ignored:  # (names a header cannot carry are in the body's "memory" object only)
         headers[IGNORED_HEADER] = ignored
+    headers.update(notices_header([*turn.notices, *(done.notices if done is not None else ())]))
     return headers
 
 
@@ -452,7 +455,7 @@ def _header_value(value: str) -> bool:
 
 def _memory_info(turn: Turn, done: TurnFinished) -> dict[str, Any]:
     return {"thread_id": turn.thread_id, "resource_id": turn.resource_id, "trace_id": done.trace_id,
-            "ignored": list(turn.ignored)}
+            "ignored": list(turn.ignored), "notices": [*turn.notices, *done.notices]}
 
 
 #: The response header naming the request's fields the turn did not use (``turns.ignored_fields``).

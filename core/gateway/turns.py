@@ -38,6 +38,7 @@ from core.llm.stopping import CallStop
 from core.gateway.access import ANYONE, Caller, client_id
 from core.gateway.errors import bad_request
 from core.gateway.idempotency import single_header
+from core.gateway.notices import om_notices, where_notices
 from core.ids import MAX_NEW_ID, clipped, shown
 from core.llm.base import Usage
 from core.memory import resolve_memory
@@ -74,6 +75,8 @@ class Turn:
     caller: str | None = None
     # The request's fields the turn does not use (sampling settings, tools, ...: ``ignored_fields``).
     ignored: tuple[str, ...] = ()
+    # Where the turn goes, as the client may not expect (``notices.where_notices``): the reply's ``memory.notices``.
+    notices: tuple[dict[str, Any], ...] = ()
 
     def memory_arg(self) -> dict[str, Any]:
         return {"resource": self.resource_id, "thread": self.thread_id}
@@ -99,6 +102,8 @@ class TurnFinished:
     finish_reason: str  # already OpenAI's
     usage: Usage | None
     trace_id: str | None
+    # What the turn's memory did less of than asked (``core.gateway.notices``): the reply's ``memory.notices``.
+    notices: tuple[dict[str, Any], ...] = ()
 
 
 TurnEvent = TextDelta | TurnFinished
@@ -130,6 +135,7 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     resource = _one("resource_id", metadata.get("resource_id"), single_header(headers, "x-resource-id"))
     conversation = _one("conversation_id", metadata.get("conversation_id"), single_header(headers, "x-conversation-id"))
     user = client_id("user", body.get("user"))
+    defaulted = not (resource or user) and caller.only_resource is None
     # (``user`` names the resource only when nothing else does: beside a resource id it is the end-user tag
     # OpenAI's clients send, never read, so only the resource the turn is about is checked)
     resource = caller.resource_for(resource or user, param="user" if user and not resource else "metadata.resource_id",
@@ -140,13 +146,13 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     if thread and thread.startswith(CONVERSATION_PREFIX):
         raise bad_request(f"Thread ids starting with {CONVERSATION_PREFIX!r} belong to conversation ids; send "
                           "metadata.conversation_id (or x-conversation-id) instead.", param="metadata")
-    legacy = None
+    legacy, new_thread = None, None
     if not has_memory:
         thread = None  # nothing to remember in; the ids would only mislead
     elif conversation:
         thread, legacy = conversation_thread_id(resource, conversation), f"{resource}:{conversation}"
     elif not thread:
-        thread = f"thread_{uuid.uuid4().hex[:16]}"
+        thread = new_thread = f"thread_{uuid.uuid4().hex[:16]}"
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         # Answering a JSON completion to a client that asked (wrongly) for events fails in its parser instead.
@@ -159,8 +165,10 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     if include_usage is not None and not isinstance(include_usage, bool):  # ("false" and 1 asked for usage)
         raise bad_request(f"'stream_options.include_usage' must be true or false, got {shown(include_usage)}.",
                           param="stream_options")
+    notices = where_notices(agent=model, has_memory=has_memory, resource=resource, defaulted=defaulted,
+                            new_thread=new_thread)
     return Turn(model, message, thread, resource, body.get("stream") is True, include_usage is True, legacy,
-                caller.name, ignored_fields(body))
+                caller.name, ignored_fields(body), tuple(notices))
 
 
 def ignored_fields(body: Mapping[str, Any]) -> tuple[str, ...]:
@@ -290,7 +298,9 @@ def run_turn(agent: Agent, turn: Turn, save_with: SaveWith | None = None, stop: 
 
 def finished(result: AgentResult | TurnOutcome) -> TurnFinished:
     """The end of a turn as a client sees it, from its result (or, before it is saved, its ``TurnOutcome``)."""
-    return TurnFinished(result.text, openai_finish_reason(result.finish_reason), result.usage, result.trace_id)
+    notices = om_notices(p.notes for p in result.prompts)
+    return TurnFinished(result.text, openai_finish_reason(result.finish_reason), result.usage, result.trace_id,
+                        tuple(notices))
 
 
 def openai_finish_reason(reason: str | None) -> str:

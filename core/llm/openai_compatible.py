@@ -97,6 +97,7 @@ class OpenAICompatibleModel:
         sleep: Callable[[float], None] = time.sleep,
         context_window: int | None = None,
         self_hosted: bool | None = None,
+        context_window_env: str | None = None,
     ) -> None:
         if self_hosted is not None and not isinstance(self_hosted, bool):
             raise ModelSettingsError(f"self_hosted must be True, False or None (decided from the base URL), "
@@ -110,6 +111,9 @@ class OpenAICompatibleModel:
         #: The server's context size in tokens (llama.cpp ``--ctx-size``, vLLM ``--max-model-len``,
         #: Ollama ``num_ctx``); None: unknown. The agent fits every prompt into it.
         self.context_window = context_window
+        #: The variable giving a model built from its name its window (``<PROVIDER>_CONTEXT_WINDOW``, set by
+        #: ``resolve_model``), which the overflow advice names; None for a model built here with its base URL.
+        self.context_window_env = context_window_env
         self.model = model
         self._credentials = UrlCredentials(base_url)  # a user:password@ in the URL never shows anywhere
         self.base_url = safe_url(base_url)
@@ -458,15 +462,24 @@ class OpenAICompatibleModel:
             smaller = int(self.context_window * 0.85)
             fix = (f"the server counts more tokens than the engine's o200k_base estimate; give a smaller "
                    f"context_window (now {self.context_window:,}, e.g. {smaller:,}) to leave more room "
-                   f"(memory-studio serve --model: --context-window {smaller})")
+                   f"(memory-studio serve --model: --context-window {smaller}){self._named_window(smaller)}")
         elif size:
             fix = (f"give the model context_window={int(size)} (memory-studio serve --model: --context-window "
-                   f"{int(size)}) so the agent drops old memory to fit before sending")
+                   f"{int(size)}){self._named_window(int(size))} so the agent drops old memory to fit before "
+                   "sending")
         else:
             fix = ("set context_window to the server's context size (llama.cpp --ctx-size, vLLM --max-model-len, "
-                   "Ollama num_ctx; memory-studio serve --model: --context-window) so the agent drops old memory to "
-                   "fit before sending")
+                   "Ollama num_ctx; memory-studio serve --model: --context-window)"
+                   f"{self._named_window(None)} so the agent drops old memory to fit before sending")
         return f"{CONTEXT_OVERFLOW_HINT}: {where}; {fix}, or lower max_tokens in model_settings"
+
+    def _named_window(self, tokens: int | None) -> str:
+        """Where a model given by its name (``Agent(model="llamacpp/…")``) takes its context window: the provider's
+        ``<PROVIDER>_CONTEXT_WINDOW`` (``core.llm.providers``); nothing for a model built with its base URL."""
+        if not self.context_window_env:
+            return ""
+        return (f", or set {self.context_window_env}={tokens if tokens is not None else 'N'} where the model is "
+                f"given by its name '{self.model_id}'")
 
     def _scrub(self, text: str) -> str:
         # Some providers echo the key back in auth errors; never let it reach a message.

@@ -8,7 +8,10 @@ Every provider here speaks OpenAI's chat-completions protocol, so a name resolve
 - the key comes from the provider's usual variable (``OPENAI_API_KEY``, ``GROQ_API_KEY``...), or the
   OS keyring under that name; local servers (Ollama, LM Studio, vLLM, llama.cpp) need none;
 - the endpoint is ``<PROVIDER>_BASE_URL`` when set (``OLLAMA_BASE_URL=http://gpu-box:11434/v1``),
-  else the provider's default.
+  else the provider's default;
+- the server's context size is ``<PROVIDER>_CONTEXT_WINDOW`` when set (``LLAMACPP_CONTEXT_WINDOW=4096``), unless
+  ``resolve_model`` is given ``context_window`` (``serve --context-window``): the agent then fits every prompt
+  into it (``core.context_window``).
 
 An unknown provider, or a provider whose key is missing, is a ``ConfigurationError`` when the model
 is built, naming the variable to set (not a failure at the first turn).
@@ -44,6 +47,25 @@ class Provider:
     def endpoint(self, environ: Mapping[str, str] | None = None) -> str:
         env = os.environ if environ is None else environ
         return (env.get(self.base_url_env) or "").strip() or self.base_url
+
+    @property
+    def context_window_env(self) -> str:
+        """The variable giving this provider's models, built from a name, their ``context_window``."""
+        return re.sub(r"[^A-Z0-9]", "_", self.name.upper()) + "_CONTEXT_WINDOW"
+
+    def context_window(self, environ: Mapping[str, str] | None = None) -> int | None:
+        """``<PROVIDER>_CONTEXT_WINDOW`` as a number of tokens (None: not set); ``ConfigurationError`` when it is
+        not a positive whole number."""
+        env = os.environ if environ is None else environ
+        text = (env.get(self.context_window_env) or "").strip()
+        if not text:
+            return None
+        if not text.isascii() or not text.isdigit() or int(text) < 1:
+            raise ConfigurationError(
+                f"{self.context_window_env} must be the model server's context size as a positive whole number of "
+                f"tokens (llama.cpp --ctx-size, vLLM --max-model-len, Ollama num_ctx; e.g. 4096), got "
+                f"{env.get(self.context_window_env)!r}. Fix or unset it; nothing was sent to the model.")
+        return int(text)
 
 
 PROVIDERS: dict[str, Provider] = {p.name: p for p in (
@@ -137,9 +159,13 @@ def resolve_model(spec: Any, *, environ: Mapping[str, str] | None = None, what: 
 
     name = parse_model_name(spec)
     provider = name.provider
+    if kwargs.get("context_window") is None:  # (an explicit context_window wins over the variable)
+        window = provider.context_window(environ)
+        if window is not None:
+            kwargs["context_window"] = window
     model = OpenAICompatibleModel(
         name.model, base_url=provider.endpoint(environ), api_key_env=provider.key_env, provider=provider.name,
-        environ=environ, **kwargs)
+        environ=environ, context_window_env=provider.context_window_env, **kwargs)
     if provider.key_required and model.api_key_source == "none":
         model.close()
         raise ConfigurationError(

@@ -297,9 +297,10 @@ class ObservationalMemory(BaseProcessor):
         backoff = buffer_store.current_backoff(turn.record, which)
         if backoff is None or not backoff.active(now):
             return False
-        ctx.note(self.id, **{f"{'observation' if which == 'observer' else 'reflection'}Error":
-                             f"the {which} failed ({backoff.error}); backing off until {backoff.retry_at} "
-                             f"(failure {backoff.failures}); the messages stay raw meanwhile"})
+        what = "observation" if which == "observer" else "reflection"
+        ctx.note(self.id, **{f"{what}Error": f"the {which} failed ({backoff.error}); backing off until "
+                             f"{backoff.retry_at} (failure {backoff.failures}); the messages stay raw meanwhile",
+                             f"{what}RetryAt": backoff.retry_at})
         return True
 
     def _note_observe_first(self, ctx: ProcessorContext, turn: _Turn, input_tokens: int, *, waits: bool) -> None:
@@ -372,7 +373,7 @@ class ObservationalMemory(BaseProcessor):
                 span.record_error(problem)
                 retry_at = job.failed("observer", problem, record, now)
                 ctx.note(self.id, observationError=f"{problem}; the messages stay raw and the observer is tried "
-                         f"again after {retry_at}")
+                         f"again after {retry_at}", observationRetryAt=retry_at)
                 return turn
             text = rs.attributed(thread_id, parsed.observations) if opts.scope == "resource" else parsed.observations
             last = batch[-1]
@@ -485,7 +486,7 @@ class ObservationalMemory(BaseProcessor):
                 span.record_error(result.problem or "reflection failed")
                 retry_at = job.failed("reflector", result.problem or "reflection failed", record, now)
                 ctx.note(self.id, reflectionError=f"{result.problem}; the log is kept and the reflector is tried "
-                         f"again after {retry_at}", reflectionAttempts=attempts)
+                         f"again after {retry_at}", reflectionAttempts=attempts, reflectionRetryAt=retry_at)
                 return turn
             committed = buffer_store.commit_generation(ctx.store, record=record, active=result.observations,
                                                        tokens=result.tokens, now=_written_at(ctx, now), buffered=False,

@@ -139,3 +139,61 @@ def test_an_overflow_despite_a_matching_window_asks_for_more_room(server):
         model(server, context_window=2048).generate(USER)
     # Where a gateway user sets it: the 502 names the flag, as the advice for a model without a window does.
     assert "(memory-studio serve --model: --context-window 1740)" in str(caught.value)
+
+
+def test_a_model_given_by_name_takes_the_servers_context_size_from_the_providers_variable(monkeypatch, store):
+    """An agent built with ``model="llamacpp/…"`` had no way to its ``context_window`` but ``resolve_model``, which
+    the overflow advice ("give the model context_window=4096") did not name: ``LLAMACPP_CONTEXT_WINDOW`` is it."""
+    from core import Memory
+    from core.agent import Agent
+    from core.llm.providers import resolve_model
+
+    runaway = "The dragon flew on and on. " * 700  # ~4,200 tokens: over a 4,096-token server context
+    with LoopbackServer(ScriptedModel([runaway, "It had no name.", "It was green."])) as upstream:
+        monkeypatch.setenv("LLAMACPP_BASE_URL", upstream.base_url)
+        monkeypatch.delenv("LLAMACPP_CONTEXT_WINDOW", raising=False)
+        plain = Agent("teller", instructions="Be brief.", model="llamacpp/smollm2", memory=Memory(store), tracer=False)
+        plain.generate("Tell me a long story.", memory={"thread": "story", "resource": "ada"})
+        upstream.fail_next(1, 400, message="request (5019 tokens) exceeds the available context size (4096 tokens), "
+                                           "try increasing it")
+        with pytest.raises(ModelError) as caught:
+            plain.generate("What was the dragon called?", memory={"thread": "story", "resource": "ada"})
+        # The advice names the variable for the model's own name, beside the serve flag.
+        assert "set LLAMACPP_CONTEXT_WINDOW=4096 where the model is given by its name 'llamacpp/smollm2'" \
+            in str(caught.value)
+        assert "(memory-studio serve --model: --context-window 4096)" in str(caught.value)
+        monkeypatch.setenv("LLAMACPP_CONTEXT_WINDOW", "4096")
+        fitted = Agent("teller", instructions="Be brief.", model="llamacpp/smollm2", memory=Memory(store), tracer=False)
+        assert fitted.model.context_window == 4096
+        assert fitted.generate("What was the dragon called?",
+                               memory={"thread": "story", "resource": "ada"}).text == "It had no name."
+        sent = upstream.chat_requests()[-1]["messages"]
+        assert runaway not in str(sent) and sent[-1] == {"role": "user", "content": "What was the dragon called?"}
+        # A window given in code (serve --context-window) wins over the variable.
+        assert resolve_model("llamacpp/smollm2", context_window=1024).context_window == 1024
+        assert resolve_model("ollama/llama3.1").context_window is None  # (another provider's variable)
+        for model in (plain.model, fitted.model):
+            model.close()
+
+
+def test_a_model_built_with_its_base_url_is_not_told_a_providers_variable(server):
+    server.fail_next(1, 400, message="request (5019 tokens) exceeds the available context size (4096 tokens), "
+                                     "try increasing it")
+    with pytest.raises(ModelError) as caught:
+        model(server).generate(USER)  # OpenAICompatibleModel at a base URL of its own: no name to give it by
+    assert "context_window=4096" in str(caught.value) and "_CONTEXT_WINDOW" not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["4k", "0", "-4096", "4096.0", "4,096", "٤٠٩٦", "1e4"])
+def test_a_bad_context_window_variable_is_refused_naming_it(value):
+    from core.errors import ConfigurationError
+    from core.llm.providers import resolve_model
+
+    environ = {"LLAMACPP_CONTEXT_WINDOW": value}
+    with pytest.raises(ConfigurationError, match=r"LLAMACPP_CONTEXT_WINDOW must be the model server's context size "
+                                                 r"as a positive whole number of tokens .*e\.g\. 4096\), got") as caught:
+        resolve_model("llamacpp/smollm2", environ=environ, keyring_service=None)
+    assert repr(value) in str(caught.value)
+    # Unset, or blank, is no window.
+    assert resolve_model("llamacpp/smollm2", environ={"LLAMACPP_CONTEXT_WINDOW": " "},
+                         keyring_service=None).context_window is None
