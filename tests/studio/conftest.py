@@ -387,6 +387,16 @@ def theme_restored(app: QApplication) -> Iterator[None]:
         app.setProperty("studioTheme", name)
 
 
+@pytest.fixture(autouse=True)
+def _theme_of_each_test_restored(qapp: QApplication) -> Iterator[None]:
+    """Every test starts with the app as tests start (unthemed) and leaves it so: a test that toggles the theme, or
+    starts the app (which applies the saved one), no longer themes every test after it. (Toggling dark mode twice
+    left the whole rest of a full run in the themed app's 10 pt font: layout tests passed alone and failed in the
+    full run, found 2026-12-07.)"""
+    with theme_restored(qapp):
+        yield
+
+
 @pytest.fixture
 def themed(qapp: QApplication, request: pytest.FixtureRequest) -> Iterator[str | None]:
     """The theme of the test's ``theme`` parameter (None: the app left unthemed, as tests start), the
