@@ -243,7 +243,9 @@ class ResourcesPane(QWidget):
                 self.tree.expand(self.proxy.mapFromSource(self.model.index_of(resource_id, None)))
         first_load = not self._loaded_once and bool(data.resources)  # (the first with data, not an empty file)
         self._loaded_once = self._loaded_once or first_load
-        if self._pending is None and (first_load or (self._auto is not None
+        # (only when resources appeared: the first launch's seeding; an agent writing to a thread the tree already
+        # lists reorders it, and the row a user is reading must not move away from under them)
+        if self._pending is None and (first_load or (appeared and self._auto is not None
                                                      and self.current_selection() == self._auto)):
             first = self._first_row()
             if first != self.current_selection():

@@ -920,6 +920,13 @@ def test_the_first_launch_selects_the_trees_first_row_once_the_demo_is_seeded_un
     current = pane.current_selection()
     assert (current.resource_id, current.thread_id) == first_row()
     assert picks[-1] == current  # (the panes were told)
+    # An agent writing to a thread the tree already lists puts it first: the row the user reads stays selected
+    # (only resources appearing, the seeding, move the tree's own pick).
+    store.memory.save_messages([Message.user("again", id="m-ada-2", thread_id="t-ada", resource_id="ada",
+                                             created_at=T0 + timedelta(minutes=15))])
+    pane.refresh()
+    qtbot.waitUntil(lambda: first_row() == ("ada", "t-ada"), timeout=10_000)
+    assert pane.current_selection() == current
     pane.tree.setCurrentIndex(pane.proxy.index(0, 0, pane.proxy.index(2, 0)))  # the user picks the last resource's
     picked = pane.current_selection()
     add("bo", 20)
