@@ -41,8 +41,13 @@ class Provider:
     label: str = ""
 
     @property
+    def _env_prefix(self) -> str:
+        """The provider's name as its variables begin (``LMSTUDIO`` for "lmstudio": every character not a letter or digit an underscore)."""
+        return re.sub(r"[^A-Z0-9]", "_", self.name.upper())
+
+    @property
     def base_url_env(self) -> str:
-        return re.sub(r"[^A-Z0-9]", "_", self.name.upper()) + "_BASE_URL"
+        return self._env_prefix + "_BASE_URL"
 
     def endpoint(self, environ: Mapping[str, str] | None = None) -> str:
         env = os.environ if environ is None else environ
@@ -51,7 +56,7 @@ class Provider:
     @property
     def context_window_env(self) -> str:
         """The variable giving this provider's models, built from a name, their ``context_window``."""
-        return re.sub(r"[^A-Z0-9]", "_", self.name.upper()) + "_CONTEXT_WINDOW"
+        return self._env_prefix + "_CONTEXT_WINDOW"
 
     def context_window(self, environ: Mapping[str, str] | None = None) -> int | None:
         """``<PROVIDER>_CONTEXT_WINDOW`` as a number of tokens (None: not set); ``ConfigurationError`` when it is
