@@ -26,6 +26,10 @@ MARKUP = '<b style="color:red">'  # what must never reach Qt as markup
 RESOURCE, THREAD = "<i>res</i>", "<u>thr</u>"
 MESSAGE_ID = 'm"><b style="color:red">id</b><i x="'
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+#: The seeded spans' time: within the trace retention's 30 days. The seed's agent run starts the tracer's writer,
+#: which prunes traces older than that right after its first write, in its own thread: spans dated T0 were deleted
+#: when that prune came after the seed's own write (under load), and the Traces list showed only the agent's run.
+SPANS_T0 = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
 
 
 def hostile(what: str) -> str:
@@ -44,11 +48,11 @@ def seed(path: Path) -> None:
     agent.generate(hostile("input"), memory={"resource": RESOURCE, "thread": THREAD})
     assert store.tracer().flush(10)
     store.observability.write_spans([
-        SpanRecord(trace_id="tr-markup", span_id="s1", name=hostile("span"), span_type="agent_run", started_at=T0,
-                   ended_at=T0 + timedelta(seconds=2), entity_name=hostile("entity"), thread_id=THREAD,
-                   resource_id=RESOURCE, error={"message": hostile("error")}),
+        SpanRecord(trace_id="tr-markup", span_id="s1", name=hostile("span"), span_type="agent_run",
+                   started_at=SPANS_T0, ended_at=SPANS_T0 + timedelta(seconds=2), entity_name=hostile("entity"),
+                   thread_id=THREAD, resource_id=RESOURCE, error={"message": hostile("error")}),
         SpanRecord(trace_id="tr-markup", span_id="s2", parent_span_id="s1", name=hostile("child"),
-                   span_type="model_generation", started_at=T0, ended_at=T0 + timedelta(seconds=1),
+                   span_type="model_generation", started_at=SPANS_T0, ended_at=SPANS_T0 + timedelta(seconds=1),
                    thread_id=THREAD, resource_id=RESOURCE, attributes={"model": hostile("model")}),
     ])
     store.close()
