@@ -106,6 +106,15 @@ def test_a_model_error_says_its_message_without_its_hint_and_copies_itself_with_
     assert str(copied) == "llamacpp/small: POST http://h/v1 failed: gave way — said otherwise"
     with pytest.raises(CallYielded, match="said otherwise"):
         raise copied
+    # An error whose message goes on after the hint (tools that had run) keeps that part, hint or not.
+    from core.agent import TurnFailedError
+
+    failed = TurnFailedError(error, ["lookup"])
+    assert failed.without_hint.startswith(error.without_hint + ". Nothing of this turn was saved")
+    assert " — " not in failed.without_hint and failed.without_hint.endswith("undone: lookup.")
+    advised = failed.with_hint("another hint")
+    assert type(advised) is TurnFailedError and advised.tools_run == ["lookup"]
+    assert str(advised) == failed.without_hint.replace("no response within 60s.", "no response within 60s — another hint.")
 
 
 def test_is_labelled_as_a_scripted_stand_in_everywhere() -> None:
