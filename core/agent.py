@@ -152,10 +152,10 @@ class TurnFailedError(AgentError, ModelError):
                             status=cause.status, hint=cause.hint, attempts=cause.attempts,
                             retryable=cause.retryable, method=cause.method)
 
-    def _compose(self) -> str:
+    def _compose(self, *, hint: bool = True) -> str:
         ran = ", ".join(f"{name} (discarded)" if name in WM_TOOL_NAMES else name for name in self.tools_run)
-        return (f"{ModelError._compose(self)}. Nothing of this turn was saved, so retrying will not store the "
-                f"input twice; but these tools had already run, and what they did outside memory was not "
+        return (f"{ModelError._compose(self, hint=hint)}. Nothing of this turn was saved, so retrying will not "
+                f"store the input twice; but these tools had already run, and what they did outside memory was not "
                 f"undone: {ran}.")
 
 

@@ -476,7 +476,7 @@ def model_problem(exc: BaseException) -> tuple[str, str]:
             # for a server that took the request and dropped it).
             todo = (f"{exc.hint[:1].upper()}{exc.hint[1:]}; or pick another model. "
                     "Test Connection in File > Preferences… tries the server.")
-            return (f"The model {exc.model_id} failed{where}: {_without_hint(exc)}",
+            return (f"The model {exc.model_id} failed{where}: {exc.without_hint}",
                     f"{todo} Nothing of this turn was saved.")
         elif status is None and exc.endpoint:
             todo = (f"Check that the server{where} is running and reachable, or pick another model; "
@@ -485,12 +485,6 @@ def model_problem(exc: BaseException) -> tuple[str, str]:
             todo = "Try again, or pick another model in the Model list (File > Preferences… configures them)."
         return f"The model {exc.model_id} failed{where}: {exc}", f"{todo} Nothing of this turn was saved."
     return f"{type(exc).__name__}: {exc}", "Nothing of this turn was saved. Fix the cause above and send again."
-
-
-def _without_hint(exc: ModelError) -> str:
-    """The error's text without its hint (said in what to do instead)."""
-    text, tail = str(exc), f" — {exc.hint}"
-    return text[:-len(tail)] if exc.hint and text.endswith(tail) else text
 
 
 def recent_turn_links(rows: Sequence[Any]) -> Mapping[str, str]:

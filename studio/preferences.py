@@ -59,11 +59,13 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Starting points for "Add"; the user edits them.
 PRESETS: dict[str, dict[str, Any]] = {
     "OpenAI": {"base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini", "key_source": "env",
-               "key_name": "OPENAI_API_KEY"},
-    "Ollama": {"base_url": "http://localhost:11434/v1", "model": "llama3.1", "key_source": "none", "key_name": ""},
+               "key_name": "OPENAI_API_KEY", "provider": "openai"},
+    "Ollama": {"base_url": "http://localhost:11434/v1", "model": "llama3.1", "key_source": "none", "key_name": "",
+               "provider": "ollama"},
     "LM Studio": {"base_url": "http://localhost:1234/v1", "model": "local-model", "key_source": "none",
-                  "key_name": ""},
-    "vLLM": {"base_url": "http://localhost:8000/v1", "model": "served-model", "key_source": "none", "key_name": ""},
+                  "key_name": "", "provider": "lmstudio"},
+    "vLLM": {"base_url": "http://localhost:8000/v1", "model": "served-model", "key_source": "none", "key_name": "",
+             "provider": "vllm"},
 }
 
 
@@ -81,12 +83,18 @@ class Endpoint:
     #: Whether the server runs on your machine or network (True) or is a hosted API (False); None: decided from
     #: the base URL (``core.llm.yielding.self_hosted``). Passed to the model as ``OpenAICompatibleModel(self_hosted=)``.
     self_hosted: bool | None = None
+    #: The provider (``core.llm.providers.PROVIDERS``) whose variables its model reads, as a model named
+    #: ``provider/model`` does: ``<PROVIDER>_CONTEXT_WINDOW`` (``LLAMACPP_CONTEXT_WINDOW=4096``). Set by a preset or
+    #: by Fill In from a ``provider/model`` name; empty: none (a model entered by hand, or saved before).
+    provider: str = ""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Endpoint":
         """An endpoint as saved. A ``self_hosted`` that is not True, False, null or one of the words
         ``parse_self_hosted`` takes (a settings file edited by hand) is read as None (decided from the base URL),
-        with a warning in the log saying so; the rest of the endpoint is kept."""
+        with a warning in the log saying so, and so is a ``provider`` that names none as ""; the rest of the
+        endpoint is kept."""
+        from core.llm.providers import PROVIDERS
         from core.llm.yielding import parse_self_hosted
 
         source = data.get("key_source", "env")
@@ -96,12 +104,17 @@ class Endpoint:
         except ValueError as exc:
             logger.warning("%s It is decided from the base URL until you choose in Preferences.", exc)
             said = None
+        provider = data.get("provider") or ""
+        if not isinstance(provider, str) or (provider and provider not in PROVIDERS):
+            logger.warning("Model %r names the provider %r, which is none of %s; its variables (such as "
+                           "<PROVIDER>_CONTEXT_WINDOW) are not read.", name, provider, ", ".join(sorted(PROVIDERS)))
+            provider = ""
         return cls(
             name=name, base_url=str(data.get("base_url", "")).strip(),
             model=str(data.get("model", "")).strip(),
             key_source=source if source in KEY_SOURCES else "env",
             key_name=str(data.get("key_name", "") or "").strip(), timeout=float(data.get("timeout", 60.0) or 60.0),
-            self_hosted=said,
+            self_hosted=said, provider=provider,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,7 +141,7 @@ def endpoint_from_model_string(text: str, *, name: str | None = None,
     return Endpoint(
         name=name or parsed.text, base_url=provider.endpoint(environ), model=parsed.model,
         key_source="env" if provider.key_required else "none",
-        key_name=provider.key_env or "" if provider.key_required else "",
+        key_name=provider.key_env or "" if provider.key_required else "", provider=provider.name,
     )
 
 
@@ -224,15 +237,20 @@ class ModelChoice:
         """The chat model (call on a worker: a keyring lookup may block). A keyring source without the
         keyring package raises ``KeyringMissingError`` naming the install command."""
         from core.llm import OpenAICompatibleModel
+        from core.llm.providers import PROVIDERS
 
         ep = self.endpoint
         if ep is None:
             return offline_model()
+        # The provider's variables, read as for a model named provider/model (a bad value: ConfigurationError).
+        provider = PROVIDERS.get(ep.provider)
+        keywords = provider.model_keywords(environ) if provider is not None else {}
         return OpenAICompatibleModel(
             ep.model, base_url=ep.base_url, timeout=ep.timeout, environ=environ,
             api_key_env=ep.key_name if ep.key_source == "env" else None,
             keyring_service=DEFAULT_KEYRING_SERVICE if ep.key_source == "keyring" else None,
             keyring_username=ep.key_name if ep.key_source == "keyring" else None, self_hosted=ep.self_hosted,
+            **keywords,
         )
 
 

@@ -360,8 +360,9 @@ def _wm_options(memory: Memory) -> Any:
     if not opts.enabled:
         raise WorkingMemoryError(
             "Working memory is not enabled for this agent's memory, so there is none to read or write (a memory's "
-            "default, and what `memory-studio serve --model` serves). Serve agents whose memory enables it "
-            "(`--agents`, MemoryOptions(working_memory={\"enabled\": True})), or name one with agentId=<agent>.")
+            "default, and what `memory-studio serve --model` serves without --working-memory). Start `serve --model` "
+            "with --working-memory, serve agents whose memory enables it (`--agents`, "
+            "MemoryOptions(working_memory={\"enabled\": True})), or name one with agentId=<agent>.")
     return opts
 
 

@@ -56,7 +56,22 @@ class ModelError(MemoryStudioError):
         self.retryable = retryable
         super().__init__(self._compose())
 
-    def _compose(self) -> str:
+    @property
+    def without_hint(self) -> str:
+        """The message without its hint (``str(error)`` is this, then " — " and the hint when there is one): for a
+        caller that says what to do in words of its own."""
+        return self._compose(hint=False)
+
+    def with_hint(self, hint: str) -> "ModelError":
+        """A copy of this error, of its own class, that says ``hint`` as what to do instead of its hint (a
+        caller that knows better advice for where the call came from); the original is left as it was."""
+        copy = type(self).__new__(type(self))
+        copy.__dict__.update(self.__dict__)
+        copy.hint = hint
+        copy.args = (copy._compose(),)
+        return copy
+
+    def _compose(self, *, hint: bool = True) -> str:
         text = f"{self.model_id}: "
         if self.endpoint:
             text += f"{self.method} {self.endpoint} failed"
@@ -66,7 +81,7 @@ class ModelError(MemoryStudioError):
                 text += f" after {self.attempts} attempts"
             text += ": "
         text += self.detail
-        if self.hint:
+        if hint and self.hint:
             text += f" — {self.hint}"
         return text
 

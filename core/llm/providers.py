@@ -72,6 +72,19 @@ class Provider:
                 f"{env.get(self.context_window_env)!r}. Fix or unset it; nothing was sent to the model.")
         return int(text)
 
+    def model_keywords(self, environ: Mapping[str, str] | None = None, *,
+                       context_window: int | None = None) -> dict[str, Any]:
+        """What a model of this provider takes from the provider's variables besides its endpoint and key, as
+        ``OpenAICompatibleModel`` keywords: ``context_window`` (the one given, else ``<PROVIDER>_CONTEXT_WINDOW``
+        when set) and ``context_window_env`` (the variable its context-overflow advice names). The one reading of
+        them, for ``resolve_model`` and for the Studio's Preferences models filled in from a ``provider/model``
+        name; ``ConfigurationError`` when the variable is not a positive whole number."""
+        keywords: dict[str, Any] = {"context_window_env": self.context_window_env}
+        window = context_window if context_window is not None else self.context_window(environ)
+        if window is not None:
+            keywords["context_window"] = window
+        return keywords
+
 
 PROVIDERS: dict[str, Provider] = {p.name: p for p in (
     Provider("openai", "https://api.openai.com/v1", "OPENAI_API_KEY", label="OpenAI"),
@@ -164,13 +177,11 @@ def resolve_model(spec: Any, *, environ: Mapping[str, str] | None = None, what: 
 
     name = parse_model_name(spec)
     provider = name.provider
-    if kwargs.get("context_window") is None:  # (an explicit context_window wins over the variable)
-        window = provider.context_window(environ)
-        if window is not None:
-            kwargs["context_window"] = window
+    # (an explicit context_window wins over the variable)
+    kwargs.update(provider.model_keywords(environ, context_window=kwargs.pop("context_window", None)))
     model = OpenAICompatibleModel(
         name.model, base_url=provider.endpoint(environ), api_key_env=provider.key_env, provider=provider.name,
-        environ=environ, context_window_env=provider.context_window_env, **kwargs)
+        environ=environ, **kwargs)
     if provider.key_required and model.api_key_source == "none":
         model.close()
         raise ConfigurationError(

@@ -198,8 +198,8 @@ def _where_to_cap(exc: ModelError, opts: ObservationalMemoryOptions) -> ModelErr
     observational-memory options: say so (the client's sentence stays)."""
     if opts.max_output_tokens is not None or _UNCAPPED_HINT not in exc.hint:
         return exc
-    return _with_hint(exc, f"{exc.hint}; for observational memory's observer and reflector, which the agent's "
-                           "model_settings do not reach: observational_memory={'max_output_tokens': 2000}")
+    return exc.with_hint(f"{exc.hint}; for observational memory's observer and reflector, which the agent's "
+                         "model_settings do not reach: observational_memory={'max_output_tokens': 2000}")
 
 
 def _context_not_fitted(exc: ModelError, role: str) -> ModelError:
@@ -210,15 +210,10 @@ def _context_not_fitted(exc: ModelError, role: str) -> ModelError:
     if CONTEXT_OVERFLOW_HINT not in exc.hint:
         return exc
     which = role.split(" ", 1)[0]  # "observer", "reflector (level 1)"
-    return _with_hint(exc, f"the {which}'s request is not fitted to context_window (its instructions, the "
-                           f"observations so far and the messages it takes are sent whole): give the server a larger "
-                           f"context (llama.cpp --ctx-size, vLLM --max-model-len, Ollama num_ctx) or set "
-                           f"observational_memory's {which}_model to a model with a larger one")
-
-
-def _with_hint(exc: ModelError, hint: str) -> ModelError:
-    return ModelError(exc.detail, model_id=exc.model_id, endpoint=exc.endpoint, status=exc.status, hint=hint,
-                      attempts=exc.attempts, retryable=exc.retryable, method=exc.method)
+    return exc.with_hint(f"the {which}'s request is not fitted to context_window (its instructions, the "
+                         f"observations so far and the messages it takes are sent whole): give the server a larger "
+                         f"context (llama.cpp --ctx-size, vLLM --max-model-len, Ollama num_ctx) or set "
+                         f"observational_memory's {which}_model to a model with a larger one")
 
 
 def _instruction(custom: str | None, title_hint: bool) -> str | None:

@@ -153,7 +153,8 @@ class PreferencesDialog(QDialog):
         self.model_string_edit.setPlaceholderText("provider/model, e.g. groq/llama-3.1-8b-instant")
         self.model_string_btn = QPushButton("Fill In")
         self.model_string_btn.setToolTip("Set the base URL, model and key variable from a provider/model name, as "
-                                         "Agent(model=...) and memory-studio serve --model resolve it")
+                                         "Agent(model=...) and memory-studio serve --model resolve it; its "
+                                         "<PROVIDER>_CONTEXT_WINDOW is read too")
         string_row = QWidget()
         string_layout = QHBoxLayout(string_row)
         string_layout.setContentsMargins(0, 0, 0, 0)
@@ -322,7 +323,7 @@ class PreferencesDialog(QDialog):
             self._syncing = False
         new = Endpoint(self.name_edit.text().strip(), self.url_edit.text().strip(), self.model_edit.text().strip(),
                        source, "" if source == "none" else key_name, self.timeout_spin.value(),
-                       self.hosting_combo.currentData())
+                       self.hosting_combo.currentData(), old.provider)
         self.endpoints[row - 1] = new
         if self.default == old.name:
             self.default = new.name

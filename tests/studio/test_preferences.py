@@ -295,3 +295,61 @@ def test_preferences_command_opens_the_dialog(make_window: Any, qtbot: Any) -> N
     assert dialog.preferences is window.preferences
     dialog.reject()
     qtbot.waitUntil(lambda: window.preferences_dialog is None)
+
+
+def test_a_model_filled_in_from_its_name_reads_the_providers_context_window(
+        qtbot: Any, prefs: Preferences, monkeypatch: pytest.MonkeyPatch, no_leaked_widgets: None) -> None:
+    # A model named "llamacpp/…" in Preferences got no context window from LLAMACPP_CONTEXT_WINDOW, which the
+    # engine's Agent(model="llamacpp/…") and serve --model read: the Chat sent a thread that had outgrown the
+    # server's context whole, and failed on every turn. It is now read by the engine's own code, when the model is
+    # built for a turn (so a changed variable counts at the next Studio start, as for agents).
+    from core.errors import ConfigurationError
+    from core.llm.providers import resolve_model
+
+    dialog = PreferencesDialog(prefs)
+    qtbot.addWidget(dialog)
+    dialog.add_endpoint("OpenAI")
+    dialog.model_string_edit.setText("llamacpp/smollm2")
+    assert dialog.fill_from_model_string()
+    dialog.timeout_spin.setValue(120.0)  # an edit of the form keeps where the model came from
+    dialog.add_endpoint("Ollama")  # a preset names its provider too
+    dialog.save()
+    assert dialog.problems.text() == ""
+    again = Preferences(QSettings(prefs.settings.fileName(), QSettings.Format.IniFormat))
+    assert [(e.name, e.provider, e.timeout) for e in again.endpoints] == [("OpenAI", "llamacpp", 120.0),
+                                                                          ("Ollama", "ollama", 60.0)]
+    choice = again.model("OpenAI")
+    assert choice is not None
+    environ = {"LLAMACPP_CONTEXT_WINDOW": "4096", "OLLAMA_CONTEXT_WINDOW": "8192"}
+    model = choice.build(environ=environ)
+    engine = resolve_model("llamacpp/smollm2", environ=environ)
+    try:
+        assert (model.context_window, model.context_window_env) == (4096, "LLAMACPP_CONTEXT_WINDOW")
+        assert (engine.context_window, engine.context_window_env) == (model.context_window, model.context_window_env)
+    finally:
+        model.close()
+        engine.close()
+    ollama_model = again.model("Ollama").build(environ=environ)  # type: ignore[union-attr]
+    assert ollama_model.context_window == 8192
+    ollama_model.close()
+    unset = choice.build(environ={})
+    assert unset.context_window is None and unset.context_window_env == "LLAMACPP_CONTEXT_WINDOW"
+    unset.close()
+    # A bad value is refused as the engine refuses it, before anything is sent.
+    with pytest.raises(ConfigurationError) as said:
+        choice.build(environ={"LLAMACPP_CONTEXT_WINDOW": "4k"})
+    with pytest.raises(ConfigurationError) as engine_said:
+        resolve_model("llamacpp/smollm2", environ={"LLAMACPP_CONTEXT_WINDOW": "4k"})
+    assert str(said.value) == str(engine_said.value) and "LLAMACPP_CONTEXT_WINDOW" in str(said.value)
+    # A model entered by hand names no provider: no provider's variable applies to it.
+    by_hand = ModelChoice("Box", ollama(name="Box", base_url="http://box:8080/v1")).build(environ=environ)
+    assert by_hand.context_window is None and by_hand.context_window_env is None
+    by_hand.close()
+
+
+def test_a_provider_edited_by_hand_into_the_settings_is_read_as_none(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="studio.preferences"):
+        ep = ollama(provider="llama-cpp")
+    assert ep.provider == "" and ep.model == "llama3.1"
+    assert "names the provider 'llama-cpp'" in caplog.text and "llamacpp" in caplog.text
+    assert ollama(provider=["x"]).provider == ""

@@ -81,6 +81,42 @@ def test_scripted_exception_is_raised_to_simulate_a_provider_failure() -> None:
         model.generate(USER)
 
 
+def test_a_model_error_says_its_message_without_its_hint_and_copies_itself_with_another() -> None:
+    # The Studio's chat cut " — hint" off str(error) by text, and observational memory rebuilt the error field by
+    # field (a subclass became a plain ModelError, a field added later would have been dropped).
+    from core.llm.yielding import CallYielded
+
+    error = ModelError("no response within 60s", model_id="llamacpp/smollm2", endpoint="http://127.0.0.1:8080/v1",
+                       status=None, hint="raise the timeout", attempts=3, retryable=True, method="POST")
+    assert str(error) == ("llamacpp/smollm2: POST http://127.0.0.1:8080/v1 failed after 3 attempts: "
+                          "no response within 60s — raise the timeout")
+    assert error.without_hint == "llamacpp/smollm2: POST http://127.0.0.1:8080/v1 failed after 3 attempts: " \
+                                 "no response within 60s"
+    other = error.with_hint("cap the reply — with max_output_tokens")
+    assert str(other) == error.without_hint + " — cap the reply — with max_output_tokens"
+    assert other.without_hint == error.without_hint  # a dash inside the hint is not where the message ends
+    assert (other.detail, other.model_id, other.endpoint, other.status, other.attempts, other.retryable,
+            other.method) == ("no response within 60s", "llamacpp/smollm2", "http://127.0.0.1:8080/v1", None, 3, True,
+                              "POST")
+    assert str(error).endswith("— raise the timeout") and error.hint == "raise the timeout"  # the original unchanged
+    assert ModelError("boom", model_id="x").without_hint == str(ModelError("boom", model_id="x")) == "x: boom"
+    yielded = CallYielded("gave way", to="llamacpp/big", model_id="llamacpp/small", endpoint="http://h/v1")
+    copied = yielded.with_hint("said otherwise")
+    assert type(copied) is CallYielded and copied.to == "llamacpp/big" and copied.hint == "said otherwise"
+    assert str(copied) == "llamacpp/small: POST http://h/v1 failed: gave way — said otherwise"
+    with pytest.raises(CallYielded, match="said otherwise"):
+        raise copied
+    # An error whose message goes on after the hint (tools that had run) keeps that part, hint or not.
+    from core.agent import TurnFailedError
+
+    failed = TurnFailedError(error, ["lookup"])
+    assert failed.without_hint.startswith(error.without_hint + ". Nothing of this turn was saved")
+    assert " — " not in failed.without_hint and failed.without_hint.endswith("undone: lookup.")
+    advised = failed.with_hint("another hint")
+    assert type(advised) is TurnFailedError and advised.tools_run == ["lookup"]
+    assert str(advised) == failed.without_hint.replace("no response within 60s.", "no response within 60s — another hint.")
+
+
 def test_is_labelled_as_a_scripted_stand_in_everywhere() -> None:
     model = ScriptedModel(["hi"], name="demo")
     assert isinstance(model, ChatModel)

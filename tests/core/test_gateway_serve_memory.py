@@ -1,0 +1,191 @@
+"""`memory-studio serve --model` with a memory of the user's choosing: working memory, semantic recall and
+observational memory from flags (a user of Ollama or llama.cpp had to write an --agents module for any of them).
+Each test starts the command for real, in its own process, against a loopback model server, and talks to it with
+the official ``openai`` client; what the model server received shows the memory at work."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import urllib.request
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from core.cli import main as cli_main
+from core.gateway import require_serve_extra
+from core.llm import LoopbackServer, ScriptedModel, ScriptedReply, tool_call
+
+
+@contextmanager
+def serve_model(folder: Path, env: dict[str, str], *flags: str) -> Iterator[tuple[openai.OpenAI, list[str], str]]:
+    """`memory-studio serve --model llamacpp/chat --port 0 <flags>` running on ``folder``/memory.db: the official
+    client on it, the lines it printed when it was ready, and its URL."""
+    require_serve_extra()
+    environment = {**os.environ, **env}
+    environment.pop("MEMORY_STUDIO_GATEWAY_TOKEN", None)
+    log = (folder / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "studio.cli", "serve", "--model", "llamacpp/chat", "--db", str(folder / "memory.db"),
+         "--port", "0", "--log-level", "warning", *flags],
+        cwd=folder, env=environment, stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline(), proc.stdout.readline()]  # printed once the socket listens
+        assert "memory-studio gateway: 1 agent(s) (assistant) on http://127.0.0.1:" in lines[0], \
+            (folder / "serve.log").read_text()
+        url = lines[0].split(" on ", 1)[1].split(" ", 1)[0]
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="-", max_retries=0, timeout=120), lines, url
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        assert proc.stdout is not None
+        proc.stdout.close()
+        log.close()
+
+
+def ask(client: openai.OpenAI, text: str, thread: str, resource: str = "ada") -> str:
+    reply = client.chat.completions.create(model="assistant", messages=[{"role": "user", "content": text}],
+                                           metadata={"thread_id": thread, "resource_id": resource})
+    return reply.choices[0].message.content or ""
+
+
+def system_text(request: dict[str, Any]) -> str:
+    return "\n".join(str(m.get("content")) for m in request["messages"] if m["role"] == "system")
+
+
+def test_working_memory_from_a_template_file_is_updated_by_the_model_and_read_in_the_next_thread(tmp_path):
+    filled = "# Profile\n- Name: Ada\n- Diet: vegan, allergic to peanuts\n"
+
+    def reply(messages: list[dict[str, Any]], tools: Any) -> Any:
+        names = [t["function"]["name"] for t in tools or ()]
+        if "updateWorkingMemory" in names and messages[-1]["role"] == "user" and "I'm Ada" in messages[-1]["content"]:
+            return ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": filled}),))
+        return "Noted."
+
+    (tmp_path / "profile.md").write_text("# Profile\n- Name:\n- Diet:\n", encoding="utf-8")
+    with LoopbackServer(ScriptedModel(reply)) as upstream, serve_model(
+            tmp_path, {"LLAMACPP_BASE_URL": upstream.base_url},
+            "--working-memory", "--working-memory-template", "profile.md") as (client, lines, url):
+        assert "working memory (resource, a template)" in lines[1] and "the last 10 messages" in lines[1]
+        assert ask(client, "Hi, I'm Ada; vegan, and allergic to peanuts.", "t1") == "Noted."
+        first = upstream.chat_requests()[0]
+        assert "updateWorkingMemory" in [t["function"]["name"] for t in first["tools"]]
+        assert "- Diet:" in system_text(first)  # the template the model is asked to fill in
+        assert ask(client, "What should I cook tonight?", "t2") == "Noted."  # another thread of the same user
+        last = upstream.chat_requests()[-1]
+        assert "allergic to peanuts" in system_text(last)  # the stored working memory, read in the next turn
+        assert not any("peanuts" in str(m["content"]) for m in last["messages"] if m["role"] != "system")
+        # The memory API reads it too (the agent's memory is the one served).
+        with urllib.request.urlopen(f"{url}/api/memory/threads/t2/working-memory?resourceId=ada", timeout=60) as r:
+            assert "allergic to peanuts" in json.dumps(json.load(r))
+
+
+def test_semantic_recall_brings_an_older_threads_message_into_the_prompt(tmp_path):
+    with LoopbackServer(ScriptedModel(lambda m, t: "Noted.")) as upstream, serve_model(
+            tmp_path, {"LLAMACPP_BASE_URL": upstream.base_url},
+            "--semantic-recall", "--semantic-recall-top-k", "2", "--semantic-recall-range", "0",
+            "--last-messages", "2") as (client, lines, url):
+        assert "semantic recall (resource, top 2, 0 before and 0 after each)" in lines[1]
+        assert "the last 2 messages" in lines[1]
+        ask(client, "My sister's orange cat is called Biscuit.", "pets")
+        for i in range(3):
+            ask(client, f"Unrelated note number {i} about the weather forecast.", "misc")
+        ask(client, "What is the name of my sister's cat?", "new")
+        sent = json.dumps(upstream.chat_requests()[-1]["messages"])
+        assert "Biscuit" in sent  # from thread "pets": the new thread has no history of its own
+
+
+def test_observational_memory_observes_with_its_own_model_and_the_next_turn_reads_the_observations(tmp_path):
+    observed = ("<observations>\nDate: Mar 3, 2025\n* 🔴 (09:00) User Ada keeps bees on her roof in Lyon.\n"
+                "</observations>")
+    words = " ".join(f"word{i}" for i in range(120))
+    with LoopbackServer(ScriptedModel(lambda m, t: "Reply " + "x " * 40)) as upstream, \
+            LoopbackServer(ScriptedModel(lambda m, t: observed)) as observer, serve_model(
+                tmp_path, {"LLAMACPP_BASE_URL": upstream.base_url, "VLLM_BASE_URL": observer.base_url},
+                "--observational-memory", "resource", "--om-message-tokens", "200", "--om-model",
+                "vllm/observer") as (client, lines, url):
+        assert "observational memory (resource; observes at 200 tokens, reflects at 40,000; model vllm/observer)" \
+            in lines[1]
+        for i in range(4):
+            ask(client, f"Question {i}: I keep bees on my roof in Lyon. {words}", "bees")
+            if observer.chat_requests():
+                break
+        assert observer.chat_requests(), "the observer was never asked"
+        assert observer.chat_requests()[0]["model"] == "observer"  # --om-model, not the agent's model
+        assert all(r["model"] == "chat" for r in upstream.chat_requests())
+        ask(client, "Where are my bees?", "bees")
+        assert "keeps bees on her roof in Lyon" in system_text(upstream.chat_requests()[-1])
+
+
+def serve_cli(*args: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["serve", *args], out=out, err=err)
+    return code, err.getvalue()
+
+
+def test_bad_memory_flags_are_refused_by_name_before_anything_opens(tmp_path, monkeypatch):
+    require_serve_extra()
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "m.db"
+    (tmp_path / "empty.md").write_text("  \n", encoding="utf-8")
+    (tmp_path / "list.json").write_text("[1]", encoding="utf-8")
+    (tmp_path / "broken.json").write_text('{"type": "object",', encoding="utf-8")
+    (tmp_path / "bad.json").write_text('{"type": "object", "properties": {"a": {"type": "nonsense"}}}',
+                                       encoding="utf-8")
+    (tmp_path / "latin1.md").write_bytes("# Profil\n- Prénom:\n".encode("latin-1"))
+    (tmp_path / "ok.md").write_text("# Profile\n", encoding="utf-8")
+    for args, said in (
+        (("--last-messages", "-1"), "--last-messages must be 0 (no history) or a positive number of messages, got -1."),
+        (("--semantic-recall", "--semantic-recall-top-k", "0"),
+         "--semantic-recall-top-k must be a positive number of messages, got 0."),
+        (("--semantic-recall", "--semantic-recall-range", "-2"), "--semantic-recall-range must be 0"),
+        (("--semantic-recall-top-k", "3"), "--semantic-recall-top-k goes with --semantic-recall: add --semantic-recall"),
+        (("--working-memory-template", "ok.md", "--working-memory-schema", "list.json"),
+         "--working-memory-template and --working-memory-schema go with --working-memory: add --working-memory"),
+        (("--working-memory", "--working-memory-template", "ok.md", "--working-memory-schema", "bad.json"),
+         "a Markdown template or a JSON schema, not both"),
+        (("--working-memory", "--working-memory-template", "missing.md"),
+         "--working-memory-template missing.md: cannot be read (No such file or directory)"),
+        (("--working-memory", "--working-memory-template", "empty.md"), "--working-memory-template empty.md: the "
+                                                                         "file is empty"),
+        (("--working-memory", "--working-memory-template", "latin1.md"), "latin1.md: the file is not UTF-8 text"),
+        (("--working-memory", "--working-memory-schema", "broken.json"),
+         "--working-memory-schema broken.json: not valid JSON (Expecting"),
+        (("--working-memory", "--working-memory-schema", "list.json"),
+         "--working-memory-schema list.json: a JSON Schema is an object"),
+        (("--working-memory", "--working-memory-schema", "bad.json"),
+         "--working-memory-schema bad.json: working_memory.schema is not a valid JSON Schema: 'nonsense'"),
+        (("--working-memory", "thread", "--working-memory", "nowhere"), "argument --working-memory: invalid choice: "
+                                                                        "'nowhere' (choose from 'resource', 'thread')"),
+        (("--om-model", "ollama/qwen"), "--om-model goes with --observational-memory"),
+        (("--observational-memory", "--om-message-tokens", "0"),
+         "--om-message-tokens must be a positive number of tokens, got 0."),
+        (("--observational-memory", "--om-model", "vlm/qwen"), "--om-model vlm/qwen: Unknown model provider 'vlm' "
+                                                               "in 'vlm/qwen'. Did you mean 'vllm/qwen'?"),
+        (("--observational-memory", "--om-model", "openai/gpt-4o-mini"),
+         "The observational memory model of agent 'assistant' (--om-model) 'openai/gpt-4o-mini' needs an API key"),
+        (("--observational-memory", "--last-messages", "5"),
+         "--last-messages does nothing with --observational-memory, which replaces the message history"),
+    ):
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        code, err = serve_cli("--model", "ollama/llama3.1", *args, "--db", str(db), "--port", "0")
+        assert code in (1, 2) and said in err, (args, err)
+        assert not db.exists(), args  # refused before the database was opened (or made)
+
+
+def test_memory_flags_go_with_model_only(tmp_path, monkeypatch):
+    require_serve_extra()
+    monkeypatch.chdir(tmp_path)
+    code, err = serve_cli("--agents", "gw_some_agents:agents", "--working-memory", "--semantic-recall", "thread",
+                          "--observational-memory", "--om-message-tokens", "500", "--last-messages", "4")
+    assert code == 1, err
+    assert ("--last-messages, --working-memory, --semantic-recall, --observational-memory, --om-message-tokens go "
+            "with --model only") in err and "set them in gw_some_agents" in err
