@@ -29,7 +29,7 @@ from core.recall.schema import (
     keyword_rows_ready,
     upsert_docs,
 )
-from core.recall import passages, unchanged
+from core.recall import passages
 from core.recall.keyword_memory import KeywordMemory
 from core.recall.types import DocRow, Ranked
 from core.recall.text import keyword_terms
@@ -389,8 +389,7 @@ class Fts5Keywords:
         return drain_queue(conn, indexed=indexed, changed=changed, touched=touched)
 
     def has_pending(self, conn: sa.Connection) -> bool:
-        # (Kept per connection while nothing changed the file: ``unchanged``.)
-        return unchanged.answer(conn, unchanged.PENDING, lambda: has_pending(conn))
+        return has_pending(conn)
 
     def pending_changes(self, conn: sa.Connection) -> tuple[set[str], set[str] | None]:
         return pending_changes(conn)

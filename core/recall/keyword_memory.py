@@ -43,7 +43,6 @@ import sqlalchemy as sa
 
 from core.background import BackgroundLoads, CancelToken
 from core.errors import MemoryStudioError
-from core.recall import unchanged
 from core.recall.types import Ranked, ranked_of
 from core.recall.tables import FTS_TABLE, STATE_TABLE, VOCAB_TABLE
 from core.storage import driver_sql
@@ -304,9 +303,7 @@ class KeywordMemory:
             return False
         # The driver's own cursor: this runs before every keyword search, and SQLAlchemy's result
         # machinery costs three times the statement.
-        # (Kept per connection while nothing changed the file: ``unchanged``.)
-        structure, averages, rewrites = unchanged.answer(conn, unchanged.KEYWORD_STATE, lambda: tuple(
-            conn.connection.driver_connection.execute(_STATE_SQL).fetchone()))  # type: ignore[union-attr]
+        structure, averages, rewrites = conn.connection.driver_connection.execute(_STATE_SQL).fetchone()  # type: ignore[union-attr]
         if rewrites is None:
             return False
         state = (bytes(structure or b""), bytes(averages or b""), int(rewrites))

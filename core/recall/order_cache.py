@@ -40,7 +40,6 @@ from typing import Any, Callable, ContextManager, Literal, Mapping, NamedTuple, 
 import sqlalchemy as sa
 
 from core.background import BackgroundLoads, CancelToken
-from core.recall import unchanged
 from core.recall.tables import STATE_TABLE
 from core.recall.text import LABEL_CHARS, speaker_label
 from core.storage import dialect, driver_sql
@@ -404,9 +403,7 @@ class OrderCache:
             return False
         # The driver's own cursor (a database with the counter is libSQL): this runs before every re-rank,
         # and SQLAlchemy's result machinery costs more than the statement.
-        # (Kept per connection while nothing changed the file: ``unchanged``.)
-        top, rewrites = unchanged.answer(conn, unchanged.ORDER_STATE, lambda: tuple(
-            conn.connection.driver_connection.execute(_STATE_SQL).fetchone()))  # type: ignore[union-attr]
+        top, rewrites = conn.connection.driver_connection.execute(_STATE_SQL).fetchone()  # type: ignore[union-attr]
         state = (int(top or 0), int(rewrites or 0))
         with self._lock:
             if state == self._state:
