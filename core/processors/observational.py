@@ -350,7 +350,9 @@ class ObservationalMemory(BaseProcessor):
                 # the first one's request exactly as the turn sends it (``OMJob.plan``, the turn's own path).
                 "batches": [len(c.batch) for c in calls],
                 "firstRequest": {"messages": first.messages, "tokens": first.request_tokens,
-                                 "messageTokens": first.tokens, "window": job.window} if first is not None else None})
+                                 "messageTokens": first.tokens, "window": job.window,
+                                 "temperature": opts.observer_temperature, "maxTokens": opts.max_output_tokens,
+                                 "maxTokensPerBatch": opts.max_tokens_per_batch} if first is not None else None})
 
     # -- observing ---------------------------------------------------------------------------------
     def _observe(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, input_tokens: int, now: datetime,

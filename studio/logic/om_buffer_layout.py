@@ -247,8 +247,31 @@ def _observe_first(prompt: AssembledPrompt, first: Mapping[str, Any]) -> str | N
     wait = "wait for the background observer, then " if first.get("waitsForBackground") else ""
     return (f"{wait}observe {len(ids)} message(s) "
             f"({int(first.get('tokens') or 0):,} tokens) with the observer model, which this preview does not "
-            f"call. The prompt it sends will differ here: those messages leave the window and the observations "
-            f"made of them are added. Would go: {'; '.join(named)}{more}.")
+            f"call{_batches_said(first)}. The prompt it sends will differ here: those messages leave the window and "
+            f"the observations made of them are added. Would go: {'; '.join(named)}{more}.")
+
+
+#: The Request entry that shows the observer's first call of a preview (``request_layout.observer_call_view``).
+OBSERVER_CALL = "Observer call"
+
+
+def _batches_said(first: Mapping[str, Any]) -> str:
+    """How the observation is cut into calls (``max_tokens_per_batch``, the observer's window), and where the first
+    call's request is shown; empty when the preview has none."""
+    batches = [int(n) for n in first.get("batches") or ()]
+    request = _section(first, "firstRequest")
+    if not batches or not request:
+        return ""
+    window = request.get("window")
+    fitted = f", each fitted to its {int(window):,}-token context window" if window else ""
+    shown = f"under Request: “{OBSERVER_CALL} 1 of {len(batches)}”"
+    if len(batches) == 1:
+        return f" (one call; its request, exactly as sent, is {shown})"
+    more = len(batches) - 1
+    return (f", in {len(batches)} calls of at most {int(request.get('maxTokensPerBatch') or 0):,} message tokens"
+            f"{fitted}: the first takes {batches[0]} message(s) ({int(request.get('messageTokens') or 0):,} tokens), "
+            f"its request, exactly as sent, is {shown}; {more} more batch{'es' if more != 1 else ''} after "
+            "this one, each made from the observations the one before stored")
 
 
 def buffer_view(record: OMRecord) -> BufferView:
@@ -257,5 +280,5 @@ def buffer_view(record: OMRecord) -> BufferView:
                       sum(1 for r in rows if r.blocked))
 
 
-__all__ = ["MESSAGE_ROLES", "NO_BUFFERING", "BufferView", "ChunkRow", "EventRow", "buffer_view", "chunk_rows", "event_rows",
+__all__ = ["MESSAGE_ROLES", "NO_BUFFERING", "OBSERVER_CALL", "BufferView", "ChunkRow", "EventRow", "buffer_view", "chunk_rows", "event_rows",
            "next_turn_notice", "observed_first", "prompt_buffer_note", "settings_text", "status_text", "turn_activity"]
