@@ -245,3 +245,21 @@ def test_max_tokens_per_batch_is_checked_and_ported_from_mastra() -> None:
     assert options.to_mastra()["observationalMemory"]["observation"]["maxTokensPerBatch"] == 4000
     assert "maxTokensPerBatch" not in MemoryOptions(observational_memory=True).to_mastra()[
         "observationalMemory"]["observation"]
+
+
+def test_the_background_observer_takes_at_most_max_tokens_per_batch_a_call(db_path: Path | str) -> None:
+    # Background batches are about two buffer_tokens (here 2 x 100 = three messages); max_tokens_per_batch caps them.
+    observer = ScriptedModel(counting(), name="observer")
+    h = Backlog(db_path, observer)
+    cap = two_messages(h.stored())
+    h.om.update(buffer_tokens=100, block_after=100_000, max_tokens_per_batch=cap)
+    h.memory = h._memory(h.om)
+    h.turn("go on")
+    assert h.memory.wait_idle(30)
+    record = load_current(h.store, "t1")
+    assert record is not None
+    chunks = record.buffered
+    assert len(chunks) >= 3 and all(len(c.message_ids) == 2 and c.message_tokens <= cap for c in chunks)
+    stored = h.stored()
+    assert [i for c in chunks for i in c.message_ids] == [m.id for m in stored[:2 * len(chunks)]]
+    assert h.histories()[0] == format_history(stored[:2])
