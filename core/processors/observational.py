@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from core.context_window import ContextWindowError
 from core.llm.stopping import CallStopped, current_stop
 from core.llm.yielding import TRAFFIC
 from core.message_list import Provenance
@@ -32,10 +33,9 @@ from core.messages import Message
 from core.observational import buffer_store
 from core.observational import resource_scope as rs
 from core.observational import store as om_store
+from core.observational.batches import ObserverCall
 from core.observational.buffer import activated_log, activation_count
 from core.observational.context import DATE_STYLE, TAG, context_blocks, continuation_message
-from core.context_window import ContextWindowError
-from core.observational.batches import ObserverCall
 from core.observational.jobs import OMJob, buffer_observations, buffer_reflection
 from core.observational.records import BufferedChunk, OMRecord, append_chunk, lookup_key
 from core.observational.tokens import count_text, messages_tokens

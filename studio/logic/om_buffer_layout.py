@@ -16,6 +16,7 @@ from core.observational import OMRecord
 from core.prompt import AssembledPrompt
 from core.observational.buffer import backoff_of, events
 from studio.logic.observations_layout import format_when
+from studio.logic.request_layout import OBSERVER_CALL
 
 NO_BUFFERING = "Background buffering is off for this record: observations are made in the turn that needs them."
 
@@ -251,10 +252,6 @@ def _observe_first(prompt: AssembledPrompt, first: Mapping[str, Any]) -> str | N
             f"the observations made of them are added. Would go: {'; '.join(named)}{more}.")
 
 
-#: The Request entry that shows the observer's first call of a preview (``request_layout.observer_call_view``).
-OBSERVER_CALL = "Observer call"
-
-
 def _batches_said(first: Mapping[str, Any]) -> str:
     """How the observation is cut into calls (``max_tokens_per_batch``, the observer's window), and where the first
     call's request is shown; empty when the preview has none."""
@@ -280,5 +277,5 @@ def buffer_view(record: OMRecord) -> BufferView:
                       sum(1 for r in rows if r.blocked))
 
 
-__all__ = ["MESSAGE_ROLES", "NO_BUFFERING", "OBSERVER_CALL", "BufferView", "ChunkRow", "EventRow", "buffer_view", "chunk_rows", "event_rows",
+__all__ = ["MESSAGE_ROLES", "NO_BUFFERING", "BufferView", "ChunkRow", "EventRow", "buffer_view", "chunk_rows", "event_rows",
            "next_turn_notice", "observed_first", "prompt_buffer_note", "settings_text", "status_text", "turn_activity"]

@@ -40,6 +40,8 @@ PARTIAL = "not recorded (taken from the agent framework's trace, which holds the
 COPY_BYTES = "Copy Request Body (exact bytes)"
 COPY_JSON = "Copy Request Body (JSON, not bytes)"
 COPY_READABLE = "Copy as Indented JSON (for reading)"
+#: The title of a preview's observer call (``observer_call_view``), which the next turn makes before its own.
+OBSERVER_CALL = "Observer call"
 
 
 @dataclass(frozen=True)
@@ -220,8 +222,6 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
 def observer_call_view(prompt: AssembledPrompt) -> RequestView | None:
     """A preview's observer call: the request of the first observer call the next turn makes before its own model
     call (the ``observeFirst`` note's ``firstRequest``, built by the turn's own code), None when it makes none."""
-    from studio.logic.om_buffer_layout import OBSERVER_CALL
-
     om = prompt.notes.get("observational-memory") or {}
     first = om.get("observeFirst") if isinstance(om, Mapping) else None
     if not isinstance(first, Mapping):
@@ -240,8 +240,8 @@ def observer_call_view(prompt: AssembledPrompt) -> RequestView | None:
              + (f"{more} more batch{'es' if more != 1 else ''} after this one (max_tokens_per_batch "
                 f"{int(request.get('maxTokensPerBatch') or 0):,}), each made from what the one before stored."
                 if more else "no other batch."),
-             ("Fitted to the observer's " + f"{int(window):,}-token context window." if window else
-              "No context window is known for the observer, so only max_tokens_per_batch cuts its calls."),
+             f"Fitted to the observer's {int(window):,}-token context window." if window else
+             "No context window is known for the observer, so only max_tokens_per_batch cuts its calls.",
              "The messages are exactly what the observer will receive; the model, its endpoint and other settings "
              "are the observer's, chosen when the turn sends it."]
     return RequestView(
@@ -281,7 +281,8 @@ def _status(call: CallReplay | None, info: ReplayInfo | None) -> str:
     return "; ".join(call.differences) or "differs from the record"
 
 
-__all__ = ["COPY_BYTES", "COPY_JSON", "COPY_READABLE", "ESTIMATE", "NOT_RECORDED", "PARTIAL", "TOOLS_AS_SENT",
+__all__ = ["COPY_BYTES", "COPY_JSON", "COPY_READABLE", "ESTIMATE", "NOT_RECORDED", "OBSERVER_CALL", "PARTIAL",
+           "TOOLS_AS_SENT",
            "TOOLS_NOT_RECORDED", "TOOLS_OF_MEMORY", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view",
            "observer_call_view", "tool_rows",
            "usage_rows"]
