@@ -28,8 +28,6 @@ UNSUPPORTED = {
     "semanticRecall.indexName": "the vector table is always memory_messages_<dimension>, as Mastra's Memory uses; "
                                 "remove it",
     "observationalMemory.shareTokenBudget": "history never borrows the observation budget here; remove it",
-    "observationalMemory.observation.maxTokensPerBatch": "the background observer reads batches of about two "
-                                                         "bufferTokens; remove it",
     "threads": "Mastra removed threads.generateTitle; use generateTitle at the top level",
     "workingMemory.use": "Mastra removed workingMemory.use; remove it",
 }
@@ -48,7 +46,7 @@ _OM_TOP = {"enabled", "model", "scope", "observation", "reflection"}
 _OBSERVATION = {"model": "observer_model", "messageTokens": "message_tokens", "bufferTokens": "buffer_tokens",
                 "bufferActivation": "buffer_activation", "blockAfter": "block_after",
                 "previousObserverTokens": "previous_observer_tokens", "instruction": "instruction",
-                "modelSettings": None, "timeout": "timeout"}
+                "modelSettings": None, "timeout": "timeout", "maxTokensPerBatch": "max_tokens_per_batch"}
 _REFLECTION = {"model": "reflector_model", "observationTokens": "observation_tokens",
                "bufferActivation": "reflection_buffer_activation", "blockAfter": "reflection_block_after",
                "instruction": "reflection_guidance", "modelSettings": None,
@@ -183,11 +181,11 @@ def to_mastra(options: Any, defaults: Any) -> dict[str, Any]:
     title = options.generate_title
     out["generateTitle"] = ({k: v for k, v in (("model", title.model), ("instructions", title.instructions))
                              if v is not None} or True) if title.enabled else False
-    out["observationalMemory"] = _om_to(options) if options.observational_memory.enabled else False
+    out["observationalMemory"] = _om_to(options, defaults) if options.observational_memory.enabled else False
     return out
 
 
-def _om_to(options: Any) -> dict[str, Any]:
+def _om_to(options: Any, defaults: Any) -> dict[str, Any]:
     om = options.observational_memory
     observation: dict[str, Any] = {
         "messageTokens": om.message_tokens, "bufferTokens": om.buffer_tokens, "bufferActivation": om.buffer_activation,
@@ -204,6 +202,8 @@ def _om_to(options: Any) -> dict[str, Any]:
                                 (observation, "timeout", om.timeout)):
         if value is not None:
             section[key] = value
+    if om.max_tokens_per_batch != defaults.observational_memory.max_tokens_per_batch:  # (only when changed)
+        observation["maxTokensPerBatch"] = om.max_tokens_per_batch
     if om.max_output_tokens is not None:
         observation["modelSettings"]["maxOutputTokens"] = om.max_output_tokens
         reflection["modelSettings"]["maxOutputTokens"] = om.max_output_tokens

@@ -229,6 +229,17 @@ class ObservationalMemoryOptions:
     are paid for); True or False for every server. While a turn past ``block_after`` (or
     ``reflection_block_after``) waits for the background work, the calls on that server stop giving
     way, so steady traffic cannot put the observation off for ever.
+
+    ``max_tokens_per_batch`` (default 10,000, Mastra's ``observation.maxTokensPerBatch``): the most
+    unobserved message tokens one observer call takes. A larger backlog (a turn that observes
+    synchronously: no buffering, resource scope, past ``block_after``) is observed in several calls of
+    whole messages, oldest first; each call's observations and cursor are stored before the next, so a
+    failure keeps what was observed and the retry starts after it. A single message larger than the
+    batch goes alone. The background observer's batches (about two ``buffer_tokens``) are capped the
+    same way. When the observer model says its context window (``context_window``, the provider's
+    ``<PROVIDER>_CONTEXT_WINDOW``, ``serve --context-window``), each batch is also fitted to it: the
+    instructions, the tail of the observations so far (at most half of what they leave) and the messages
+    must fit with the reply kept free (``max_output_tokens``, else ``core.context_window``'s reserve).
     """
 
     enabled: bool = False
@@ -251,11 +262,12 @@ class ObservationalMemoryOptions:
     reflection_buffer_activation: float = 0.5
     reflection_block_after: float | int | None = None
     yield_to_turns: bool | Literal["auto"] = "auto"
+    max_tokens_per_batch: int = 10_000
 
     def __post_init__(self) -> None:
         _check_scope("observational_memory.scope", self.scope)
         _check_yield_to_turns(self.yield_to_turns, "observational_memory.yield_to_turns")
-        for name in ("message_tokens", "observation_tokens"):
+        for name in ("message_tokens", "observation_tokens", "max_tokens_per_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise OptionsError(f"observational_memory.{name} must be a positive integer, got {value!r}.")

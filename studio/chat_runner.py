@@ -391,6 +391,10 @@ def waiting_for(span_type: str, attributes: Mapping[str, Any]) -> str | None:
         what = (f"{count:,} unobserved message{'' if count == 1 else 's'}" if isinstance(count, int)
                 else "the unobserved messages")
         size = f" ({tokens:,} tokens)" if isinstance(tokens, int) else ""
+        batch, batches = attributes.get("batch"), attributes.get("batches")
+        if isinstance(batch, int) and isinstance(batches, int) and batches > 1:  # a backlog over max_tokens_per_batch
+            return (f"observational memory is observing {what}{size} before the reply: batch {batch} of {batches}, "
+                    "each a model call of its own")
         return f"observational memory is observing {what}{size} before the reply, a model call of its own"
     if span_type == "memory_operation" and operation == "reflect":
         tokens = attributes.get("tokens")

@@ -313,7 +313,7 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
     """Build the Memory the agent would run with and ask it for the prompt (reads only: a preview)."""
     from core.messages import Message
     from studio.logic.prompt_layout import Preview, memory_options_for
-    from studio.logic.request_layout import call_view
+    from studio.logic.request_layout import call_view, observer_call_view
 
     notes: list[str] = []
     notice: str | None = None
@@ -349,6 +349,9 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
     model, model_note = thread_model(store, req.thread_id) if req.thread_id else (None, "")
     calls = len(prompt.replay.calls) if prompt.replay is not None and prompt.replay.calls else 1
     requests = [call_view(prompt, memory.tokenizer, k) for k in range(calls)]  # token counts: on this worker
+    observer = observer_call_view(prompt) if turn is None else None  # (after the model calls: not one of them)
+    if observer is not None:
+        requests.append(observer)
     return Preview(req, prompt, turn, notes, model, model_note, requests, notice)
 
 

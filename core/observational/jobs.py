@@ -25,11 +25,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Mapping
 
 from core.background import CANCELLED, CancelToken
+from core.context_window import ContextWindowError, PromptBudget
 from core.llm.base import CONTEXT_OVERFLOW_HINT, ModelError
 from core.llm.stopping import CallStopped, current_stop
 from core.llm.yielding import TRAFFIC, CallYielded, background_call
 from core.observational import buffer_store
 from core.observational import store as om_store
+from core.observational.batches import ObserverCall, plan, request_tokens
 from core.observational.buffer import next_backoff
 from core.observational.observer import build_observer_messages
 from core.observational.parsing import ObserverOutput, parse_observer_output
@@ -72,9 +74,15 @@ class OMJob:
     # Set for a job running in the background (its token): its calls give way to a turn's call to the same
     # server when ``options.yield_to_turns`` says so (``core.llm.yielding``); a turn's own calls take the server.
     background: CancelToken | None = None
+    # The observer model's context window in tokens, when known (its ``context_window``; in a preview without
+    # an observer, the turn's model's, which observes by default): each observer call is fitted into it.
+    window: int | None = None
 
     # -- model calls ----------------------------------------------------------------------------------
-    def generate(self, model: "ChatModel", messages: list[dict[str, Any]], *, role: str, temperature: float) -> str:
+    def generate(self, model: "ChatModel", messages: list[dict[str, Any]], *, role: str, temperature: float,
+                 fitted: str | None = None) -> str:
+        """One observer or reflector call. ``fitted``: how the request was fitted to the model's window (the
+        observer's, when it is known), for the hint of a server that refuses it as over its context."""
         from core.model_call import sent_settings  # (here: the call machinery imports much of the engine)
 
         opts = self.options
@@ -100,7 +108,7 @@ class OMJob:
                 span.end(error=f"stopped: {exc.reason}")
                 raise CallStopped(exc.reason, model_id=exc.model_id, during=role) from exc
             except ModelError as exc:
-                told = _where_to_cap(_context_not_fitted(exc, role), opts)
+                told = _where_to_cap(_context_not_fitted(exc, role, fitted), opts)
                 if told is exc:
                     raise
                 raise told from exc
@@ -137,23 +145,71 @@ class OMJob:
         if stop is not None:
             stop.check(model.model_id)  # (a model that cannot be cut short answered all the same)
 
-    def observe(self, batch: list["Message"], *, previous: str, current_task: str | None,
-                suggested_response: str | None) -> tuple[ObserverOutput | None, str | None]:
-        """One observer call over ``batch``: (parsed reply, None) or (None, why it failed)."""
+    def observer_budget(self) -> PromptBudget | None:
+        """What an observer request may use of the observer's context window (None: no window known).
+        Raises ``ContextWindowError`` when ``max_output_tokens`` leaves no room for a request."""
+        if self.window is None:
+            return None
+        model_id = self.observer.model_id if self.observer is not None else "the observer model"
+        cap = self.options.max_output_tokens
+        try:
+            return PromptBudget.for_model(self.window, max_tokens=cap, model_id=model_id)
+        except ContextWindowError as exc:
+            raise ContextWindowError(
+                f"{model_id}: observational_memory max_output_tokens ({cap:,}) leaves no room for the observer's "
+                f"request in its {self.window:,}-token context window; lower max_output_tokens or observe with a "
+                "model with a larger context window", prompt_tokens=0, reply_tokens=cap or 0,
+                context_window=self.window, model_id=model_id) from exc
+
+    def plan(self, pending: list["Message"], *, previous: str, current_task: str | None,
+             suggested_response: str | None, max_tokens: int | None = None,
+             limit: int | None = None) -> list[ObserverCall]:
+        """The observer calls that observe ``pending`` (oldest first) given the log so far (``previous``) and
+        the thread's hints: batches of at most ``max_tokens`` (default ``max_tokens_per_batch``) message
+        tokens fitted to the observer's window (``core.observational.batches``); the first ``limit`` only when
+        given. Raises ``ContextWindowError`` (``observer_budget``)."""
+        opts = self.options
+        instruction = _instruction(opts.instruction, self.title_hint)
+
+        def build(batch: Any, tail: int | None) -> list[dict[str, Any]]:
+            return build_observer_messages(
+                batch, previous_observations=previous, current_task=current_task,
+                suggested_response=suggested_response, tokenizer=self.tokenizer, previous_tokens=tail,
+                instruction=instruction)
+
+        return plan(pending, build=build, tokenizer=self.tokenizer,
+                    max_tokens=max_tokens if max_tokens is not None else opts.max_tokens_per_batch,
+                    budget=self.observer_budget(), previous_tokens=opts.previous_observer_tokens, limit=limit)
+
+    def _fitted(self, call: ObserverCall) -> str | None:
+        """How ``call`` was fitted to the observer's window, in words (None: no window known)."""
+        try:
+            budget = self.observer_budget()
+        except ContextWindowError:
+            return None
+        if budget is None:
+            return None
+        said = (f"{budget.describe()}, {budget.prompt_limit:,} tokens for the request; this one counted "
+                f"{call.request_tokens:,} here")
+        if call.request_tokens <= budget.prompt_limit:
+            return said + ", so the server counts more than this engine's tokenizer or has a smaller context"
+        instructions = request_tokens(self.tokenizer, call.messages[:-1])  # all but the history message
+        if instructions > budget.prompt_limit:
+            return said + f", its instructions with the observations' tail and hints alone {instructions:,}"
+        return said + f", over it with a single message of {call.tokens:,} tokens"
+
+    def observe(self, call: ObserverCall) -> tuple[ObserverOutput | None, str | None]:
+        """One observer call (``plan``'s): (parsed reply, None) or (None, why it failed)."""
         assert self.observer is not None
         opts = self.options
-        messages = build_observer_messages(
-            batch, previous_observations=previous, current_task=current_task, suggested_response=suggested_response,
-            tokenizer=self.tokenizer, previous_tokens=opts.previous_observer_tokens,
-            instruction=_instruction(opts.instruction, self.title_hint),
-        )
         try:
-            text = self.generate(self.observer, messages, role="observer", temperature=opts.observer_temperature)
+            text = self.generate(self.observer, call.messages, role="observer",
+                                 temperature=opts.observer_temperature, fitted=self._fitted(call))
         except (CallYielded, CallStopped):  # not a failure: tried again after the turn's call, or stopped with it
             raise
         except Exception as exc:  # noqa: BLE001 - a provider failure must not lose the messages
             return None, f"observer call failed: {type(exc).__name__}: {exc}"
-        parsed = parse_observer_output(text, copied_from=[str(m["content"]) for m in messages])
+        parsed = parse_observer_output(text, copied_from=[str(m["content"]) for m in call.messages])
         if not parsed.ok:
             return None, f"observer reply unusable: {parsed.problem}"
         return parsed, None
@@ -202,18 +258,29 @@ def _where_to_cap(exc: ModelError, opts: ObservationalMemoryOptions) -> ModelErr
                          "model_settings do not reach: observational_memory={'max_output_tokens': 2000}")
 
 
-def _context_not_fitted(exc: ModelError, role: str) -> ModelError:
+def _context_not_fitted(exc: ModelError, role: str, fitted: str | None = None) -> ModelError:
     """The model client's hint for a request over the server's context is written for a caller that fitted its
     prompt to ``context_window`` (an agent's turn): "give a smaller context_window". The observer's and the
-    reflector's requests are not fitted (their instructions, the observations so far and every message they
-    take go whole), so that advice only cut more of each turn's memory: say what makes them fit instead."""
+    reflector's requests are not fitted that way, so that advice only cut more of each turn's memory: say what
+    makes them fit instead. The observer's calls are cut to its window when it is known (``fitted`` says how
+    this one was): then what is left over is a single message, or the instructions with the observations' tail,
+    or a server whose context is smaller than the window it was given."""
     if CONTEXT_OVERFLOW_HINT not in exc.hint:
         return exc
     which = role.split(" ", 1)[0]  # "observer", "reflector (level 1)"
+    larger = ("give the server a larger context (llama.cpp --ctx-size, vLLM --max-model-len, Ollama num_ctx) or set "
+              f"observational_memory's {which}_model to a model with a larger one")
+    if which == "observer" and fitted is not None:
+        return exc.with_hint(f"the observer's calls are cut to fit {fitted}: {larger} (a context_window that "
+                             "says the server's real size keeps the cut right)")
+    if which == "observer":
+        return exc.with_hint("the observer's request is not fitted to a context window, as its model says none "
+                             "(its instructions, the observations so far and a batch of messages, up to "
+                             "max_tokens_per_batch, are sent as they are): give the observer model its "
+                             "context_window (context_window=..., <PROVIDER>_CONTEXT_WINDOW, serve "
+                             f"--context-window) so each call is cut to fit, or {larger}")
     return exc.with_hint(f"the {which}'s request is not fitted to context_window (its instructions, the "
-                         f"observations so far and the messages it takes are sent whole): give the server a larger "
-                         f"context (llama.cpp --ctx-size, vLLM --max-model-len, Ollama num_ctx) or set "
-                         f"observational_memory's {which}_model to a model with a larger one")
+                         f"observations so far and the messages it takes are sent whole): {larger}")
 
 
 def _instruction(custom: str | None, title_hint: bool) -> str | None:
@@ -271,29 +338,28 @@ def _buffer_once(job: OMJob, token: CancelToken, *, max_tokens: int) -> Any:
     backoff = buffer_store.current_backoff(record, "observer")
     if backoff is not None and backoff.active(now):
         return None
-    batch: list[Message] = []
-    used = 0
-    for msg in pending:  # the oldest first, at least one message, about ``max_tokens`` at most
-        cost = messages_tokens(job.tokenizer, [msg])
-        if batch and used + cost > max_tokens:
-            break
-        batch.append(msg)
-        used += cost
-    if not batch:
-        return None
     chunks = record.buffered if record is not None else []
     previous = "\n\n".join([record.active_observations if record else "", *(c.observations for c in chunks)]).strip()
     last_chunk = chunks[-1] if chunks else None
+    current_task = (last_chunk.current_task if last_chunk else None) or hints.current_task
+    suggested_response = (last_chunk.suggested_response if last_chunk else None) or hints.suggested_response
+    try:  # the oldest first, at least one message, about ``max_tokens`` at most (and what the window holds)
+        calls = job.plan(pending, previous=previous, current_task=current_task, suggested_response=suggested_response,
+                         max_tokens=min(max_tokens, job.options.max_tokens_per_batch), limit=1)
+    except ContextWindowError as exc:
+        job.failed("observer", str(exc), record, now)
+        return None
+    if not calls:
+        return None
+    call = calls[0]
+    batch, used = list(call.batch), call.tokens
     with job.tracer.start_span("memory: buffer observations", "memory_operation", job.parent,
                                thread_id=job.thread_id, resource_id=job.resource_id,
                                attributes={"operationType": "buffer-observation", "messages": len(batch),
                                            "tokens": used, "background": True}) as span:
         buffer_store.set_buffering(job.store, job.key, observation=True)
         try:
-            parsed, problem = job.observe(
-                batch, previous=previous,
-                current_task=(last_chunk.current_task if last_chunk else None) or hints.current_task,
-                suggested_response=(last_chunk.suggested_response if last_chunk else None) or hints.suggested_response)
+            parsed, problem = job.observe(call)
         except CallYielded as exc:
             span.set_attributes({"yielded": {"to": exc.to}})
             buffer_store.set_buffering(job.store, job.key, observation=False)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from core.context_window import ContextWindowError
 from core.llm.stopping import CallStopped, current_stop
 from core.llm.yielding import TRAFFIC
 from core.message_list import Provenance
@@ -32,6 +33,7 @@ from core.messages import Message
 from core.observational import buffer_store
 from core.observational import resource_scope as rs
 from core.observational import store as om_store
+from core.observational.batches import ObserverCall
 from core.observational.buffer import activated_log, activation_count
 from core.observational.context import DATE_STYLE, TAG, context_blocks, continuation_message
 from core.observational.jobs import OMJob, buffer_observations, buffer_reflection
@@ -97,7 +99,20 @@ class ObservationalMemory(BaseProcessor):
         return OMJob(store=svc.store, tokenizer=svc.tokenizer, tracer=svc.tracer, clock=svc.clock,
                      observer=svc.observer_model, reflector=svc.reflector_model, options=self._options(ctx),
                      key=key, thread_id=thread_id, resource_id=ctx.request.resource_id, config=self._config(ctx),
-                     title_hint=ctx.request.options.generate_title.enabled, parent=svc.tracer.current_span())
+                     title_hint=ctx.request.options.generate_title.enabled, parent=svc.tracer.current_span(),
+                     window=self._observer_window(ctx))
+
+    def _observer_window(self, ctx: ProcessorContext) -> int | None:
+        """The observer model's context window, when known: its own ``context_window``; in a preview without an
+        observer, the window the prompt is fitted to (``ctx.budget``, the turn's model's), since the turn's model
+        observes unless ``observer_model`` names another."""
+        model = ctx.services.observer_model
+        if model is not None:
+            window = getattr(model, "context_window", None)
+        else:
+            window = ctx.budget.context_window if ctx.budget is not None and \
+                self._options(ctx).observer_model is None else None
+        return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
     # -- loading ---------------------------------------------------------------------------------
     def _load(self, ctx: ProcessorContext, key: str) -> _Turn:
@@ -177,7 +192,7 @@ class ObservationalMemory(BaseProcessor):
                     ctx.note(self.id, observation=f"{why}: an observation would run now: {pending:,} unobserved "
                              f"tokens ≥ {opts.message_tokens:,}")
                     if _previews_next(ctx):
-                        self._note_observe_first(ctx, turn, input_tokens, waits=False)
+                        self._note_observe_first(ctx, job, turn, input_tokens, waits=False)
             else:
                 turn = self._observe(ctx, job, turn, input_tokens, now)
         turn = self._reflection(ctx, job, turn, now, may_write)
@@ -210,7 +225,7 @@ class ObservationalMemory(BaseProcessor):
                     if turn.chunks:  # after waiting, the turn takes everything buffered
                         turn = self._activate_in_memory(ctx, turn, self._pending(ctx, turn, input_tokens), force=True)
                     if self._pending(ctx, turn, input_tokens) >= opts.message_tokens and turn.unobserved:
-                        self._note_observe_first(ctx, turn, input_tokens, waits=True)
+                        self._note_observe_first(ctx, job, turn, input_tokens, waits=True)
             elif ctx.services.observer_model is not None:
                 blocked = True
                 # A background observer may be about to deliver: wait for it, take everything ready,
@@ -303,7 +318,8 @@ class ObservationalMemory(BaseProcessor):
                              f"{what}RetryAt": backoff.retry_at})
         return True
 
-    def _note_observe_first(self, ctx: ProcessorContext, turn: _Turn, input_tokens: int, *, waits: bool) -> None:
+    def _note_observe_first(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, input_tokens: int, *,
+                            waits: bool) -> None:
         """A preview of a turn that calls the observer before its own model call: the preview makes no
         model call, so it names the messages that call would take out of the window (``observeFirst``),
         in the order ``_observe`` takes them, as if each observation succeeds. Whether this Memory has an
@@ -315,16 +331,28 @@ class ObservationalMemory(BaseProcessor):
             else [(req.thread_id, list(turn.unobserved))]
         pending = self._pending(ctx, turn, input_tokens)
         taken: list[Message] = []
-        for _thread, batch in batches:
+        calls: list[ObserverCall] = []
+        for thread_id, batch in batches:
             if taken and pending < opts.message_tokens:
                 break
             taken += batch
             pending -= messages_tokens(ctx.tokenizer, batch)
+            try:
+                calls += self._plan(ctx, job, turn, thread_id, batch)
+            except ContextWindowError as exc:
+                ctx.note(self.id, observeFirstError=str(exc))
         if taken:
-            ctx.note(self.id, observeFirst={"messages": [m.id for m in taken],
-                                            "tokens": messages_tokens(ctx.tokenizer, taken),
-                                            "threads": sorted({m.thread_id or req.thread_id for m in taken}),
-                                            "waitsForBackground": waits})
+            first = calls[0] if calls else None
+            ctx.note(self.id, observeFirst={
+                "messages": [m.id for m in taken], "tokens": messages_tokens(ctx.tokenizer, taken),
+                "threads": sorted({m.thread_id or req.thread_id for m in taken}), "waitsForBackground": waits,
+                # Each observer call (``max_tokens_per_batch``, the observer's window), as planned from the log now;
+                # the first one's request exactly as the turn sends it (``OMJob.plan``, the turn's own path).
+                "batches": [len(c.batch) for c in calls],
+                "firstRequest": {"messages": first.messages, "tokens": first.request_tokens,
+                                 "messageTokens": first.tokens, "window": job.window,
+                                 "temperature": opts.observer_temperature, "maxTokens": opts.max_output_tokens,
+                                 "maxTokensPerBatch": opts.max_tokens_per_batch} if first is not None else None})
 
     # -- observing ---------------------------------------------------------------------------------
     def _observe(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, input_tokens: int, now: datetime,
@@ -343,36 +371,82 @@ class ObservationalMemory(BaseProcessor):
         batches = rs.observation_order(req.thread_id, turn.unobserved, turn.others) if resource \
             else [(req.thread_id, list(turn.unobserved))]
         observed: list[dict[str, Any]] = []
-        for thread_id, batch in batches:
+        for thread_id, _ in batches:
             if observed and self._pending(ctx, turn, input_tokens) < opts.message_tokens:
                 break
-            turn = self._observe_batch(ctx, job, turn, thread_id, batch, input_tokens, now, blocked, observed)
-            if turn.record is None or not observed or observed[-1].get("thread") != thread_id:
+            turn, whole = self._observe_thread(ctx, job, turn, thread_id, input_tokens, now, blocked, observed)
+            if not whole:
                 break  # failed, or lost a race: the turn goes on with what is stored
         if observed:
             ctx.note(self.id, observed=observed[0] if len(observed) == 1 else observed)
         return turn
 
-    def _observe_batch(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str, batch: list[Message],
-                       input_tokens: int, now: datetime, blocked: bool, observed: list[dict[str, Any]]) -> _Turn:
+    def _observe_thread(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str, input_tokens: int,
+                        now: datetime, blocked: bool, observed: list[dict[str, Any]]) -> tuple[_Turn, bool]:
+        """Observe ``thread_id``'s unobserved messages in batches (``max_tokens_per_batch``, the observer's window):
+        each call's result and cursor are stored before the next call is planned from what is stored then, so a
+        failure keeps what was observed and the retry starts after it. Whether every batch was observed."""
+        done, last_first = 0, None
+        while pending := self._thread_unobserved(ctx, turn, thread_id):
+            if pending[0].id == last_first:
+                return turn, False  # (stored, yet the same messages are unobserved: never observe them twice)
+            last_first = pending[0].id
+            made = len(observed)
+            turn = self._observe_batch(ctx, job, turn, thread_id, pending, input_tokens, now, blocked, observed, done)
+            if len(observed) == made:
+                return turn, False
+            done += 1
+        return turn, True
+
+    def _thread_unobserved(self, ctx: ProcessorContext, turn: _Turn, thread_id: str) -> list[Message]:
+        return list(turn.unobserved) if thread_id == ctx.request.thread_id else list(turn.others.get(thread_id, ()))
+
+    def _thread_hints(self, ctx: ProcessorContext, turn: _Turn, thread_id: str) -> om_store.ThreadHints:
+        return turn.hints if thread_id == ctx.request.thread_id else om_store.thread_hints(
+            om_store.thread_metadata(ctx.store, thread_id))
+
+    def _plan(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str,
+              pending: list[Message]) -> list[ObserverCall]:
+        """The observer calls that observe ``pending`` of ``thread_id`` from the log and hints of ``turn``: what
+        ``_observe_batch`` sends first, and what a preview shows (one path, so the two agree)."""
+        hints = self._thread_hints(ctx, turn, thread_id)
+        return job.plan(pending, previous=turn.record.active_observations if turn.record else "",
+                        current_task=hints.current_task, suggested_response=hints.suggested_response)
+
+    def _observe_batch(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str, pending: list[Message],
+                       input_tokens: int, now: datetime, blocked: bool, observed: list[dict[str, Any]],
+                       done: int) -> _Turn:
+        """Observe the first batch of ``pending`` (``done`` batches of the thread observed before it this turn)."""
         req = ctx.request
         opts = self._options(ctx)
         record = turn.record
-        hints = turn.hints if thread_id == req.thread_id else om_store.thread_hints(
-            om_store.thread_metadata(ctx.store, thread_id))
-        batch_tokens = messages_tokens(ctx.tokenizer, batch)
+        try:
+            calls = self._plan(ctx, job, turn, thread_id, pending)
+        except ContextWindowError as exc:  # max_output_tokens leaves no room in the observer's window
+            retry_at = job.failed("observer", str(exc), record, now)
+            ctx.note(self.id, observationError=f"{exc}; the messages stay raw and the observer is tried again "
+                     f"after {retry_at}", observationRetryAt=retry_at)
+            return turn
+        call = calls[0]
+        batch = list(call.batch)
+        batch_tokens = call.tokens
+        # Which call of the thread's this is, when there are several (planned from the log as it is now).
+        numbered = {"batch": done + 1, "batches": done + len(calls)} if done or len(calls) > 1 else {}
         with ctx.tracer.start_span("memory: observe", "memory_operation", thread_id=req.thread_id,
                                    resource_id=req.resource_id,
                                    attributes={"operationType": "observe", "messages": len(batch),
                                                "tokens": batch_tokens, "blocked": blocked,
-                                               "observedThread": thread_id}) as span:
-            parsed, problem = job.observe(batch, previous=record.active_observations if record else "",
-                                          current_task=hints.current_task, suggested_response=hints.suggested_response)
+                                               "observedThread": thread_id,
+                                               **numbered}) as span:
+            parsed, problem = job.observe(call)
             if parsed is None:
                 assert problem is not None
                 span.record_error(problem)
                 retry_at = job.failed("observer", problem, record, now)
-                ctx.note(self.id, observationError=f"{problem}; the messages stay raw and the observer is tried "
+                kept = ("the batch observed before it this turn is kept, the messages after it stay raw" if done == 1
+                        else f"the {done} batches observed before it this turn are kept, the messages after them "
+                        "stay raw" if done else "the messages stay raw")
+                ctx.note(self.id, observationError=f"{problem}; {kept} and the observer is tried "
                          f"again after {retry_at}", observationRetryAt=retry_at)
                 return turn
             text = rs.attributed(thread_id, parsed.observations) if opts.scope == "resource" else parsed.observations
@@ -398,7 +472,8 @@ class ObservationalMemory(BaseProcessor):
                 return self._load(ctx, turn.key)
             span.set_output({"observedMessages": len(batch), "observationTokens": obs.observation_tokens})
             observed.append({"messages": len(batch), "tokens": batch_tokens,
-                             "observationTokens": obs.observation_tokens, "thread": thread_id})
+                             "observationTokens": obs.observation_tokens, "thread": thread_id,
+                             **numbered})
         if parsed.thread_title and ctx.request.options.generate_title.enabled and job.observer is not None:
             from core.titles import title_from_observer
 

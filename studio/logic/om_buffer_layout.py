@@ -16,6 +16,7 @@ from core.observational import OMRecord
 from core.prompt import AssembledPrompt
 from core.observational.buffer import backoff_of, events
 from studio.logic.observations_layout import format_when
+from studio.logic.request_layout import OBSERVER_CALL
 
 NO_BUFFERING = "Background buffering is off for this record: observations are made in the turn that needs them."
 
@@ -247,8 +248,27 @@ def _observe_first(prompt: AssembledPrompt, first: Mapping[str, Any]) -> str | N
     wait = "wait for the background observer, then " if first.get("waitsForBackground") else ""
     return (f"{wait}observe {len(ids)} message(s) "
             f"({int(first.get('tokens') or 0):,} tokens) with the observer model, which this preview does not "
-            f"call. The prompt it sends will differ here: those messages leave the window and the observations "
-            f"made of them are added. Would go: {'; '.join(named)}{more}.")
+            f"call{_batches_said(first)}. The prompt it sends will differ here: those messages leave the window and "
+            f"the observations made of them are added. Would go: {'; '.join(named)}{more}.")
+
+
+def _batches_said(first: Mapping[str, Any]) -> str:
+    """How the observation is cut into calls (``max_tokens_per_batch``, the observer's window), and where the first
+    call's request is shown; empty when the preview has none."""
+    batches = [int(n) for n in first.get("batches") or ()]
+    request = _section(first, "firstRequest")
+    if not batches or not request:
+        return ""
+    window = request.get("window")
+    fitted = f", each fitted to its {int(window):,}-token context window" if window else ""
+    shown = f"under Request: “{OBSERVER_CALL} 1 of {len(batches)}”"
+    if len(batches) == 1:
+        return f" (one call; its request, exactly as sent, is {shown})"
+    more = len(batches) - 1
+    return (f", in {len(batches)} calls of at most {int(request.get('maxTokensPerBatch') or 0):,} message tokens"
+            f"{fitted}: the first takes {batches[0]} message(s) ({int(request.get('messageTokens') or 0):,} tokens), "
+            f"its request, exactly as sent, is {shown}; {more} more batch{'es' if more != 1 else ''} after "
+            "this one, each made from the observations the one before stored")
 
 
 def buffer_view(record: OMRecord) -> BufferView:

@@ -40,6 +40,8 @@ PARTIAL = "not recorded (taken from the agent framework's trace, which holds the
 COPY_BYTES = "Copy Request Body (exact bytes)"
 COPY_JSON = "Copy Request Body (JSON, not bytes)"
 COPY_READABLE = "Copy as Indented JSON (for reading)"
+#: The title of a preview's observer call (``observer_call_view``), which the next turn makes before its own.
+OBSERVER_CALL = "Observer call"
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,43 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
     )
 
 
+def observer_call_view(prompt: AssembledPrompt) -> RequestView | None:
+    """A preview's observer call: the request of the first observer call the next turn makes before its own model
+    call (the ``observeFirst`` note's ``firstRequest``, built by the turn's own code), None when it makes none."""
+    om = prompt.notes.get("observational-memory") or {}
+    first = om.get("observeFirst") if isinstance(om, Mapping) else None
+    if not isinstance(first, Mapping):
+        return None
+    request = first.get("firstRequest")
+    if not isinstance(request, Mapping) or not isinstance(request.get("messages"), list):
+        return None
+    batches = [int(n) for n in first.get("batches") or ()] or [1]
+    body: dict[str, Any] = {"messages": request["messages"], "temperature": request.get("temperature")}
+    if request.get("maxTokens") is not None:
+        body["max_tokens"] = request["maxTokens"]
+    more = len(batches) - 1
+    window = request.get("window")
+    notes = [f"The first of {len(batches)} observer calls: {batches[0]} message(s), "
+             f"{int(request.get('messageTokens') or 0):,} message tokens; "
+             + (f"{more} more batch{'es' if more != 1 else ''} after this one (max_tokens_per_batch "
+                f"{int(request.get('maxTokensPerBatch') or 0):,}), each made from what the one before stored."
+                if more else "no other batch."),
+             f"Fitted to the observer's {int(window):,}-token context window." if window else
+             "No context window is known for the observer, so only max_tokens_per_batch cuts its calls.",
+             "The messages are exactly what the observer will receive; the model, its endpoint and other settings "
+             "are the observer's, chosen when the turn sends it."]
+    return RequestView(
+        title=f"{OBSERVER_CALL} 1 of {len(batches)}",
+        status="preview: the observer's first call, which the next turn makes before its own model call",
+        model="the observer model (the agent's own unless observer_model names another)",
+        endpoint="the observer model's",
+        settings=[(k, _value(v)) for k, v in body.items() if k != "messages"],
+        tools=[], tools_tokens=0,
+        usage=usage_rows(None, int(request.get("tokens") or 0), None),
+        request=body, notes=notes, tools_label="Tool definitions (the observer is sent none)",
+        bytes_note="not the bytes: the observer's client serialises the body when the turn sends it")
+
+
 def usage_rows(usage: Mapping[str, int] | None, estimate: int, finish_reason: str | None) -> list[UsageRow]:
     """The usage the server reported beside our o200k_base estimate of the prompt, each labelled."""
     reported = usage is not None
@@ -242,6 +281,8 @@ def _status(call: CallReplay | None, info: ReplayInfo | None) -> str:
     return "; ".join(call.differences) or "differs from the record"
 
 
-__all__ = ["COPY_BYTES", "COPY_JSON", "COPY_READABLE", "ESTIMATE", "NOT_RECORDED", "PARTIAL", "TOOLS_AS_SENT",
-           "TOOLS_NOT_RECORDED", "TOOLS_OF_MEMORY", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view", "tool_rows",
+__all__ = ["COPY_BYTES", "COPY_JSON", "COPY_READABLE", "ESTIMATE", "NOT_RECORDED", "OBSERVER_CALL", "PARTIAL",
+           "TOOLS_AS_SENT",
+           "TOOLS_NOT_RECORDED", "TOOLS_OF_MEMORY", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view",
+           "observer_call_view", "tool_rows",
            "usage_rows"]

@@ -707,9 +707,11 @@ class PromptInspectorPane(QWidget):
         self.call_combo.clear()
         for label in call_labels(calls):
             self.call_combo.addItem(f"Model call {label}")
+        for extra in preview.requests[len(calls):]:  # the observer's first call, which the next turn makes first
+            self.call_combo.addItem(extra.title)
         self.call_combo.setCurrentIndex(0)
         self.call_combo.blockSignals(False)
-        self.call_combo.setVisible(len(calls) > 1)
+        self.call_combo.setVisible(self.call_combo.count() > 1)
         self.request_view.show_request(preview.requests[0] if preview.requests else None)
 
     def _call_chosen(self, index: int) -> None:

@@ -454,17 +454,13 @@ def test_an_uncapped_observer_that_times_out_is_told_where_its_cap_is(db_path: P
     assert [m.id for m in h.stored()[:4]] == prompt_ids(prompt)[:4]  # the messages stay raw
 
 
-def test_an_observer_request_over_the_servers_context_says_what_fits_it(db_path: Path | str) -> None:
-    # Regression (seen with SmolLM2 on llama.cpp, --ctx-size 1024, the model given context_window=1024): the
-    # observer's request of 1,791 tokens was refused, and the error said the server counts more tokens than the
-    # engine's estimate, "give a smaller context_window (now 1,024, e.g. 870)". The observer's request is not
-    # fitted to context_window at all (its instructions, the observations so far and every message it observes
-    # go whole), so a smaller one only cut more of each turn's memory, and the observer failed the same way.
+def _over_the_servers_context(db_path: Path | str, context_window: int | None) -> tuple[str, Harness, Any]:
+    """A turn whose observer call a server refuses as over its 1,024-token context: the error noted, and the turn."""
     from core.llm import LoopbackServer, OpenAICompatibleModel, RetryPolicy
 
     with LoopbackServer(ScriptedModel([OBSERVED])) as server:
         observer = OpenAICompatibleModel("observer", base_url=server.base_url, environ={}, keyring_service=None,
-                                         retry=RetryPolicy(max_retries=0), context_window=1024)
+                                         retry=RetryPolicy(max_retries=0), context_window=context_window)
         h = Harness(db_path, [])
         h.memory = Memory(h.store, MemoryOptions(observational_memory={
             "enabled": True, "message_tokens": 200, "buffer_tokens": False}),
@@ -474,13 +470,37 @@ def test_an_observer_request_over_the_servers_context_says_what_fits_it(db_path:
         server.fail_next(1, 400, message="request (1791 tokens) exceeds the available context size (1024 tokens), "
                                          "try increasing it")
         prompt, _ = h.turn(long_text("epsilon"))
-    error = prompt.notes["observational-memory"]["observationError"]
+    return prompt.notes["observational-memory"]["observationError"], h, prompt
+
+
+def test_an_observer_request_over_the_servers_context_says_what_fits_it(db_path: Path | str) -> None:
+    # Regression (seen with SmolLM2 on llama.cpp, --ctx-size 1024, the model given context_window=1024): the
+    # observer's request of 1,791 tokens was refused, and the error said the server counts more tokens than the
+    # engine's estimate, "give a smaller context_window (now 1,024, e.g. 870)". The observer's request was not
+    # fitted to context_window at all then (its instructions, the observations so far and every message it observed
+    # went whole), so a smaller one only cut more of each turn's memory, and the observer failed the same way.
+    error, h, prompt = _over_the_servers_context(db_path, 1024)
     assert "exceeds the available context size (1024 tokens)" in error  # the server's own words stay
     assert "smaller context_window" not in error and "e.g. 870" not in error
-    assert "not fitted to context_window" in error and "--ctx-size" in error
+    # Since observer calls are cut to the window (max_tokens_per_batch), the hint says what is over it here: the
+    # observer's instructions alone (723 tokens of system prompt) do not leave room in 1,024 minus the reply.
+    assert "the observer's calls are cut to fit openai-compatible/observer's 1,024-token context window" in error
+    assert "666 tokens for the request" in error and "its instructions with the observations' tail and hints alone" \
+        in error and "--ctx-size" in error
     assert "observational_memory's observer_model to a model with a larger one" in error
     assert "the messages stay raw" in error
     assert [m.id for m in h.stored()[:4]] == prompt_ids(prompt)[:4]  # nothing lost: the messages stay raw
+
+
+def test_an_observer_without_a_window_over_the_servers_context_is_told_to_give_one(db_path: Path | str) -> None:
+    # The observer's model says no context_window: its calls are cut by max_tokens_per_batch only, so the hint asks
+    # for the window (which makes the engine cut each call to fit) or a larger context.
+    error, h, prompt = _over_the_servers_context(db_path, None)
+    assert "exceeds the available context size (1024 tokens)" in error
+    assert "smaller context_window" not in error
+    assert "the observer's request is not fitted to a context window, as its model says none" in error
+    assert "give the observer model its context_window" in error and "--ctx-size" in error
+    assert [m.id for m in h.stored()[:4]] == prompt_ids(prompt)[:4]
 
 
 def test_a_reply_cut_off_at_the_length_cap_is_not_used(db_path: Path | str) -> None:

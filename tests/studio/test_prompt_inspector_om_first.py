@@ -193,3 +193,45 @@ def test_the_rows_the_next_turn_observes_first_are_marked_in_the_table(qtbot: An
     preview_of_next(qtbot, pane)
     assert not any(str(pane.fragment_model.index(r, text_col).data()).startswith(OBSERVED_FIRST_MARK)
                    for r in range(pane.fragment_model.rowCount()))
+
+
+def test_a_backlog_over_max_tokens_per_batch_shows_the_first_observer_call_as_sent(qtbot: Any, tmp_path: Path,
+                                                                                  pane_on: Any) -> None:
+    # The next turn observes its backlog in several observer calls (max_tokens_per_batch): the notice says how many,
+    # and the Request view shows the first call's request, which the turn then sends byte for byte.
+    import json
+
+    path = tmp_path / "memory.db"
+    om = {"message_tokens": 120, "buffer_tokens": False, "max_tokens_per_batch": 45}
+    build(path, om, until="observeFirst")
+    pane = pane_on(path)
+    before = checksum(pane.session.store)
+    preview = preview_of_next(qtbot, pane)
+    assert checksum(pane.session.store) == before
+    first = preview.prompt.notes["observational-memory"]["observeFirst"]
+    batches = first["batches"]
+    assert len(batches) >= 2 and sum(batches) == len(first["messages"])
+    more = len(batches) - 1
+    assert preview.notice is not None
+    assert f"in {len(batches)} calls of at most 45 message tokens" in preview.notice
+    assert f"{more} more batch{'es' if more != 1 else ''} after this one" in preview.notice
+    titles = [pane.call_combo.itemText(i) for i in range(pane.call_combo.count())]
+    assert titles[-1] == f"Observer call 1 of {len(batches)}" and pane.call_combo.isVisibleTo(pane)
+    pane.call_combo.setCurrentIndex(len(titles) - 1)
+    shown = preview.requests[-1]
+    assert shown.title == titles[-1] and json.loads(shown.body)["messages"] == first["firstRequest"]["messages"]
+    _shots(qtbot, pane, "observer_batches")
+    # The next turn, run for real, sends exactly that request first.
+    store = open_store(path)
+    try:
+        observer = _observer()
+        memory = Memory(store, MemoryOptions(last_messages=40, observational_memory={"enabled": True, **om}),
+                        observer_model=observer, name="walker")
+        agent = Agent("walker", instructions="Answer briefly.", model=ScriptedModel(lambda m, t: "Noted.", name="a"),
+                      memory=memory, tracer=False)
+        agent.generate(NEXT, memory={"resource": RESOURCE, "thread": THREAD})
+    finally:
+        store.close()
+    assert len(observer.requests) == len(batches)
+    assert json.dumps(observer.requests[0].messages, ensure_ascii=False) == \
+        json.dumps(shown.request["messages"], ensure_ascii=False)

@@ -60,6 +60,11 @@ def test_only_the_reply_coming_in_has_the_typing_mark_and_it_says_what_it_waits_
                                                                                "tokens": 9}))
     assert "condensing its observations (40,000 tokens)" in str(
         waiting_for("memory_operation", {"operationType": "reflect", "tokens": 40_000}))
+    # A backlog over max_tokens_per_batch is observed in several calls, one span each: the line says which.
+    assert waiting_for("memory_operation", {"operationType": "observe", "messages": 12, "tokens": 9_800,
+                                            "batch": 2, "batches": 3}) == (
+        "observational memory is observing 12 unobserved messages (9,800 tokens) before the reply: batch 2 of 3, "
+        "each a model call of its own")
     waits = waiting_for("memory_operation", {"operationType": "wait", "waitsFor": "observer", "limitSeconds": 120.0})
     assert waits == ("waiting for observational memory's background observer to finish (past its block_after the "
                      "reply waits for it, at most 120 s)")

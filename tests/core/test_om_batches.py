@@ -1,0 +1,265 @@
+"""A synchronous observation of a backlog larger than ``max_tokens_per_batch`` (or than the observer's
+context window) is made in several observer calls, each stored before the next (Mastra's
+``observation.maxTokensPerBatch``). Before, every unobserved message went in one call: against a
+llama.cpp server with a small context that call failed on every retry, and the thread was never
+observed (found by session 33's walk with SmolLM2)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import Memory, MemoryOptions, Message, open_store
+from core.context_window import PromptBudget
+from core.errors import OptionsError
+from core.llm import LoopbackServer, ModelError, OpenAICompatibleModel, RetryPolicy, ScriptedModel
+from core.observational import load_current
+from core.observational.batches import request_tokens
+from core.observational.observer import format_history
+from core.observational.tokens import messages_tokens
+from core.options import ObservationalMemoryOptions
+from core.storage import Store
+from core.timeutil import FixedClock
+from core.tokens import EstimatingTokenizer
+from core.traces.tracer import InMemorySpanExporter, Tracer
+
+START = datetime(2025, 1, 2, 9, 0, tzinfo=timezone.utc)
+TOKENIZER = EstimatingTokenizer()
+
+
+def observed(n: int) -> str:
+    return (f"<observations>\nDate: Jan 2, 2025\n* 🔴 (09:0{n}) User described batch {n}.\n</observations>\n\n"
+            f"<current-task>\nPrimary: batch {n}.\n</current-task>")
+
+
+def counting() -> Any:
+    """A responder observing something new at each call (a reply repeating the log would be refused)."""
+    calls = iter(range(1, 1_000))
+    return lambda _messages, _tools: observed(next(calls))
+
+
+def text(word: str, chars: int = 200) -> str:
+    return (word + " ") * (chars // (len(word) + 1))
+
+
+class Backlog:
+    """Six stored messages (three exchanges) nothing has observed, then a turn past the threshold."""
+
+    def __init__(self, path: Path | str, observer: Any, *, scope: str = "thread", threads: tuple[str, ...] = ("t1",),
+                 tracer: Any = None, before: tuple[Message, ...] = (), **om: Any) -> None:
+        self.store: Store = open_store(path)
+        self.observer = observer
+        self.clock = FixedClock(START, step_ms=60_000)
+        self.om = {"enabled": True, "message_tokens": 100_000, "observation_tokens": 100_000, "buffer_tokens": False,
+                   "scope": scope, **om}
+        self.tracer = tracer
+        self.memory = self._memory(self.om)
+        if before:
+            self.memory.save_messages(list(before))
+        for thread in threads:
+            for word in ("alpha", "beta", "gamma"):
+                self.turn(text(f"{thread}-{word}"), text(f"{thread}-{word}-reply"), thread=thread)
+        self.om["message_tokens"] = 200  # the backlog is now past the threshold
+        self.memory = self._memory(self.om)
+
+    def _memory(self, om: dict[str, Any]) -> Memory:
+        return Memory(self.store, MemoryOptions(last_messages=10, observational_memory=dict(om)),
+                      observer_model=self.observer, tokenizer=TOKENIZER, clock=self.clock, tracer=self.tracer)
+
+    def turn(self, said: str, reply: str | None = "ok", *, live: bool = True, thread: str = "t1") -> Any:
+        ctx = self.memory.new_context(self.memory.request_context(thread_id=thread, resource_id="u1"))
+        ctx.live = live
+        self.memory.prepare_input(ctx, input=said, instructions="You are a helper.")
+        prompt = self.memory.run_input(ctx)
+        if live and reply is not None:
+            ctx.messages.add(Message.assistant(reply, created_at=self.clock.now()), "response")
+            ctx.finish_reason = "stop"
+            self.memory.run_output(ctx)
+        return prompt
+
+    def stored(self, thread: str = "t1") -> list[Message]:
+        return self.memory.recall(thread_id=thread, per_page=False).messages
+
+    def histories(self) -> list[str]:
+        return [str(r.messages[2]["content"]) for r in self.observer.requests]
+
+
+def two_messages(stored: list[Message]) -> int:
+    """A cap that takes exactly two of the stored messages (each about the same size)."""
+    return messages_tokens(TOKENIZER, stored[:2]) + 2
+
+
+def test_a_backlog_of_three_caps_is_observed_in_three_ordered_calls(db_path: Path | str) -> None:
+    exporter = InMemorySpanExporter()
+    observer = ScriptedModel([observed(1), observed(2), observed(3)], name="observer")
+    h = Backlog(db_path, observer, tracer=Tracer(exporter))
+    stored = h.stored()
+    assert len(stored) == 6
+    h.om["max_tokens_per_batch"] = two_messages(stored)
+    h.memory = h._memory(h.om)
+    prompt = h.turn("go on")
+    # Three calls, oldest first, each taking exactly its two messages.
+    assert h.histories() == [format_history(stored[0:2]), format_history(stored[2:4]), format_history(stored[4:6])]
+    # Each call was built from the log as the call before left it: the second sees the first's observations
+    # and hints, the third the first two's.
+    tasks = [str(r.messages[1]["content"]) for r in observer.requests]
+    assert "Previous Observations" not in tasks[0]
+    assert "User described batch 1." in tasks[1] and "prior current-task: Primary: batch 1." in tasks[1]
+    assert "User described batch 2." in tasks[2] and "batch 1." in tasks[2]
+    record = load_current(h.store, "t1")
+    assert record is not None
+    log = record.active_observations
+    assert log.index("batch 1.") < log.index("batch 2.") < log.index("batch 3.")
+    notes = prompt.notes["observational-memory"]
+    assert [o["batch"] for o in notes["observed"]] == [1, 2, 3]
+    assert not {m.id for m in stored} & {f.detail.get("messageId") for f in prompt.fragments}
+    # One span per call, numbered.
+    spans = [s for s in exporter.spans if s.name == "memory: observe"]
+    assert [(s.attributes["batch"], s.attributes["batches"], s.attributes["messages"]) for s in spans] == \
+        [(1, 3, 2), (2, 3, 2), (3, 3, 2)]
+
+
+def test_a_failure_on_the_second_call_keeps_the_first_and_the_retry_starts_after_it(db_path: Path | str) -> None:
+    failure = ModelError("upstream said no", model_id="scripted/observer", endpoint="http://observer.test", status=500)
+    observer = ScriptedModel([observed(1), failure, observed(2), observed(3)], name="observer")
+    h = Backlog(db_path, observer)
+    stored = h.stored()
+    h.om["max_tokens_per_batch"] = two_messages(stored)
+    h.memory = h._memory(h.om)
+    prompt = h.turn("go on")
+    notes = prompt.notes["observational-memory"]
+    assert len(observer.requests) == 2
+    assert "the batch observed before it this turn is kept, the messages after it stay raw" in \
+        notes["observationError"]
+    assert notes["observed"]["messages"] == 2  # the first batch
+    record = load_current(h.store, "t1")
+    assert record is not None and "batch 1." in record.active_observations
+    # The first two messages left the window; the four after them stay raw (with this turn's input).
+    stored_ids = {m.id for m in stored}
+    in_prompt = [f.detail.get("messageId") for f in prompt.fragments if f.detail.get("messageId") in stored_ids]
+    assert in_prompt == [m.id for m in stored[2:6]]
+    # After the back-off, the retry starts at the second batch: nothing lost, nothing observed twice.
+    for _ in range(5):  # (each reading of the test clock moves it a minute: past the 30 s back-off)
+        h.clock.now()
+    h.turn("and again")
+    histories = h.histories()
+    assert histories[2] == format_history(stored[2:4]) and histories[3] == format_history(stored[4:6])
+    sent = [histories[0], histories[2], histories[3]]
+    for m in stored:
+        assert sum(m.text.strip()[:40] in hist for hist in sent) == 1
+    record = load_current(h.store, "t1")
+    assert record is not None
+    log = record.active_observations
+    assert log.index("batch 1.") < log.index("batch 2.") < log.index("batch 3.")
+
+
+def test_a_model_with_a_small_context_window_gets_calls_that_fit_it(db_path: Path | str) -> None:
+    observer = ScriptedModel(counting(), name="observer", context_window=1_600)
+    h = Backlog(db_path, observer)  # max_tokens_per_batch stays 10,000: the window is what cuts
+    stored = h.stored()
+    h.turn("go on")
+    budget = PromptBudget.for_model(1_600, max_tokens=None, model_id=observer.model_id)
+    assert len(observer.requests) >= 2
+    for request in observer.requests:
+        assert request_tokens(TOKENIZER, request.messages) <= budget.prompt_limit
+    # Every stored message observed once, in order, in whole messages.
+    histories = h.histories()
+    at = 0
+    for hist in histories:
+        taken = [m for m in stored[at:] if m.text.strip()[:40] in hist]
+        assert taken and format_history(taken) == hist
+        at += len(taken)
+    assert at == 6
+    record = load_current(h.store, "t1")
+    assert record is not None and record.active_observations.count("User described batch") == len(histories)
+
+
+def test_a_single_message_over_the_window_goes_alone_and_the_error_says_why(db_path: Path | str) -> None:
+    # The oldest unobserved message alone is over the observer's window: it is sent alone (the server decides),
+    # and the server's refusal says that a single message is over the window the calls are cut to.
+    big = Message.user(text("huge", 4_000), thread_id="t1", resource_id="u1", created_at=START - timedelta(hours=1))
+    with LoopbackServer(ScriptedModel(counting(), name="server")) as server:
+        model = OpenAICompatibleModel("observer", base_url=server.base_url, environ={}, keyring_service=None,
+                                      retry=RetryPolicy(max_retries=0), context_window=1_600)
+        h = Backlog(db_path, model, before=(big,))
+        server.fail_next(1, 400, message="request (1900 tokens) exceeds the available context size (1600 tokens), "
+                                         "try increasing it")
+        prompt = h.turn("go on")
+        received = server.chat_requests()
+    assert len(received) == 1
+    history = received[0]["messages"][2]["content"]
+    assert history == format_history([h.stored()[0]]) and "huge huge" in history
+    error = prompt.notes["observational-memory"]["observationError"]
+    assert "the observer's calls are cut to fit openai-compatible/observer's 1,600-token context window" in error
+    assert "over it with a single message of" in error and "--ctx-size" in error
+    assert "the messages stay raw" in error
+
+
+def test_resource_scope_observes_each_thread_in_batches(db_path: Path | str) -> None:
+    observer = ScriptedModel(counting(), name="observer")
+    h = Backlog(db_path, observer, scope="resource", threads=("t1", "t2"))
+    cap = two_messages(h.stored("t1"))
+    h.om["max_tokens_per_batch"] = cap
+    h.memory = h._memory(h.om)
+    h.turn("go on", thread="t2")
+    histories = h.histories()
+    assert len(histories) == 6  # two threads of six messages each, two messages a call
+    for request in observer.requests:
+        body = str(request.messages[2]["content"])
+        assert messages_tokens(TOKENIZER, [m for t in ("t1", "t2") for m in h.stored(t)
+                                           if m.text.strip()[:40] in body]) <= cap
+    expected = [format_history(h.stored("t1")[i:i + 2]) for i in (0, 2, 4)]
+    expected += [format_history(h.stored("t2")[i:i + 2]) for i in (0, 2, 4)]
+    assert histories == expected
+    record = load_current(h.store, resource_id="u1", scope="resource")
+    assert record is not None
+    assert record.active_observations.count('<thread id="t1">') == 3
+    assert record.active_observations.count('<thread id="t2">') == 3
+
+
+def test_the_preview_shows_the_first_call_byte_for_byte(db_path: Path | str) -> None:
+    observer = ScriptedModel(counting(), name="observer", context_window=2_000)
+    h = Backlog(db_path, observer)
+    h.om["max_tokens_per_batch"] = two_messages(h.stored())
+    h.memory = h._memory(h.om)
+    preview = h.turn("go on", live=False)
+    first = preview.notes["observational-memory"]["observeFirst"]
+    assert observer.requests == []  # a preview calls no model
+    h.turn("go on")
+    sent = observer.requests[0].messages
+    assert json.dumps(first["firstRequest"]["messages"], ensure_ascii=False) == json.dumps(sent, ensure_ascii=False)
+    assert first["batches"] == [2, 2, 2]
+    assert len(observer.requests) == len(first["batches"])
+
+
+def test_max_tokens_per_batch_is_checked_and_ported_from_mastra() -> None:
+    for bad in (0, -5, 2.5, True, "10000"):
+        with pytest.raises(OptionsError, match="max_tokens_per_batch must be a positive integer"):
+            ObservationalMemoryOptions(max_tokens_per_batch=bad)  # type: ignore[arg-type]
+    options = MemoryOptions.from_mastra({"observationalMemory": {"observation": {"maxTokensPerBatch": 4000}}})
+    assert options.observational_memory.max_tokens_per_batch == 4000
+    assert options.to_mastra()["observationalMemory"]["observation"]["maxTokensPerBatch"] == 4000
+    assert "maxTokensPerBatch" not in MemoryOptions(observational_memory=True).to_mastra()[
+        "observationalMemory"]["observation"]
+
+
+def test_the_background_observer_takes_at_most_max_tokens_per_batch_a_call(db_path: Path | str) -> None:
+    # Background batches are about two buffer_tokens (here 2 x 100 = three messages); max_tokens_per_batch caps them.
+    observer = ScriptedModel(counting(), name="observer")
+    h = Backlog(db_path, observer)
+    cap = two_messages(h.stored())
+    h.om.update(buffer_tokens=100, block_after=100_000, max_tokens_per_batch=cap)
+    h.memory = h._memory(h.om)
+    h.turn("go on")
+    assert h.memory.wait_idle(30)
+    record = load_current(h.store, "t1")
+    assert record is not None
+    chunks = record.buffered
+    assert len(chunks) >= 3 and all(len(c.message_ids) == 2 and c.message_tokens <= cap for c in chunks)
+    stored = h.stored()
+    assert [i for c in chunks for i in c.message_ids] == [m.id for m in stored[:2 * len(chunks)]]
+    assert h.histories()[0] == format_history(stored[:2])
