@@ -29,13 +29,19 @@ def fit_columns(total: int, fixed: Mapping[str, int], shares: Mapping[str, float
     minima: Replay's stored ids took 89 px of a 1,440 px window's table while its reason read "working memory
     c…"), and ``last`` its ``room`` when given (the role took 70 px while the fragment's text read "Hi! I'A…")."""
     fixed, shares = dict(fixed), dict(shares)
+    kept_roomy = False
     for title in optional:
         wanted = (room or {}) if title in roomy else {}
         needs = {t: max(minimum.get(t, 0), wanted.get(t, 0)) for t in shares}
         if sum(fixed.values()) + sum(needs.values()) + max(rest, wanted.get(last, 0)) <= total:
+            kept_roomy = kept_roomy or title in roomy
             continue  # (the minima only grow with the roomy columns: an earlier column that fits, fits)
         fixed.pop(title, None)
         shares.pop(title, None)
+    if kept_roomy:  # a roomy column shown: the room it waited for is kept too (the shares gave Source and Why
+        # their caps first, and the text 237 px of the quarter the stored ids waited for)
+        minimum = {**minimum, **{t: max(minimum.get(t, 0), (room or {}).get(t, 0)) for t in shares}}
+        rest = max(rest, (room or {}).get(last, 0))
     spare = max(0, total - sum(fixed.values()) - rest)
     cap = maximum or {}
     out = {**fixed}

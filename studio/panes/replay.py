@@ -137,8 +137,9 @@ class ReplayPane(QWidget):
         flow.addWidget(self.fork_btn)
         # The title and the tools in a flow too: where the title's whole text and the tools do not fit on one
         # row (a 720 px window), the tools go on the row below and the thread's name stays readable (in one
-        # row it was elided to "Replay ·…"). Where they fit, one row, the subtitle taking what is left.
-        root.addWidget(header_bar(head, self.title, tools))
+        # row it was elided to "Replay ·…"). Where they fit, one row; the subtitle (the thread, its resource and
+        # whose options) is kept whole too: in the themed app at 1,440 px it was cut beside the tools.
+        root.addWidget(header_bar(head, self.title, tools, beside=self.subtitle))
 
         steps = QHBoxLayout()
         self.first_btn, self.prev_btn, self.next_btn, self.last_btn = (QToolButton() for _ in range(4))

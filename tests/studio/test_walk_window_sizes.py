@@ -120,14 +120,17 @@ def test_replays_reasons_read_whole_side_by_side_before_the_stored_ids_are_shown
     window.session.pool.wait(20_000)
 
 
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
 @pytest.mark.parametrize("thread", [("ada", "ada-groceries"), ("sam", "sam-standup")])
 def test_at_1440_px_replays_context_table_reads_every_reason_whole_and_gives_the_text_real_room(
-        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, thread: tuple[str, str]) -> None:
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, thread: tuple[str, str], themed: str | None,
+        theme: str | None) -> None:
     """Replay is the debugger's main view, and at a 1,440 × 900 window its context table had ~575 px beside the
     request (whose recall table needs ~420): the fragment's text kept ~70 px ("Hi! I'A…"), the reasons read
     "observed by observati…" (found 2026-12-07 by s33-walk5 and walk6). The request goes under the table there
-    now: every reason reads whole, the text has at least a third of the table, and the request side keeps its
-    tabs (test_replay_inspector_columns: its recall table whole)."""
+    now: every reason reads whole, the text has at least a quarter of the table, and the request side keeps its
+    tabs (test_replay_inspector_columns: its recall table whole). In the themed app (10 pt) the text had 237 px of
+    1,024 beside the stored ids (cut there, "record …7d…"): they wait for the text's quarter now."""
     window, table = _context_table(demo_dir, tmp_path, make_window, qtbot, 1440, *thread)
     _fits(table)
     titles, metrics, model = _titles(table), table.fontMetrics(), table.model()
@@ -143,11 +146,13 @@ def test_at_1440_px_replays_context_table_reads_every_reason_whole_and_gives_the
     window.session.pool.wait(20_000)
 
 
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
 def test_at_1440_px_replays_header_names_whose_options_whole_and_how_they_were_chosen_on_hover(
-        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, theme: str | None) -> None:
     """Replay's header at a 1,440 px window read "… · options from agent 'chef' (agen…": the reason named the agent
     again, "(agent 'chef' answered last in this thread)" (found 2026-12-07 by s33-walk5). The header names the agent
-    whole; how it was chosen is in the tooltip."""
+    whole; how it was chosen is in the tooltip. In the themed app (10 pt) the subtitle was still cut beside the
+    header's tools: where both do not fit, the tools go on the row below."""
     window, _table = _context_table(demo_dir, tmp_path, make_window, qtbot, 1440, "sam", "sam-standup")
     subtitle = window.panes["replay"].subtitle
     assert subtitle.text().endswith("options from agent 'notes-om'"), subtitle.text()
