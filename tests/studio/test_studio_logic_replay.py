@@ -206,6 +206,18 @@ def test_a_roomy_optional_column_waits_for_the_last_columns_room_too() -> None:
     assert "Role" in fit(460, {"Why": 100, "Text": 250})
 
 
+def test_a_roomy_column_shown_keeps_the_room_it_waited_for() -> None:
+    """In the themed app at a 1,440 px window Replay's stored ids showed because the reason's and the text's room
+    fitted, and then the shares gave Source and Why their caps first: the text kept 237 px of the 256 it waited
+    for. Where a roomy column shows, the shared columns keep their room and the last column its room."""
+    widths = fit_columns(500, {"#": 30, "Stored": 90}, {"Source": 0.5, "Why": 0.5}, {"Source": 60, "Why": 60},
+                         "Text", rest=40, maximum={"Source": 150, "Why": 150}, optional=["Stored"],
+                         room={"Why": 120, "Text": 150}, roomy=["Stored"])
+    assert "Stored" in widths  # (30 + 90 + 60 + 120 + 150 = 450 of 500)
+    assert widths["Text"] >= 150 and widths["Why"] >= 120, widths
+    assert sum(widths.values()) == 500
+
+
 def test_a_message_that_came_another_way_names_both_ways() -> None:
     """Replay's row of a message that moved between observational memory's unobserved messages and semantic
     recall says why in words and keeps the way it came before, which the fragment pane names beside "now"."""
