@@ -453,3 +453,34 @@ def _splitters_never_cut_a_part(demo_dir: Path, tmp_path: Path, make_window: Any
     if width == 720:
         assert all(stacked.values())
     window.session.pool.wait(20_000)
+
+
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
+def test_working_memorys_status_reads_whole_at_900_by_800(demo_dir: Path, tmp_path: Path, make_window: Any,
+                                                          qtbot: Any, themed: str | None, theme: str | None) -> None:
+    """Working Memory's status line says what a save did and what to do next ("Undo: the value stored before your
+    save is staged. Save makes it current, …"): at a 900 × 800 window it had ~550 px and was cut with "…", the
+    rest only on hover (found 2026-12-07 by s33-walk7). It wraps onto more lines where it needs them."""
+    from .test_working_memory_pane import save_and_wait
+
+    window = _window(demo_dir, tmp_path, make_window, qtbot, 900)
+    window.resize(900, 800)
+    window.resources.set_selection(Selection("ada", "ada-groceries"))
+    window.show_tab("working_memory")
+    pane = window.panes["working_memory"]
+    qtbot.waitUntil(lambda: pane.snapshot is not None and "saved version" in pane.status.text(), timeout=20_000)
+    versions = pane.version_model.rowCount()
+    pane.editor.replace_all(pane.editor.toPlainText() + "\n- Oat milk")
+    save_and_wait(qtbot, pane, pane.saved)
+    qtbot.waitUntil(lambda: pane.version_model.rowCount() == versions + 1 and "saved version" in pane.status.text()
+                    and pane.commands.action("wm.undo").isEnabled(), timeout=10_000)
+    pane.commands.run("wm.undo")
+    status = pane.status
+    assert status.text().startswith("Undo: the value stored before your save is staged")
+    qtbot.waitUntil(lambda: status.height() >= status.heightForWidth(status.width()) > 0, timeout=5_000)
+    metrics = status.fontMetrics()
+    assert metrics.horizontalAdvance(status.text()) > status.width()  # (longer than one line: it wraps)
+    assert status.wordWrap() and status.textFormat() == Qt.TextFormat.PlainText
+    bottom = status.mapTo(window, status.rect().bottomLeft()).y()
+    assert bottom <= window.statusBar().geometry().top(), (bottom, window.statusBar().geometry())
+    window.session.pool.wait(20_000)
