@@ -29,8 +29,9 @@ def _context_table(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any,
     return window, table
 
 
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
 def test_replays_context_table_gives_a_wide_windows_room_to_the_fragments_text(
-        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, theme: str | None) -> None:
     """At a 2,560 px window Source and Why took ~45 % each of the spare width, ~500 px, mostly blank, and
     the fragment's text, what the table is read for, ~150 px: "You are a st…" (found 2026-12-06 by the
     walk). Each now takes what its usual text needs, the text the rest."""
@@ -45,9 +46,11 @@ def test_replays_context_table_gives_a_wide_windows_room_to_the_fragments_text(
     window.session.pool.wait(20_000)
 
 
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
 @pytest.mark.parametrize("width", [1100, 1440])
 def test_replays_context_table_at_ordinary_widths_keeps_its_columns(
-        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int) -> None:
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int, themed: str | None,
+        theme: str | None) -> None:
     """The caps change nothing where the shares are below them: at 1,100 and 1,440 px the source reads
     whole and the reason keeps its words as before."""
     window, table = _context_table(demo_dir, tmp_path, make_window, qtbot, width, "sam", "sam-standup")
@@ -99,8 +102,9 @@ def _options_whole_at_900(demo_dir: Path, tmp_path: Path, make_window: Any, qtbo
     window.session.pool.wait(20_000)
 
 
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
 def test_replays_reasons_read_whole_side_by_side_before_the_stored_ids_are_shown(
-        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, theme: str | None) -> None:
     """At a 1,440 × 900 window, Replay's context table (side by side with the request, ~570 px) on ada's groceries
     showed the optional Stored column (89 px of short ids, said again under the table) while the reason read
     "working memory c…" (found 2026-12-07 by s33-walk5). Side by side, the reason gets "working memory changed"
