@@ -156,10 +156,11 @@ def test_at_1440_px_replays_header_names_whose_options_whole_and_how_they_were_c
     """Replay's header at a 1,440 px window read "… · options from agent 'chef' (agen…": the reason named the agent
     again, "(agent 'chef' answered last in this thread)" (found 2026-12-07 by s33-walk5). The header names the agent
     whole; how it was chosen is in the tooltip. In the themed app (10 pt) the subtitle was still cut beside the
-    header's tools: where both do not fit, the tools go on the row below."""
+    header's tools: it leaves the resource to the tooltip (the thread list and the thread picker beside it name it)."""
     window, _table = _context_table(demo_dir, tmp_path, make_window, qtbot, 1440, "sam", "sam-standup")
     subtitle = window.panes["replay"].subtitle
-    assert subtitle.text().endswith("options from agent 'notes-om'"), subtitle.text()
+    assert subtitle.text() == "thread sam-standup · options from agent 'notes-om'", subtitle.text()
     assert not subtitle.elided(), (subtitle.text(), subtitle.width())
     assert "options from agent 'notes-om' (agent 'notes-om' answered last in this thread)" in subtitle.toolTip()
+    assert "thread sam-standup · resource sam · options from" in subtitle.toolTip()
     window.session.pool.wait(20_000)
