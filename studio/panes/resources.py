@@ -301,7 +301,8 @@ class ResourcesPane(QWidget):
         """The widest thread title's cell as the tree shows it (its label and the cell's padding, measured as
         ``_size_columns`` measures the counts'); past ``TITLE_LEAST_CHARS`` it stops counting (the date gives way)."""
         cap = metrics.horizontalAdvance("x") * TITLE_LEAST_CHARS
-        padding = max(self.tree.sizeHintForIndex(reference).width() - metrics.horizontalAdvance(str(reference.data() or "")), 0)
+        text = str(reference.data() or "")
+        padding = max(self.tree.sizeHintForIndex(reference).width() - metrics.horizontalAdvance(text), 0)
         widest, seen = 0, set()
         for r in range(self.model.rowCount()):
             resource = self.model.index(r, 0)

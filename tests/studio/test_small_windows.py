@@ -338,7 +338,7 @@ def _thread_list_at(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any
     assert titles == window.resources.title_room()
     x = tree.fontMetrics().horizontalAdvance("x")
     assert titles >= x * 18  # (the titles keep room to be read, in the narrowest list too)
-    if not tree.isColumnHidden(2) or width >= 1100:  # (the date never cuts a title: every one of the demo's reads whole)
+    if not tree.isColumnHidden(2) or width >= 1100:  # (the date never cuts a title: each of the demo's reads whole)
         assert _cut_titles(tree) == [], titles
     if width == 720:
         assert tree.isColumnHidden(2)  # (at 900 px it depends on the font: the titles keep their room either way)
@@ -365,7 +365,8 @@ def _cut_titles(tree: Any) -> list[tuple[str, int, int]]:
 def test_at_1440_px_long_thread_titles_keep_their_room_and_the_date_gives_way(
         demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, theme: str | None) -> None:
     """The date shows beside the titles where every title reads whole (the demo's at 1,440 px); where a title is
-    long, the titles keep ``TITLE_LEAST_CHARS`` "x" widths (cut in the middle beyond) and the date gives way, as before."""
+    long, the titles keep ``TITLE_LEAST_CHARS`` "x" widths (cut in the middle beyond) and the date gives way, as
+    before."""
     from core import open_store
 
     folder = tmp_path / "long"
