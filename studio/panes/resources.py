@@ -90,6 +90,7 @@ class SearchResultsModel(QAbstractListModel):
 
 TITLE_LEAST_CHARS = 30  # a thread title's least room, in "x" widths (after its indent), before the date column gives way
 TITLE_FLOOR_CHARS = 18  # ... or, where every title reads whole in less, that room, never less than this
+LABEL_WIDTHS_KEPT = 50_000  # thread labels whose widths are kept across loads (past it: measured again)
 TREE_INDENT = 12  # each level's indent (Qt's 20, twice before a thread's title, left 16 px less of a 1,440 px list)
 
 
@@ -163,6 +164,10 @@ class ResourcesPane(QWidget):
         # last activity): titles are what users scan.
         self._date_width = 0
         self._titles_width = 0  # the widest thread title's cell (its text and padding), as loaded
+        # Each thread label's width in the tree's font, kept across loads (a load of thousands of threads measured
+        # them all again on the UI thread: ~50-80 ms at 10,000), and for which font it was measured.
+        self._label_widths: dict[str, int] = {}
+        self._label_widths_for: tuple[str, float] = ("", 0.0)
         self._date_fit = _DateGivesWay(self)
         self.tree.viewport().installEventFilter(self._date_fit)
 
@@ -303,16 +308,20 @@ class ResourcesPane(QWidget):
         cap = metrics.horizontalAdvance("x") * TITLE_LEAST_CHARS
         text = str(reference.data() or "")
         padding = max(self.tree.sizeHintForIndex(reference).width() - metrics.horizontalAdvance(text), 0)
-        widest, seen = 0, set()
-        for r in range(self.model.rowCount()):
-            resource = self.model.index(r, 0)
-            for t in range(self.model.rowCount(resource)):
-                label = str(self.model.index(t, 0, resource).data() or "")
-                if label not in seen:
-                    seen.add(label)
-                    widest = max(widest, metrics.horizontalAdvance(label) + padding)
-                    if widest >= cap:
-                        return widest
+        font = (self.tree.font().key(), metrics.fontDpi())
+        if self._label_widths_for != font or len(self._label_widths) > LABEL_WIDTHS_KEPT:
+            self._label_widths.clear()  # (another font or screen: measured again)
+            self._label_widths_for = font
+        widths = self._label_widths
+        widest = 0
+        for label in self.model.thread_labels():  # (each label measured once while the font stays)
+            width = widths.get(label)
+            if width is None:
+                width = widths[label] = metrics.horizontalAdvance(label)
+            if width + padding > widest:
+                widest = width + padding
+                if widest >= cap:
+                    return widest
         return widest
 
     def titles_whole(self, room: int) -> bool:
