@@ -311,3 +311,30 @@ def test_deployments_serve_table_lists_every_serve_flag() -> None:
                   re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", row.split(" | ")[0])}
     flags = option_strings(command_parsers()[("serve",)]) - {"-h", "--help"}
     assert documented == flags
+
+
+def github_anchor(heading: str) -> str:
+    """The fragment GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_docs_links_reach_their_files_and_headings() -> None:
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken: list[str] = []
+    checked = 0
+    for doc in docs:
+        text = doc.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, fragment = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            checked += 1
+            if not file.exists():
+                broken.append(f"{doc.name}: {target} (no such file)")
+            elif fragment and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.*)$", file.read_text(encoding="utf-8"), re.M)
+                if fragment not in {github_anchor(h) for h in headings}:
+                    broken.append(f"{doc.name}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+    assert checked > 20
