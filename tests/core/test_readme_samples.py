@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from core import Memory, MemoryOptions, OptionsError, open_store
 from core.cli import build_parser
 from core.cli import main as cli_main
 from core.llm import LoopbackServer, ScriptedModel
+from core.llm.providers import PROVIDERS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -338,3 +340,22 @@ def test_the_docs_links_reach_their_files_and_headings() -> None:
                     broken.append(f"{doc.name}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
     assert checked > 20
+
+
+def test_every_variable_and_extra_the_docs_name_exists() -> None:
+    # A variable a user sets from the docs must be one the code reads (a misspelt one is silently ignored), and
+    # each `pip install 'memory-studio[extra]'` must name an extra pyproject.toml has.
+    text = "\n".join(path.read_text(encoding="utf-8") for path in (ROOT / "README.md", ROOT / "docs" / "DEPLOYMENT.md"))
+    source = "\n".join(path.read_text(encoding="utf-8") for folder in ("core", "studio")
+                       for path in (ROOT / folder).rglob("*.py"))
+    ours = set(re.findall(r"\b(MEMORY_STUDIO_[A-Z0-9_]*[A-Z0-9])\b", text))
+    assert {"MEMORY_STUDIO_DB", "MEMORY_STUDIO_GATEWAY_TOKENS_FILE", "MEMORY_STUDIO_PG_POOL_SIZE"} <= ours
+    assert not {name for name in ours if f'"{name}"' not in source}, "named in the docs, read nowhere"
+    per_provider = {p.base_url_env for p in PROVIDERS.values()} | {p.context_window_env for p in PROVIDERS.values()}
+    per_provider |= {p.key_env for p in PROVIDERS.values() if p.key_env}
+    named = set(re.findall(r"\b([A-Z][A-Z0-9_]*_(?:BASE_URL|CONTEXT_WINDOW|API_KEY))\b", text))
+    assert {"LLAMACPP_CONTEXT_WINDOW", "OLLAMA_BASE_URL", "GROQ_API_KEY"} <= named
+    assert named <= per_provider
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    wanted = set(re.findall(r"memory-studio\[([a-z-]+)\]", text))
+    assert wanted and wanted <= extras
