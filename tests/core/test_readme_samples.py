@@ -225,7 +225,7 @@ def test_the_deployment_agents_module_serves_the_openai_client_sample(tmp_path: 
         assert program == "memory-studio" and assignment.startswith("MEMORY_STUDIO_GATEWAY_TOKEN=")
         name, _, token = assignment.partition("=")
         env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_DB"}
-        env.update({name: token, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])})
+        env.update({name: token, "PYTHONPATH": str(ROOT)})  # run "from the folder that holds myapp/"
         with subprocess.Popen([sys.executable, "-m", "studio.cli", *flags, "--log-level", "warning"], cwd=tmp_path,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as gateway:
             try:
