@@ -1,4 +1,6 @@
-"""The README's code samples, run as a user runs them: copied into a script of their own project."""
+"""The README's and DEPLOYMENT.md's code samples, run as a user runs them: copied into a script of their own
+project, offline. And what the docs name is what the code has: each command's flags, the serve table, the
+variables and extras, the links."""
 
 from __future__ import annotations
 
