@@ -116,6 +116,7 @@ def test_the_memory_checks_worked_example_prints_what_the_readme_shows(tmp_path:
     console, = code_blocks(section, "console")
     ci, = code_blocks(section, "sh")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MEMORY_STUDIO_EMBEDDER", raising=False)  # the README's figures are the default model's
     (tmp_path / "checks.json").write_text(checks, encoding="utf-8")
     assert cli("demo", "--db", "demo.db")[0] == 0
 
