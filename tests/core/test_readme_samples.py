@@ -323,7 +323,7 @@ def github_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_the_docs_links_reach_their_files_and_headings() -> None:
+def test_the_docs_links_and_named_files_exist() -> None:
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     broken: list[str] = []
     checked = 0
@@ -341,8 +341,13 @@ def test_the_docs_links_reach_their_files_and_headings() -> None:
                 headings = re.findall(r"^#+ (.*)$", file.read_text(encoding="utf-8"), re.M)
                 if fragment not in {github_anchor(h) for h in headings}:
                     broken.append(f"{doc.name}: {target} (no such heading)")
+    for doc in (ROOT / "README.md", ROOT / "docs" / "DEPLOYMENT.md"):  # and the files they name in code spans
+        for named in re.findall(r"`((?:core|studio|bench|tests|packaging|tools|docs)/[\w./-]*)`", doc.read_text("utf-8")):
+            checked += 1
+            if not (ROOT / named).exists():
+                broken.append(f"{doc.name}: {named} (no such file)")
     assert not broken, "\n".join(broken)
-    assert checked > 20
+    assert checked > 30
 
 
 def test_every_variable_and_extra_the_docs_name_exists() -> None:
