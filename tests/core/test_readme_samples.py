@@ -342,7 +342,8 @@ def test_the_docs_links_and_named_files_exist() -> None:
                 if fragment not in {github_anchor(h) for h in headings}:
                     broken.append(f"{doc.name}: {target} (no such heading)")
     for doc in (ROOT / "README.md", ROOT / "docs" / "DEPLOYMENT.md"):  # and the files they name in code spans
-        for named in re.findall(r"`((?:core|studio|bench|tests|packaging|tools|docs)/[\w./-]*)`", doc.read_text("utf-8")):
+        text = doc.read_text(encoding="utf-8")
+        for named in re.findall(r"`((?:core|studio|bench|tests|packaging|tools|docs)/[\w./-]*)`", text):
             checked += 1
             if not (ROOT / named).exists():
                 broken.append(f"{doc.name}: {named} (no such file)")
