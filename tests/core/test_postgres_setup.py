@@ -398,3 +398,46 @@ def test_a_connection_waits_a_moment_for_a_slot_being_freed(one_connection_url: 
         finally:
             releaser.join(30)
             other.close()
+
+
+def test_a_role_that_may_write_but_not_vacuum_is_told_so_instead_of_reclaiming_nothing(pg_server: Any,
+                                                                                     pg_url: str) -> None:
+    """A role given the grants the permission message asks for (it writes the memory, the tables are another
+    role's) ran `vacuum` and `forget --vacuum`: Postgres skipped every table with a warning no one saw, and the
+    command said "reclaimed 0.00 MB" (exit 0), the forget "vacuumed now": the forgotten text stayed in the
+    server's files while the user was told it was gone."""
+    from core import Memory, Message
+
+    with open_store(pg_url) as store:
+        memory = Memory(store)
+        memory.save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada")])
+        memory.save_messages([Message.user("I like tea", thread_id="t2", resource_id="bob")])
+    role = f"writer{os.getpid()}_{next(_ids)}"
+    import psycopg
+
+    with pg_server.admin() as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"')
+        conn.execute(f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "{role}"')
+    try:
+        writer_url = pg_url.replace("postgres:@", f"{role}:@", 1)
+        code, out, err = _cli("vacuum", "--db", writer_url)
+        assert code == 1, out + err
+        assert f"the role '{role}' may not vacuum" in err and "only their owner ('postgres')" in err, err
+        assert "Nothing was rewritten" in err and f'GRANT MAINTAIN ON ALL TABLES IN SCHEMA public TO "{role}";' in err
+        assert "reclaimed" not in out and "Traceback" not in err
+        code, out, err = _cli("forget", "--resource", "ada", "--yes", "--vacuum", "--db", writer_url)
+        assert code == 1 and f"the role '{role}' may not vacuum" in err, out + err
+        with open_store(pg_url) as store:  # the forget itself stands; only the rewrite was refused
+            assert store.memory.thread_summaries("ada") == [] and len(store.memory.thread_summaries("bob")) == 1
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # the grant the message names is enough
+            conn.execute(f'GRANT MAINTAIN ON ALL TABLES IN SCHEMA public TO "{role}"')
+        code, out, err = _cli("vacuum", "--db", writer_url)
+        assert code == 0 and "reclaimed" in out, out + err
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{role}"')
+            conn.execute(f'REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM "{role}"')
+        with pg_server.admin() as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
