@@ -243,3 +243,49 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
     assert prompt.instructions_edit.text() == "Cook." and "could not be read" not in prompt.subtitle.text()
     qtbot.waitUntil(lambda: [t.thread_id for t in traces.traces] == ["t-dessert"], timeout=30_000)
     assert not traces.banner.isVisible() and "t-dessert" in traces.usage_label.text()
+
+
+def test_connect_dialog_shows_the_url_that_could_not_sign_in(qtbot: Any, make_window: Any, pg_server: Any,
+                                                             pg_url: str) -> None:
+    """A sign-in that failed (here: a wrong password) said "connect again with File >
+    Connect to Postgres…", whose dialog then showed localhost and empty fields: the socket folder, the
+    database and the user were all to be typed again. It shows them now, and never the password."""
+    import os
+
+    import psycopg
+
+    role = f"pw{os.getpid()}"
+    with pg_server.admin() as conn:
+        conn.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD 'right'")
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # this server trusts every role: not this one
+            hba = conn.execute("SHOW hba_file").fetchone()[0]
+        original = open(hba, encoding="utf-8").read()
+        with open(hba, "w", encoding="utf-8") as f:
+            f.write(f"local all {role} scram-sha-256\nhost all {role} 127.0.0.1/32 scram-sha-256\n" + original)
+        try:
+            with pg_server.admin() as conn:
+                conn.execute("SELECT pg_reload_conf()")
+            window = make_window()
+            tried = pg_url.replace("postgres:@", f"{role}:wrong@", 1)
+            window.open_database(tried)
+            qtbot.waitUntil(lambda: bool(window.presenter.open), timeout=20_000)
+            assert "Cannot sign in" in window.presenter.open[-1].text()
+            window.presenter.open[-1].close()
+            window.presenter.open.clear()
+            window.commands.run("file.connect_postgres")
+            qtbot.waitUntil(lambda: bool(window.presenter.open), timeout=5_000)
+            dialog = window.presenter.open[-1]
+            host = pg_url.split("host=", 1)[1].split("&", 1)[0]
+            assert dialog.host.text() == host and dialog.user.text() == role
+            assert dialog.database.text() == pg_url.split("?")[0].rsplit("/", 1)[1]
+            assert "wrong" not in dialog.url() and dialog.url().startswith(f"postgresql://{role}@/")
+            dialog.reject()
+        finally:
+            with open(hba, "w", encoding="utf-8") as f:
+                f.write(original)
+            with pg_server.admin() as conn:
+                conn.execute("SELECT pg_reload_conf()")
+    finally:
+        with pg_server.admin() as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
