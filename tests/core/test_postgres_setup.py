@@ -441,3 +441,35 @@ def test_a_role_that_may_write_but_not_vacuum_is_told_so_instead_of_reclaiming_n
             conn.execute(f'REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM "{role}"')
         with pg_server.admin() as conn:
             conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def test_reindex_by_a_role_that_may_only_read_says_why_without_sql_and_fails(pg_server: Any, pg_url: str) -> None:
+    """`reindex` as a reporting role (SELECT only): every batch's write was refused, and the summary printed
+    SQLAlchemy's text of the error per reason, the statement and its parameters (the messages' ids) with it,
+    the log a traceback, and the command exited 0, so a scheduled reindex that indexed nothing passed."""
+    from core import Memory, Message
+
+    from core import MemoryOptions
+
+    with open_store(pg_url) as store:  # a message saved without recall has no vector; the next save with recall
+        # indexes its keywords (the queue is the whole database's), so only its vector waits for a reindex
+        Memory(store).save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada")])
+        Memory(store, MemoryOptions(semantic_recall=True)).save_messages(
+            [Message.user("I cook on Sundays", thread_id="t2", resource_id="bob")])
+    role = f"viewer{os.getpid()}_{next(_ids)}"
+    import psycopg
+
+    with pg_server.admin() as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
+    try:
+        code, out, err = _cli("reindex", "--db", pg_url.replace("postgres:@", f"{role}:@", 1))
+        assert code == 1, out + err
+        assert "Failed 1:" in out and "× write failed: permission denied for table" in out, out + err
+        assert "[SQL:" not in out + err and "[parameters:" not in out + err and "Traceback" not in err, out + err
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{role}"')
+        with pg_server.admin() as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
