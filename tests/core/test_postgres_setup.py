@@ -408,10 +408,15 @@ def test_a_role_that_may_write_but_not_vacuum_is_told_so_instead_of_reclaiming_n
     server's files while the user was told it was gone."""
     from core import Memory, Message
 
+    from core.agent import Agent
+    from core.llm import ScriptedModel
+
     with open_store(pg_url) as store:
         memory = Memory(store)
         memory.save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada")])
-        memory.save_messages([Message.user("I like tea", thread_id="t2", resource_id="bob")])
+        Agent("chef", instructions="Cook.", memory=memory, model=ScriptedModel(["Tea it is."])).generate(
+            "I like tea", memory={"resource": "bob", "thread": "t2"})
+        assert store.tracer().flush(10)
     role = f"writer{os.getpid()}_{next(_ids)}"
     import psycopg
 
@@ -427,6 +432,12 @@ def test_a_role_that_may_write_but_not_vacuum_is_told_so_instead_of_reclaiming_n
         assert f"the role '{role}' may not vacuum" in err and "only their owner ('postgres')" in err, err
         assert "Nothing was rewritten" in err and f'GRANT MAINTAIN ON ALL TABLES IN SCHEMA public TO "{role}";' in err
         assert "reclaimed" not in out and "Traceback" not in err
+        # `traces prune` deleted and then said "1.0 MB -> 1.0 MB", the compaction skipped the same way.
+        code, out, err = _cli("traces", "prune", "--keep-mb", "0.001", "--db", writer_url)
+        assert code == 0 and "deleted 1 traces" in out, out + err
+        assert "MB (not compacted: " in out, out
+        assert f"the role '{role}' may not vacuum 1 of the memory tables (mastra_ai_spans)" in out, out
+        assert f'GRANT MAINTAIN ON TABLE public.mastra_ai_spans TO "{role}";' in out, out
         code, out, err = _cli("forget", "--resource", "ada", "--yes", "--vacuum", "--db", writer_url)
         assert code == 1 and f"the role '{role}' may not vacuum" in err, out + err
         with open_store(pg_url) as store:  # the forget itself stands; only the rewrite was refused

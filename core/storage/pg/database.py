@@ -235,11 +235,11 @@ class PgDatabase(Database):
         ``VACUUM_LOCK_TIMEOUT_S`` stops the vacuum with what it already gave back kept, naming the holder."""
         with self.read() as conn:
             tables = [t for t in catalog.all_tables(conn) if t.startswith(MEMORY_TABLE_PREFIXES)]
-            refused = _not_vacuumable(conn, tables)
+            refused = not_vacuumable(conn, tables)
         if not tables:
             return 0
         if refused:  # the server would skip them with a warning no one sees, and the vacuum "reclaim 0 MB"
-            raise StorageError(_vacuum_refused(self.location, refused))
+            raise StorageError(vacuum_refused(self.location, refused))
         sizes = ("SELECT coalesce(sum(pg_total_relation_size(to_regclass(quote_ident(t)))), 0) "
                  "FROM unnest(CAST(? AS text[])) t")
         held_by = ""
@@ -299,7 +299,7 @@ class PgDatabase(Database):
         self.engine.dispose()
 
 
-def _not_vacuumable(conn: sa.Connection, tables: Sequence[str]) -> list[tuple[str, str, str]]:
+def not_vacuumable(conn: sa.Connection, tables: Sequence[str]) -> list[tuple[str, str, str]]:
     """Which of ``tables`` this role may not ``VACUUM FULL``, with each one's owner and schema. Postgres does not refuse
     such a table: it skips it with a warning (which no one reads), so a role that may write the memory but does
     not own it reclaimed nothing and was told it had. PostgreSQL 17+: the table's MAINTAIN privilege (owners,
@@ -318,17 +318,19 @@ def _not_vacuumable(conn: sa.Connection, tables: Sequence[str]) -> list[tuple[st
     return [(str(name), str(owner), str(schema)) for name, owner, schema in rows]
 
 
-def _vacuum_refused(location: PgLocation, refused: Sequence[tuple[str, str, str]]) -> str:
-    """Why the vacuum rewrote nothing: the tables this role may not vacuum, who owns them, what to do."""
+def vacuum_refused(location: PgLocation, refused: Sequence[tuple[str, str, str]], command: str = "the vacuum") -> str:
+    """Why nothing was rewritten: the tables this role may not vacuum, who owns them, what to do (run
+    ``command`` as the owner, or ask for MAINTAIN)."""
     role = unquote(urlsplit(location.url).username or "") or "this role"
     names = ", ".join(name for name, _, _ in refused[:3]) + (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
     owners = ", ".join(repr(o) for o in dict.fromkeys(owner for _, owner, _ in refused))
     schemas = ", ".join(dict.fromkeys(schema for _, _, schema in refused))
+    on = (f"TABLE {refused[0][2]}.{refused[0][0]}" if len(refused) == 1 else f"ALL TABLES IN SCHEMA {schemas}")
     return (f"{location.display}: the role {role!r} may not vacuum {len(refused)} of the memory tables ({names}): "
             f"only their owner ({owners}), a superuser or (PostgreSQL 17+) a role granted MAINTAIN on them may "
             f"rewrite a table. Nothing was rewritten, and the deleted rows' bytes are still in the server's files. "
-            f"Run the vacuum as {owners}, or ask the owner to grant it (PostgreSQL 17+): GRANT MAINTAIN ON ALL "
-            f"TABLES IN SCHEMA {schemas} TO \"{role}\";")
+            f"Run {command} as {owners}, or ask the owner to grant it (PostgreSQL 17+): GRANT MAINTAIN ON {on} "
+            f"TO \"{role}\";")
 
 
 def _table_holders(conn: sa.Connection, table: str) -> tuple[frozenset[int], str]:
