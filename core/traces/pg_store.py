@@ -350,13 +350,10 @@ class PgSpanStore(SpanReader):
                     spans += int(result.rowcount or 0)
         except StoreBusy:
             return PruneResult(bytes_before=before, bytes_after=self.size_bytes(), busy=True)
-        why_not = ""
+        why_not = "not due"
         if compact and (doomed or (target is not None and before > target)):
-            why_not = self._vacuum_full(budget_s)
-            if why_not is None:
-                why_not = "the table was busy"
-        else:
-            why_not = "not due"
+            done = self._vacuum_full(budget_s)
+            why_not = "the table was busy" if done is None else done
         return PruneResult(len(doomed), spans, before, self.size_bytes(), not why_not,
                            not_compacted="" if why_not == "not due" else why_not)
 
@@ -380,12 +377,13 @@ class PgSpanStore(SpanReader):
         """Rewrite the span table: "" when done, None when it stayed busy, else why this role may not (the
         server skips a table the role may not vacuum with a warning, and the prune said it had compacted)."""
         from core.storage.pg.database import not_vacuumable, vacuum_refused
+        from core.storage.pg.location import PgLocation
 
         try:
             with self.db.engine.connect() as conn:
                 refused = not_vacuumable(conn, [SPANS_TABLE])
-                if refused:
-                    return vacuum_refused(self.db.location, refused, "`memory-studio traces prune`")  # type: ignore[attr-defined]
+                if refused and isinstance(self.db.location, PgLocation):
+                    return vacuum_refused(self.db.location, refused, "`memory-studio traces prune`")
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # VACUUM runs outside a transaction
                 conn.exec_driver_sql(f"SET lock_timeout = '{max(int(budget_s * 1000), 1)}ms'")
                 try:
