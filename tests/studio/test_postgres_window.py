@@ -289,3 +289,50 @@ def test_connect_dialog_shows_the_url_that_could_not_sign_in(qtbot: Any, make_wi
     finally:
         with pg_server.admin() as conn:
             conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def test_vacuum_now_refused_to_a_role_that_may_not_rewrite_says_so_and_can_be_tried_again(
+    qtbot: Any, make_window: Any, pg_server: Any, pg_url: str
+) -> None:
+    """Forget Resource…, then Vacuum Now, as a role that may write the memory but does not own its tables: the
+    vacuum failed (it had said "reclaimed 0.00 MB" before it was refused), and the button said "Vacuumed",
+    disabled, above "Vacuum failed: …"."""
+    import os
+
+    import psycopg
+
+    from studio.widgets.forget_dialog import ForgetDialog
+
+    seed_small(pg_url)  # type: ignore[arg-type]
+    role = f"wr{os.getpid()}"
+    with pg_server.admin() as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"')
+        conn.execute(f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "{role}"')
+    try:
+        window = make_window()
+        window.open_database(pg_url.replace("postgres:@", f"{role}:@", 1), allow_writes=True)
+        _wait_open(qtbot, window, 3)
+        assert not window.session.read_only
+        window.select_thread(Selection("ada", "t-groceries"))
+        qtbot.waitUntil(lambda: window.selection.resource_id == "ada", timeout=10_000)
+        window.commands.run("resource.forget")
+        qtbot.waitUntil(lambda: any(isinstance(d, ForgetDialog) and d.isVisible() for d in window.presenter.open),
+                        timeout=15_000)
+        dialog = next(d for d in reversed(window.presenter.open) if isinstance(d, ForgetDialog))
+        qtbot.waitUntil(lambda: dict(dialog.model.rows()).get("messages", 0) > 0, timeout=15_000)
+        dialog.understood.setChecked(True)
+        with qtbot.waitSignal(window.edits.forgotten, timeout=30_000):
+            dialog.forget_btn.click()
+        dialog.vacuum_btn.click()
+        qtbot.waitUntil(lambda: "Vacuum failed" in dialog.detail.text(), timeout=30_000)
+        assert f"the role '{role}' may not vacuum" in dialog.detail.text()
+        assert dialog.vacuum_btn.text() == "Vacuum Now" and dialog.vacuum_btn.isEnabled()
+        dialog.close()
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{role}"')
+            conn.execute(f'REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM "{role}"')
+        with pg_server.admin() as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
