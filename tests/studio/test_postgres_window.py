@@ -299,20 +299,14 @@ def test_vacuum_now_refused_to_a_role_that_may_not_rewrite_says_so_and_can_be_tr
     disabled, above "Vacuum failed: …"."""
     import os
 
-    import psycopg
-
     from studio.widgets.forget_dialog import ForgetDialog
 
     seed_small(pg_url)  # type: ignore[arg-type]
     role = f"wr{os.getpid()}"
-    with pg_server.admin() as conn:
-        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"')
-        conn.execute(f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "{role}"')
-    try:
+    with pg_server.role(pg_url, role, "SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public",
+                        "USAGE ON ALL SEQUENCES IN SCHEMA public") as writer_url:
         window = make_window()
-        window.open_database(pg_url.replace("postgres:@", f"{role}:@", 1), allow_writes=True)
+        window.open_database(writer_url, allow_writes=True)
         _wait_open(qtbot, window, 3)
         assert not window.session.read_only
         window.select_thread(Selection("ada", "t-groceries"))
@@ -330,9 +324,3 @@ def test_vacuum_now_refused_to_a_role_that_may_not_rewrite_says_so_and_can_be_tr
         assert f"the role '{role}' may not vacuum" in dialog.detail.text()
         assert dialog.vacuum_btn.text() == "Vacuum Now" and dialog.vacuum_btn.isEnabled()
         dialog.close()
-    finally:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{role}"')
-            conn.execute(f'REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM "{role}"')
-        with pg_server.admin() as conn:
-            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
