@@ -573,7 +573,8 @@ class MainWindow(QMainWindow):
             return
         self._open_token += 1
         token = self._open_token
-        if isinstance(path, str) and path.strip().lower().startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        if isinstance(path, str) and path.strip().lower().startswith(("postgresql://", "postgres://",
+                                                                       "postgresql+psycopg://")):
             self.last_postgres_url = path  # what File > Connect to Postgres… shows next (its password never)
         try:
             from core.storage.paths import resolve_db_path  # after the first paint (studio.app.launch)

@@ -300,9 +300,9 @@ class PgDatabase(Database):
 
 
 def not_vacuumable(conn: sa.Connection, tables: Sequence[str]) -> list[tuple[str, str, str]]:
-    """Which of ``tables`` this role may not ``VACUUM FULL``, with each one's owner and schema. Postgres does not refuse
-    such a table: it skips it with a warning (which no one reads), so a role that may write the memory but does
-    not own it reclaimed nothing and was told it had. PostgreSQL 17+: the table's MAINTAIN privilege (owners,
+    """Which of ``tables`` this role may not ``VACUUM FULL``, with each one's owner and schema. Postgres does not
+    refuse such a table: it skips it with a warning (which no one reads), so a role that may write the memory but
+    does not own it reclaimed nothing and was told it had. PostgreSQL 17+: the table's MAINTAIN privilege (owners,
     superusers, ``pg_maintain`` and roles granted it); 16: its owner or the database's (superusers are members
     of both)."""
     if not tables:
@@ -322,7 +322,8 @@ def vacuum_refused(location: PgLocation, refused: Sequence[tuple[str, str, str]]
     """Why nothing was rewritten: the tables this role may not vacuum, who owns them, what to do (run
     ``command`` as the owner, or ask for MAINTAIN)."""
     role = unquote(urlsplit(location.url).username or "") or "this role"
-    names = ", ".join(name for name, _, _ in refused[:3]) + (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
+    more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+    names = ", ".join(name for name, _, _ in refused[:3]) + more
     owners = ", ".join(repr(o) for o in dict.fromkeys(owner for _, owner, _ in refused))
     schemas = ", ".join(dict.fromkeys(schema for _, _, schema in refused))
     on = (f"TABLE {refused[0][2]}.{refused[0][0]}" if len(refused) == 1 else f"ALL TABLES IN SCHEMA {schemas}")
