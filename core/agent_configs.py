@@ -34,7 +34,8 @@ from typing import Any, Mapping, NamedTuple, Sequence, Union
 
 import sqlalchemy as sa
 
-from core.options import MemoryOptions, OptionsError
+from core.options import (MemoryOptions, ObservationalMemoryOptions, OptionsError, SemanticRecallOptions, TitleOptions,
+                          WorkingMemoryOptions)
 from core.storage import Store, dialect, driver_sql
 from core.storage import schema as t
 from core.storage.memory_store import Thread
@@ -98,16 +99,33 @@ class AgentConfig:
         return tuple(str(name) for name in tools if isinstance(name, str))
 
     def memory_options(self) -> MemoryOptions:
-        """The agent's options as a ``MemoryOptions`` (unknown keys from a newer engine are dropped)."""
+        """The agent's options as a ``MemoryOptions``. Keys an engine of a newer version wrote and this one does
+        not know are dropped, at the top and inside each section (``observational_memory.max_tokens_per_batch``
+        from a newer agent made an older Studio refuse the agent's options: a fleet on one database is upgraded
+        one host at a time)."""
         known = MemoryOptions.__dataclass_fields__
         try:
-            return MemoryOptions(**{k: v for k, v in self.options.items() if k in known})
+            return MemoryOptions(**{k: _known_only(k, v) for k, v in self.options.items() if k in known})
         except (OptionsError, TypeError, ValueError) as exc:  # a hand-edited row, or a bug that stored it
             why = str(exc).rstrip(".")
             raise OptionsError(
                 f"Agent {self.name!r} registered memory options that cannot be used ({why}). Run the agent again "
                 "so it registers its current options, or correct its row in memory_studio_agents."
             ) from None
+
+
+#: The sections of ``MemoryOptions`` given as a dict of their own options in a registration.
+_SECTIONS: dict[str, Any] = {"semantic_recall": SemanticRecallOptions, "working_memory": WorkingMemoryOptions,
+                             "observational_memory": ObservationalMemoryOptions, "generate_title": TitleOptions}
+
+
+def _known_only(key: str, value: Any) -> Any:
+    """A section's dict without the names its options class does not have (a newer engine's)."""
+    section = _SECTIONS.get(key)
+    if section is None or not isinstance(value, Mapping):
+        return value
+    fields = section.__dataclass_fields__
+    return {k: v for k, v in value.items() if k in fields}
 
 
 @dataclass(frozen=True)

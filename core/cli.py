@@ -579,7 +579,7 @@ def _reindex(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.model is not None and report.failed:
         out.write("The other models' vectors were kept, so recall keeps working until every message has one "
                   f"from {report.model_id}.\n")
-    return 0
+    return 1 if report.failed else 0  # a script (cron, CI) must tell a run that left messages out
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -315,6 +315,7 @@ class MainWindow(QMainWindow):
         self.newer_migrations: list[str] = []
         self.seeding = False
         self._open_token = 0
+        self.last_postgres_url: str | None = None  # the server database opened or tried last (File > Connect…)
         self._busy = {"pool": 0, "session": 0}
         self.preferences_dialog: QWidget | None = None
         self.history: list[tuple[PaneSpec[Pane], Selection]] = []  # where Back returns to (Replay after a trace)
@@ -572,6 +573,9 @@ class MainWindow(QMainWindow):
             return
         self._open_token += 1
         token = self._open_token
+        if isinstance(path, str) and path.strip().lower().startswith(("postgresql://", "postgres://",
+                                                                       "postgresql+psycopg://")):
+            self.last_postgres_url = path  # what File > Connect to Postgres… shows next (its password never)
         try:
             from core.storage.paths import resolve_db_path  # after the first paint (studio.app.launch)
 
@@ -1002,7 +1006,7 @@ class MainWindow(QMainWindow):
     def connect_postgres(self) -> None:
         from studio.pg_connect import ConnectPostgresDialog
 
-        dialog = ConnectPostgresDialog(self, lambda url: self.open_database(url))
+        dialog = ConnectPostgresDialog(self, lambda url: self.open_database(url), self.last_postgres_url)
         self.presenter.show(dialog)
 
     def open_recent(self, path: str) -> None:

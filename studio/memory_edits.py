@@ -408,7 +408,7 @@ class MemoryEditActions(QObject):
         store = session.store
         session.run(lambda: _jobs().vacuum(store),
                     on_result=lambda text: dialog.show_vacuumed(text) if shiboken6.isValid(dialog) else None,
-                    on_error=lambda exc: dialog.show_vacuumed(f"Vacuum failed: {exc}") if shiboken6.isValid(dialog)
+                    on_error=lambda exc: dialog.show_vacuum_failed(f"Vacuum failed: {exc}") if shiboken6.isValid(dialog)
                     else None)
 
     # -- index a resource for recall ---------------------------------------------------------------------

@@ -11,13 +11,15 @@ from typing import Callable
 
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QSpinBox, QWidget
 
-from core.storage.pg.location import KEYRING_SERVICE, make_url
+from core.storage.pg.location import KEYRING_SERVICE, make_url, url_fields
 
 DEFAULT_PORT = 5432
 
 
 class ConnectPostgresDialog(QDialog):
-    def __init__(self, parent: QWidget | None, on_url: Callable[[str], None]) -> None:
+    def __init__(self, parent: QWidget | None, on_url: Callable[[str], None], initial: str | None = None) -> None:
+        """``initial``: the URL tried last, whose fields are filled in (a failed sign-in tells the user to
+        connect again here; the fields were empty, to be typed again)."""
         super().__init__(parent)
         self.setObjectName("connectPostgresDialog")
         self.setWindowTitle("Connect to Postgres")
@@ -32,6 +34,12 @@ class ConnectPostgresDialog(QDialog):
         self.database.setPlaceholderText("memory")
         self.user = QLineEdit(self)
         self.user.setPlaceholderText("postgres")
+        if initial:
+            host, port, database, user = url_fields(initial)
+            self.host.setText(host or "localhost")
+            self.port.setValue(port or DEFAULT_PORT)
+            self.database.setText(database)
+            self.user.setText(user)
         form.addRow("Host", self.host)
         form.addRow("Port", self.port)
         form.addRow("Database", self.database)

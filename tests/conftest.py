@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -140,6 +141,26 @@ class PgTestServer:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
         return self.url(name), drop
+
+    @contextmanager
+    def role(self, url: str, name: str, *grants: str) -> Iterator[str]:
+        """A login role that is not a superuser, given ``grants`` (e.g. "SELECT ON ALL TABLES IN SCHEMA public")
+        in ``url``'s database; yields ``url`` signed in as it. Its grants and the role go afterwards."""
+        import psycopg
+
+        with self.admin() as conn:
+            conn.execute(f'CREATE ROLE "{name}" LOGIN NOSUPERUSER')
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                for grant in grants:
+                    conn.execute(f'GRANT {grant} TO "{name}"')
+            yield url.replace("postgres:@", f"{name}:@", 1)
+        finally:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{name}"')
+                conn.execute(f'REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM "{name}"')
+            with self.admin() as conn:
+                conn.execute(f'DROP ROLE IF EXISTS "{name}"')
 
     def stop(self) -> None:
         self._server.cleanup()

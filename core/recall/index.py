@@ -107,6 +107,15 @@ def vector_backend(caps: Capabilities, dim: int, model_id: str) -> VectorBackend
     return PgVectors(dim, model_id)
 
 
+def write_failure(exc: BaseException) -> str:
+    """Why a recall write failed, as a report says it per message: the server's or driver's own first line,
+    not SQLAlchemy's text of the error, which carries the statement and its parameters (message ids,
+    texts) into the reindex summary and the log."""
+    orig = getattr(exc, "orig", None) if isinstance(exc, sa.exc.StatementError) else None
+    text = str(orig if orig is not None else exc).strip()
+    return "write failed: " + ((text.splitlines() or [type(exc).__name__])[0])
+
+
 class RecallIndex:
     def __init__(self, store: "Store", embedder: "Embedder") -> None:
         self.store = store
@@ -288,7 +297,7 @@ class RecallIndex:
                 with self.store.db.write() as conn:
                     staged.commit(conn)
             except Exception as exc:  # the write transaction itself failed (lock, disk): reported
-                staged.fail(f"write failed: {exc}")
+                staged.fail(write_failure(exc))
         return staged.finish()
 
     def stage(self, messages: Sequence[Message]) -> "StagedIndex":
@@ -746,8 +755,9 @@ class RecallIndex:
                           rows, drop, texts, [mid for mid in piece_ids if mid in written],
                           [r for r in piece_rows if r.message_id in written])
         except Exception as exc:
-            log.warning("recall refresh write of %d message(s) failed", len(ids), exc_info=True)
-            report.failed.update((mid, f"write failed: {exc}") for mid in ids)
+            log.warning("recall refresh of %d message(s): %s", len(ids), write_failure(exc))
+            log.debug("recall refresh write failed", exc_info=True)
+            report.failed.update((mid, write_failure(exc)) for mid in ids)
             return report
         report.removed.extend(remove)
         report.keyword_indexed.extend(p.message_id for p in docs if self.has_fts)
@@ -1098,10 +1108,11 @@ class StagedIndex:
                 self.followers = list(dict.fromkeys([*self.followers, *self.stale]))
             driver_sql.execute(conn, "RELEASE SAVEPOINT recall_index")
         except Exception as exc:
-            log.warning("recall index write of %d message(s) failed", len(self.todo), exc_info=True)
+            log.warning("recall index of %d message(s): %s", len(self.todo), write_failure(exc))
+            log.debug("recall index write failed", exc_info=True)
             conn.exec_driver_sql("ROLLBACK TO SAVEPOINT recall_index")
             conn.exec_driver_sql("RELEASE SAVEPOINT recall_index")
-            self.fail(f"write failed: {exc}")
+            self.fail(write_failure(exc))
             self._written = set()
             self.stale = []
 

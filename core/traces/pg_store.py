@@ -350,10 +350,12 @@ class PgSpanStore(SpanReader):
                     spans += int(result.rowcount or 0)
         except StoreBusy:
             return PruneResult(bytes_before=before, bytes_after=self.size_bytes(), busy=True)
-        compacted = False
+        why_not = "not due"
         if compact and (doomed or (target is not None and before > target)):
-            compacted = self._vacuum_full(budget_s)
-        return PruneResult(len(doomed), spans, before, self.size_bytes(), compacted)
+            done = self._vacuum_full(budget_s)
+            why_not = "the table was busy" if done is None else done
+        return PruneResult(len(doomed), spans, before, self.size_bytes(), not why_not,
+                           not_compacted="" if why_not == "not due" else why_not)
 
     def _over_size(self, conn: sa.Connection, columns: tuple[str, ...], target: float) -> set[str]:
         stored = " + ".join(f"coalesce(pg_column_size({_quote(c)}), 0)" for c in columns)
@@ -371,10 +373,18 @@ class PgSpanStore(SpanReader):
                 doomed.add(trace_id)
         return doomed
 
-    def _vacuum_full(self, budget_s: float) -> bool:
+    def _vacuum_full(self, budget_s: float) -> str | None:
+        """Rewrite the span table: "" when done, None when it stayed busy, else why this role may not (the
+        server skips a table the role may not vacuum with a warning, and the prune said it had compacted)."""
+        from core.storage.pg.database import not_vacuumable, vacuum_refused
+        from core.storage.pg.location import PgLocation
+
         try:
             with self.db.engine.connect() as conn:
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # VACUUM runs outside a transaction
+                refused = not_vacuumable(conn, [SPANS_TABLE])
+                if refused and isinstance(self.db.location, PgLocation):
+                    return vacuum_refused(self.db.location, refused, "`memory-studio traces prune`")
                 conn.exec_driver_sql(f"SET lock_timeout = '{max(int(budget_s * 1000), 1)}ms'")
                 try:
                     conn.exec_driver_sql(f"VACUUM FULL {SPANS_TABLE}")
@@ -382,8 +392,8 @@ class PgSpanStore(SpanReader):
                     conn.exec_driver_sql("RESET lock_timeout")
         except sa.exc.OperationalError as exc:
             log.warning("traces pruned but not compacted (%s busy): %s", SPANS_TABLE, str(exc.orig).splitlines()[0])
-            return False
-        return True
+            return None
+        return ""
 
 
 def prune_command(spans: "PgSpanStore", keep_days: float | None, keep_mb: float | None, out: TextIO,
@@ -397,7 +407,7 @@ def prune_command(spans: "PgSpanStore", keep_days: float | None, keep_mb: float 
     if result.busy:
         err.write(f"{where}: busy (another process is pruning it or holds a lock on it); try again\n")
         return 1
-    note = "" if result.compacted or not result.traces_deleted else " (not compacted: the table was busy)"
+    note = f" (not compacted: {result.not_compacted})" if result.not_compacted else ""
     out.write(f"{where}: deleted {result.traces_deleted} traces ({result.spans_deleted} spans); "
               f"{result.bytes_before / 1e6:.1f} MB -> {result.bytes_after / 1e6:.1f} MB{note}\n")
     return 0

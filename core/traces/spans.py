@@ -244,6 +244,7 @@ class PruneResult:
     bytes_after: int = 0
     compacted: bool = False
     busy: bool = False  # the file stayed locked for the whole budget; nothing was deleted
+    not_compacted: str = ""  # why a compaction that was due did not run (the prune command says it)
 
 
 T = TypeVar("T")

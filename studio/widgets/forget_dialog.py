@@ -123,5 +123,12 @@ class ForgetDialog(QDialog):
         self.vacuum_btn.setText("Vacuumed")
         self.detail.setText(text)
 
+    def show_vacuum_failed(self, text: str) -> None:
+        """The vacuum did not run (a role that may not rewrite the tables, a session holding one): the button
+        says so no more "Vacuumed", and stays to try again once the message's advice is followed."""
+        self.vacuum_btn.setText("Vacuum Now")
+        self.vacuum_btn.setEnabled(True)
+        self.detail.setText(text)
+
 
 __all__ = ["ForgetDialog", "place_rows"]

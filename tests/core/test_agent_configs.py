@@ -7,6 +7,7 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+import sqlalchemy as sa
 
 from core import Memory, MemoryOptions, Message, open_store
 from core.agent_configs import (
@@ -165,3 +166,35 @@ def test_an_agent_registers_its_model_settings_and_tool_names_and_older_rows_sti
     register_agent(store, "odd", {"name": "odd", "options": {}, "modelSettings": "hot", "tools": "x"})
     odd = named_agent(store, "odd")
     assert (odd.model_settings, odd.tool_names) == (None, None)
+
+
+def test_options_a_newer_engine_registered_are_read_without_the_names_this_one_does_not_know(store):
+    """A fleet on one database is upgraded one host at a time: an agent of the newer version registered
+    `observational_memory.max_tokens_per_batch`, and the older Studio's Replay and Prompt refused the agent's
+    options ("Unknown observational_memory option(s): max_tokens_per_batch. Run the agent again…"), which
+    running it again could not cure. Unknown top-level names were already dropped; a section's are too now."""
+    mem = Memory(store, MemoryOptions(last_messages=7, observational_memory={"enabled": True, "message_tokens": 900},
+                                      semantic_recall={"enabled": True, "top_k": 3}), name="om-memory")
+    from core import Agent
+    from core.llm import ScriptedModel
+
+    Agent("scribe", instructions="Note.", model=ScriptedModel([]), memory=mem)  # registers itself
+    with store.db.write() as conn:  # as a newer engine would have written it
+        raw = conn.execute(sa.text("SELECT config FROM memory_studio_agents WHERE name = 'scribe'")).scalar()
+        config = json.loads(raw)
+        config["options"]["observational_memory"]["a_future_knob"] = 5
+        config["options"]["semantic_recall"]["another_one"] = True
+        config["options"]["a_future_section"] = {"x": 1}
+        conn.execute(sa.text("UPDATE memory_studio_agents SET config = :c WHERE name = 'scribe'"),
+                     {"c": json.dumps(config)})
+    scribe = named_agent(store, "scribe")
+    options = scribe.memory_options()
+    assert options.last_messages == 7 and options.observational_memory.message_tokens == 900
+    assert options.semantic_recall.top_k == 3
+    # A value this engine knows and finds wrong is still refused, naming the row to correct.
+    with store.db.write() as conn:
+        config["options"]["observational_memory"]["message_tokens"] = -1
+        conn.execute(sa.text("UPDATE memory_studio_agents SET config = :c WHERE name = 'scribe'"),
+                     {"c": json.dumps(config)})
+    with pytest.raises(Exception, match="registered memory options that cannot be used"):
+        named_agent(store, "scribe").memory_options()

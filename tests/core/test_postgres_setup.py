@@ -15,6 +15,8 @@ from core import open_store
 from core.storage import DatabaseOpenError, SchemaError
 
 _ids = itertools.count(1)
+#: What a role that writes the memory it does not own is given (the grants the permission message asks for).
+WRITES = ("SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public", "USAGE ON ALL SEQUENCES IN SCHEMA public")
 
 
 def _own_database(pg_server: Any, *, pgvector: bool, role_options: str = "") -> Iterator[str]:
@@ -294,14 +296,7 @@ def test_a_role_that_may_only_read_is_told_what_to_grant(pg_server: Any, pg_url:
     with open_store(pg_url) as store:
         Memory(store).save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada")])
     role = f"viewer{os.getpid()}_{next(_ids)}"
-    import psycopg
-
-    with pg_server.admin() as conn:
-        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
-    try:
-        viewer_url = pg_url.replace("postgres:@", f"{role}:@", 1)
+    with pg_server.role(pg_url, role, "SELECT ON ALL TABLES IN SCHEMA public") as viewer_url:
         code, _out, err = _cli("forget", "--resource", "ada", "--yes", "--db", viewer_url)
         assert code == 1, err
         assert f"the role '{role}' may not do this (permission denied for table" in err
@@ -312,11 +307,6 @@ def test_a_role_that_may_only_read_is_told_what_to_grant(pg_server: Any, pg_url:
                 Memory(store).save_messages([Message.user("hi", thread_id="t1", resource_id="ada")])
             assert caught.value.__cause__ is None and caught.value.__suppress_context__
             assert [s.message_count for s in store.memory.thread_summaries("ada")] == [1]  # reading works
-    finally:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{role}"')
-        with pg_server.admin() as conn:
-            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
 
 
 def test_a_database_that_takes_no_writes_says_so(pg_url: str) -> None:
@@ -398,3 +388,63 @@ def test_a_connection_waits_a_moment_for_a_slot_being_freed(one_connection_url: 
         finally:
             releaser.join(30)
             other.close()
+
+
+def test_a_role_that_may_write_but_not_vacuum_is_told_so_instead_of_reclaiming_nothing(pg_server: Any,
+                                                                                     pg_url: str) -> None:
+    """A role given the grants the permission message asks for (it writes the memory, the tables are another
+    role's) ran `vacuum` and `forget --vacuum`: Postgres skipped every table with a warning no one saw, and the
+    command said "reclaimed 0.00 MB" (exit 0), the forget "vacuumed now": the forgotten text stayed in the
+    server's files while the user was told it was gone."""
+    from core import Memory, Message
+    from core.agent import Agent
+    from core.llm import ScriptedModel
+
+    with open_store(pg_url) as store:
+        memory = Memory(store)
+        memory.save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada")])
+        Agent("chef", instructions="Cook.", memory=memory, model=ScriptedModel(["Tea it is."])).generate(
+            "I like tea", memory={"resource": "bob", "thread": "t2"})
+        assert store.tracer().flush(10)
+    role = f"writer{os.getpid()}_{next(_ids)}"
+    import psycopg
+
+    with pg_server.role(pg_url, role, *WRITES) as writer_url:
+        code, out, err = _cli("vacuum", "--db", writer_url)
+        assert code == 1, out + err
+        assert f"the role '{role}' may not vacuum" in err and "only their owner ('postgres')" in err, err
+        assert "Nothing was rewritten" in err and f'GRANT MAINTAIN ON ALL TABLES IN SCHEMA public TO "{role}";' in err
+        assert "reclaimed" not in out and "Traceback" not in err
+        # `traces prune` deleted and then said "1.0 MB -> 1.0 MB", the compaction skipped the same way.
+        code, out, err = _cli("traces", "prune", "--keep-mb", "0.001", "--db", writer_url)
+        assert code == 0 and "deleted 1 traces" in out, out + err
+        assert "MB (not compacted: " in out, out
+        assert f"the role '{role}' may not vacuum 1 of the memory tables (mastra_ai_spans)" in out, out
+        assert f'GRANT MAINTAIN ON TABLE public.mastra_ai_spans TO "{role}";' in out, out
+        code, out, err = _cli("forget", "--resource", "ada", "--yes", "--vacuum", "--db", writer_url)
+        assert code == 1 and f"the role '{role}' may not vacuum" in err, out + err
+        with open_store(pg_url) as store:  # the forget itself stands; only the rewrite was refused
+            assert store.memory.thread_summaries("ada") == [] and len(store.memory.thread_summaries("bob")) == 1
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # the grant the message names is enough
+            conn.execute(f'GRANT MAINTAIN ON ALL TABLES IN SCHEMA public TO "{role}"')
+        code, out, err = _cli("vacuum", "--db", writer_url)
+        assert code == 0 and "reclaimed" in out, out + err
+
+
+def test_reindex_by_a_role_that_may_only_read_says_why_without_sql_and_fails(pg_server: Any, pg_url: str) -> None:
+    """`reindex` as a reporting role (SELECT only): every batch's write was refused, and the summary printed
+    SQLAlchemy's text of the error per reason, the statement and its parameters (the messages' ids) with it,
+    the log a traceback, and the command exited 0, so a scheduled reindex that indexed nothing passed."""
+    from core import Memory, MemoryOptions, Message
+
+    with open_store(pg_url) as store:  # a message saved without recall has no vector; the next save with recall
+        # indexes its keywords (the queue is the whole database's), so only its vector waits for a reindex
+        Memory(store).save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada")])
+        Memory(store, MemoryOptions(semantic_recall=True)).save_messages(
+            [Message.user("I cook on Sundays", thread_id="t2", resource_id="bob")])
+    role = f"viewer{os.getpid()}_{next(_ids)}"
+    with pg_server.role(pg_url, role, "SELECT ON ALL TABLES IN SCHEMA public") as viewer_url:
+        code, out, err = _cli("reindex", "--db", viewer_url)
+        assert code == 1, out + err
+        assert "Failed 1:" in out and "× write failed: permission denied for table" in out, out + err
+        assert "[SQL:" not in out + err and "[parameters:" not in out + err and "Traceback" not in err, out + err

@@ -243,3 +243,84 @@ def test_a_thread_picked_while_the_server_is_gone_shows_nothing_of_the_thread_be
     assert prompt.instructions_edit.text() == "Cook." and "could not be read" not in prompt.subtitle.text()
     qtbot.waitUntil(lambda: [t.thread_id for t in traces.traces] == ["t-dessert"], timeout=30_000)
     assert not traces.banner.isVisible() and "t-dessert" in traces.usage_label.text()
+
+
+def test_connect_dialog_shows_the_url_that_could_not_sign_in(qtbot: Any, make_window: Any, pg_server: Any,
+                                                             pg_url: str) -> None:
+    """A sign-in that failed (here: a wrong password) said "connect again with File >
+    Connect to Postgres…", whose dialog then showed localhost and empty fields: the socket folder, the
+    database and the user were all to be typed again. It shows them now, and never the password."""
+    import os
+
+    import psycopg
+
+    role = f"pw{os.getpid()}"
+    with pg_server.admin() as conn:
+        conn.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD 'right'")
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # this server trusts every role: not this one
+            hba = conn.execute("SHOW hba_file").fetchone()[0]
+        original = open(hba, encoding="utf-8").read()
+        with open(hba, "w", encoding="utf-8") as f:
+            f.write(f"local all {role} scram-sha-256\nhost all {role} 127.0.0.1/32 scram-sha-256\n" + original)
+        try:
+            with pg_server.admin() as conn:
+                conn.execute("SELECT pg_reload_conf()")
+            window = make_window()
+            tried = pg_url.replace("postgres:@", f"{role}:wrong@", 1)
+            window.open_database(tried)
+            qtbot.waitUntil(lambda: bool(window.presenter.open), timeout=20_000)
+            assert "Cannot sign in" in window.presenter.open[-1].text()
+            window.presenter.open[-1].close()
+            window.presenter.open.clear()
+            window.commands.run("file.connect_postgres")
+            qtbot.waitUntil(lambda: bool(window.presenter.open), timeout=5_000)
+            dialog = window.presenter.open[-1]
+            host = pg_url.split("host=", 1)[1].split("&", 1)[0]
+            assert dialog.host.text() == host and dialog.user.text() == role
+            assert dialog.database.text() == pg_url.split("?")[0].rsplit("/", 1)[1]
+            assert "wrong" not in dialog.url() and dialog.url().startswith(f"postgresql://{role}@/")
+            dialog.reject()
+        finally:
+            with open(hba, "w", encoding="utf-8") as f:
+                f.write(original)
+            with pg_server.admin() as conn:
+                conn.execute("SELECT pg_reload_conf()")
+    finally:
+        with pg_server.admin() as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def test_vacuum_now_refused_to_a_role_that_may_not_rewrite_says_so_and_can_be_tried_again(
+    qtbot: Any, make_window: Any, pg_server: Any, pg_url: str
+) -> None:
+    """Forget Resource…, then Vacuum Now, as a role that may write the memory but does not own its tables: the
+    vacuum failed (it had said "reclaimed 0.00 MB" before it was refused), and the button said "Vacuumed",
+    disabled, above "Vacuum failed: …"."""
+    import os
+
+    from studio.widgets.forget_dialog import ForgetDialog
+
+    seed_small(pg_url)  # type: ignore[arg-type]
+    role = f"wr{os.getpid()}"
+    with pg_server.role(pg_url, role, "SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public",
+                        "USAGE ON ALL SEQUENCES IN SCHEMA public") as writer_url:
+        window = make_window()
+        window.open_database(writer_url, allow_writes=True)
+        _wait_open(qtbot, window, 3)
+        assert not window.session.read_only
+        window.select_thread(Selection("ada", "t-groceries"))
+        qtbot.waitUntil(lambda: window.selection.resource_id == "ada", timeout=10_000)
+        window.commands.run("resource.forget")
+        qtbot.waitUntil(lambda: any(isinstance(d, ForgetDialog) and d.isVisible() for d in window.presenter.open),
+                        timeout=15_000)
+        dialog = next(d for d in reversed(window.presenter.open) if isinstance(d, ForgetDialog))
+        qtbot.waitUntil(lambda: dict(dialog.model.rows()).get("messages", 0) > 0, timeout=15_000)
+        dialog.understood.setChecked(True)
+        with qtbot.waitSignal(window.edits.forgotten, timeout=30_000):
+            dialog.forget_btn.click()
+        dialog.vacuum_btn.click()
+        qtbot.waitUntil(lambda: "Vacuum failed" in dialog.detail.text(), timeout=30_000)
+        assert f"the role '{role}' may not vacuum" in dialog.detail.text()
+        assert dialog.vacuum_btn.text() == "Vacuum Now" and dialog.vacuum_btn.isEnabled()
+        dialog.close()

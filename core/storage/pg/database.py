@@ -235,8 +235,11 @@ class PgDatabase(Database):
         ``VACUUM_LOCK_TIMEOUT_S`` stops the vacuum with what it already gave back kept, naming the holder."""
         with self.read() as conn:
             tables = [t for t in catalog.all_tables(conn) if t.startswith(MEMORY_TABLE_PREFIXES)]
+            refused = not_vacuumable(conn, tables)
         if not tables:
             return 0
+        if refused:  # the server would skip them with a warning no one sees, and the vacuum "reclaim 0 MB"
+            raise StorageError(vacuum_refused(self.location, refused))
         sizes = ("SELECT coalesce(sum(pg_total_relation_size(to_regclass(quote_ident(t)))), 0) "
                  "FROM unnest(CAST(? AS text[])) t")
         held_by = ""
@@ -294,6 +297,41 @@ class PgDatabase(Database):
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def not_vacuumable(conn: sa.Connection, tables: Sequence[str]) -> list[tuple[str, str, str]]:
+    """Which of ``tables`` this role may not ``VACUUM FULL``, with each one's owner and schema. Postgres does not
+    refuse such a table: it skips it with a warning (which no one reads), so a role that may write the memory but
+    does not own it reclaimed nothing and was told it had. PostgreSQL 17+: the table's MAINTAIN privilege (owners,
+    superusers, ``pg_maintain`` and roles granted it); 16: its owner or the database's (superusers are members
+    of both)."""
+    if not tables:
+        return []
+    version = int(conn.exec_driver_sql("SELECT current_setting('server_version_num')").scalar() or 0)
+    may = ("has_table_privilege(c.oid, 'MAINTAIN')" if version >= 170000 else
+           "(pg_has_role(c.relowner, 'MEMBER') OR pg_has_role((SELECT datdba FROM pg_database "
+           "WHERE datname = current_database()), 'MEMBER'))")
+    rows = conn.exec_driver_sql(
+        f"SELECT c.relname, pg_get_userbyid(c.relowner), c.relnamespace::regnamespace::text FROM unnest(CAST(? AS "
+        f"text[])) t JOIN pg_class c ON c.oid = to_regclass(quote_ident(t)) WHERE NOT {may} ORDER BY 1", (list(tables),)
+    ).fetchall()
+    return [(str(name), str(owner), str(schema)) for name, owner, schema in rows]
+
+
+def vacuum_refused(location: PgLocation, refused: Sequence[tuple[str, str, str]], command: str = "the vacuum") -> str:
+    """Why nothing was rewritten: the tables this role may not vacuum, who owns them, what to do (run
+    ``command`` as the owner, or ask for MAINTAIN)."""
+    role = unquote(urlsplit(location.url).username or "") or "this role"
+    more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+    names = ", ".join(name for name, _, _ in refused[:3]) + more
+    owners = ", ".join(repr(o) for o in dict.fromkeys(owner for _, owner, _ in refused))
+    schemas = ", ".join(dict.fromkeys(schema for _, _, schema in refused))
+    on = (f"TABLE {refused[0][2]}.{refused[0][0]}" if len(refused) == 1 else f"ALL TABLES IN SCHEMA {schemas}")
+    return (f"{location.display}: the role {role!r} may not vacuum {len(refused)} of the memory tables ({names}): "
+            f"only their owner ({owners}), a superuser or (PostgreSQL 17+) a role granted MAINTAIN on them may "
+            f"rewrite a table. Nothing was rewritten, and the deleted rows' bytes are still in the server's files. "
+            f"Run {command} as {owners}, or ask the owner to grant it (PostgreSQL 17+): GRANT MAINTAIN ON {on} "
+            f"TO \"{role}\";")
 
 
 def _table_holders(conn: sa.Connection, table: str) -> tuple[frozenset[int], str]:

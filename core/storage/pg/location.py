@@ -78,6 +78,20 @@ def make_url(*, host: str, port: int | None, database: str, user: str) -> str:
     return f"postgresql://{auth}{where}{f':{port}' if port else ''}/{quote(database, safe='')}"
 
 
+def url_fields(url: str) -> tuple[str, int | None, str, str]:
+    """``make_url``'s fields back from a URL (host, port, database, user), so the Connect dialog shows
+    what was tried last; never its password. A host or port given in the query (a socket folder) wins,
+    as in libpq."""
+    parts = urlsplit(url.strip())
+    query = dict(parse_qsl(parts.query))
+    host = query.get("host") or parts.hostname or ""
+    try:
+        port = int(query.get("port") or parts.port or 0) or None
+    except ValueError:  # a port that is not a number: leave the dialog's default
+        port = None
+    return host, port, unquote(parts.path.lstrip("/")), unquote(parts.username or "")
+
+
 def _is_ipv6(host: str) -> bool:
     try:
         return isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address)
