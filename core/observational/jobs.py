@@ -263,8 +263,8 @@ def cut_off_reply(role: str, text: str, usage: Any, cap: int | None, window: int
             "none of it was used")
     written_before = parse_observer_output(text)
     if not written_before.ok:
-        return (f"{said}; what it wrote before the cut was not usable either ({written_before.problem}): this model "
-                f"does not write the {which}'s format and end it, so a larger limit will not help; give the {which} "
+        return (f"{said}; what it wrote before the cut was not usable either ({written_before.problem}): the model "
+                f"did not write the {which}'s format and end it, so a larger limit may not help; give the {which} "
                 f"a model that does: observational_memory={{'{which}_model': ...}} (memory-studio serve: --om-model "
                 "PROVIDER/MODEL)")
     if where.startswith("the end of"):
