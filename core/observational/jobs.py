@@ -247,7 +247,7 @@ def cut_off_reply(role: str, text: str, usage: Any, cap: int | None, window: int
     and what makes the next one end: which limit it hit (``cap``, ``max_output_tokens``; else the end of the
     model's ``window`` when the server's usage shows the request and the reply filled it; else the server's own),
     and whether what it wrote before the cut was usable at all. A small model (SmolLM2-135M on llama.cpp) writes
-    "🟡" lines until its context is full: no limit makes that reply end, only another model does."""
+    "🟡" lines until its context is full: a larger limit does not make that reply end, another model may."""
     which = role.split(" ", 1)[0]  # "observer", "reflector (level 1)"
     prompt = getattr(usage, "prompt_tokens", None)
     written = getattr(usage, "completion_tokens", None)
@@ -257,8 +257,8 @@ def cut_off_reply(role: str, text: str, usage: Any, cap: int | None, window: int
     elif filled:
         where = (f"the end of the model's {window:,}-token context (a request of {prompt:,} tokens, {written:,} "
                  "written)")
-    else:
-        where = "the server's own reply limit"
+    else:  # (no cap set, and the server's usage does not show its context filled, or no window is known)
+        where = "the server's own limit (its reply limit or the end of its context: no max_output_tokens was set)"
     said = (f"the {role} reply was cut off at {where} (finish reason 'length'), so its last lines are missing and "
             "none of it was used")
     written_before = parse_observer_output(text)
@@ -272,6 +272,9 @@ def cut_off_reply(role: str, text: str, usage: Any, cap: int | None, window: int
                    if which == "observer" else "")
         return (f"{said}; its request and reply must fit the model's context: give the server a larger context "
                 f"(llama.cpp --ctx-size, vLLM --max-model-len, Ollama num_ctx){shorter}")
+    if cap is None:
+        return (f"{said}; give the server a larger reply limit or context (llama.cpp --n-predict and --ctx-size, "
+                "Ollama num_predict and num_ctx), or a model that writes less")
     return (f"{said}; raise observational_memory={{'max_output_tokens': ...}} (memory-studio serve: "
             "--om-max-output-tokens N)")
 
@@ -287,8 +290,8 @@ def _where_to_cap(exc: ModelError, opts: ObservationalMemoryOptions) -> ModelErr
     if opts.max_output_tokens is not None or _UNCAPPED_HINT not in exc.hint:
         return exc
     return exc.with_hint(f"{exc.hint}; for observational memory's observer and reflector, which the agent's "
-                         "model_settings do not reach: observational_memory={'max_output_tokens': 2000} (memory-studio serve: "
-                         "--om-max-output-tokens 2000)")
+                         "model_settings do not reach: observational_memory={'max_output_tokens': 2000} "
+                         "(memory-studio serve: --om-max-output-tokens 2000)")
 
 
 def _context_not_fitted(exc: ModelError, role: str, fitted: str | None = None) -> ModelError:
