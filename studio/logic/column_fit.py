@@ -27,15 +27,39 @@ def fit_columns(total: int, fixed: Mapping[str, int], shares: Mapping[str, float
     others' widths and minima (a left-out column is absent from the answer: its table hides it). An optional
     column of ``roomy`` is shown only where the shared columns have their ``room`` as well (more than their
     minima: Replay's stored ids took 89 px of a 1,440 px window's table while its reason read "working memory
-    c…"), and ``last`` its ``room`` when given (the role took 70 px while the fragment's text read "Hi! I'A…")."""
+    c…"), and ``last`` its ``room`` when given (the role took 70 px while the fragment's text read "Hi! I'A…"), or
+    where leaving it out (with the roomy columns after it) would not make that room either; shown with the room, it
+    keeps it (the shares do not take it back)."""
     fixed, shares = dict(fixed), dict(shares)
-    for title in optional:
-        wanted = (room or {}) if title in roomy else {}
-        needs = {t: max(minimum.get(t, 0), wanted.get(t, 0)) for t in shares}
-        if sum(fixed.values()) + sum(needs.values()) + max(rest, wanted.get(last, 0)) <= total:
+    wanted = room or {}
+
+    def fits(with_room: bool, leaving: Sequence[str] = ()) -> bool:
+        """Whether the columns (but ``leaving``) fit: at their minima, or with the room the roomy ones wait for."""
+        extra = wanted if with_room else {}
+        needs = sum(max(minimum.get(t, 0), extra.get(t, 0)) for t in shares if t not in leaving)
+        kept = sum(w for t, w in fixed.items() if t not in leaving)
+        return kept + needs + max(rest, extra.get(last, 0)) <= total
+
+    kept_roomy = False
+    for i, title in enumerate(optional):
+        if title in roomy:
+            if fits(True):
+                kept_roomy = True
+                continue
+            # It gives way where that (with the roomy columns after it) makes the room; where even that does
+            # not, it stays as any optional column does (the stored ids at a 1,100 px window: the reason is cut
+            # either way)
+            later = [t for t in optional[i:] if t in roomy]
+            if not fits(True, leaving=later) and fits(False):
+                continue
+        elif fits(False):
             continue  # (the minima only grow with the roomy columns: an earlier column that fits, fits)
         fixed.pop(title, None)
         shares.pop(title, None)
+    if kept_roomy:  # a roomy column shown: the room it waited for is kept too (the shares gave Source and Why
+        # their caps first, and the text 237 px of the quarter the stored ids waited for)
+        minimum = {**minimum, **{t: max(minimum.get(t, 0), wanted.get(t, 0)) for t in shares}}
+        rest = max(rest, wanted.get(last, 0))
     spare = max(0, total - sum(fixed.values()) - rest)
     cap = maximum or {}
     out = {**fixed}

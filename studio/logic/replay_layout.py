@@ -796,3 +796,5 @@ STEP_TEXT_LEAST = "You are a"  # the Text column's least
 # read "Hi! I'A…" (the source's tooltip says the role, the fragment's details below link its stored messages).
 STEP_WHY_ROOM = "observed by observational memory"
 STEP_TEXT_ROOM = "Hi! I'm your assistant. Today"
+STEP_TEXT_ROOM_SHARE = 0.25  # ... or a quarter of the table, whichever is wider
+STEP_STACKED_ROOMY = ("Stored",)  # stacked (the table the view's width), what waits for that room: not the role

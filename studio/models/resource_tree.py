@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from PySide6.QtCore import (
     QAbstractItemModel,
@@ -138,6 +138,14 @@ class ResourceTreeModel(QAbstractItemModel):
     def thread_ids(self, resource_id: str) -> list[str]:
         node = self._node(resource_id)
         return [s.thread.id for s in node.threads] if node else []
+
+    def thread_labels(self) -> Iterator[str]:
+        """Every thread row's label (column 0 as shown), resource by resource: what ``data`` gives, without a model
+        index and a call through Qt for each row (the list's title width reads them at every load)."""
+        for node in self._nodes:
+            repeated, prefix = node.repeated_titles(), node.shared_id_prefix()
+            for s in node.threads:
+                yield thread_label(s.thread.title, s.thread.id, repeated, prefix)
 
     def _node(self, resource_id: str) -> _ResourceNode | None:
         return next((n for n in self._nodes if n.id == resource_id), None)

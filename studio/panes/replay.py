@@ -378,13 +378,15 @@ class ReplayPane(QWidget):
         name = header_title(thread.title, thread.id, thread.resource_id, known)
         self.title.setText(f"Replay · {name if len(name) <= 40 else name[:39] + '…'}")  # never widens the pane
         fork = fork_source(thread.metadata)
-        head = (f"thread {shown_title(thread.id)} · resource {resource_label(thread.resource_id, known)}"
-                " · options from ")
+        thread_part = f"thread {shown_title(thread.id)} · "
+        resource_part = f"resource {resource_label(thread.resource_id, known)} · "
         tail = f" · {fork}" if fork else ""
         # The header names whose options (cut at 1,440 px it read "options from agent 'chef' (agen…", the agent said
-        # twice: "(agent 'chef' answered last in this thread)"); how they were chosen is said on hover.
-        self.subtitle.setText(head + shown_title(source.agent_name or "") + tail)
-        whole = head + shown_title(source.agent or "") + tail
+        # twice: "(agent 'chef' answered last in this thread)"); how they were chosen is said on hover, and so is the
+        # resource (the thread list beside it names it): with it the line was cut beside the header's tools at
+        # 1,440 px in the themed app (10 pt), and a second row for them left the turn's table too short at 1,100 x 800.
+        self.subtitle.setText(thread_part + "options from " + shown_title(source.agent_name or "") + tail)
+        whole = thread_part + resource_part + "options from " + shown_title(source.agent or "") + tail
         self.subtitle.setToolTip(header_tip(whole, thread.resource_id, known) or whole)
         self._select_thread_in_list(thread.id)
         self.what_if.set_source(source)

@@ -20,6 +20,7 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
@@ -88,6 +89,9 @@ class SearchResultsModel(QAbstractListModel):
 
 
 TITLE_LEAST_CHARS = 30  # a thread title's least room, in "x" widths (after its indent), before the date column gives way
+TITLE_FLOOR_CHARS = 18  # ... or, where every title reads whole in less, that room, never less than this
+LABEL_WIDTHS_KEPT = 50_000  # thread labels whose widths are kept across loads (past it: measured again)
+TREE_INDENT = 12  # each level's indent (Qt's 20, twice before a thread's title, left 16 px less of a 1,440 px list)
 
 
 class _DateGivesWay(QObject):
@@ -140,6 +144,7 @@ class ResourcesPane(QWidget):
         named(self.tree, "Resources and threads")
         self.tree.setModel(self.proxy)
         self.tree.setUniformRowHeights(True)
+        self.tree.setIndentation(TREE_INDENT)
         # A long title is cut in the middle: a series of alike titles differs at the end ("… day 2"), which
         # a cut at the right hid (``studio.logic.thread_labels``).
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
@@ -154,9 +159,15 @@ class ResourcesPane(QWidget):
         # ResizeToContents, which asks a thousand rows or more for their text on every load.
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Fixed)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Fixed)
-        # In a narrow list (a 720 px window) the date column goes while the titles would have less than
-        # ``TITLE_LEAST_CHARS`` (each row's tooltip says its last activity): titles are what users scan.
+        # In a narrow list (a 720 px window) the date column goes while a title would be cut beside it, or where
+        # titles are long while they would have less than ``TITLE_LEAST_CHARS`` (each row's tooltip says its
+        # last activity): titles are what users scan.
         self._date_width = 0
+        self._titles_width = 0  # the widest thread title's cell (its text and padding), as loaded
+        # Each thread label's width in the tree's font, kept across loads (a load of thousands of threads measured
+        # them all again on the UI thread: ~50-80 ms at 10,000), and for which font it was measured.
+        self._label_widths: dict[str, int] = {}
+        self._label_widths_for: tuple[str, float] = ("", 0.0)
         self._date_fit = _DateGivesWay(self)
         self.tree.viewport().installEventFilter(self._date_fit)
 
@@ -288,15 +299,46 @@ class ResourcesPane(QWidget):
             padding = self.tree.sizeHintForIndex(cell).width() - metrics.horizontalAdvance(str(cell.data() or ""))
             header.resizeSection(column, max(width + max(padding, 0) + 2, header.sectionSizeHint(column)))
         self._date_width = header.sectionSize(2) or self._date_width
+        self._titles_width = self._widest_title(metrics, reference)
         self.fit_date_column()
 
+    def _widest_title(self, metrics: QFontMetrics, reference: QModelIndex) -> int:
+        """The widest thread title's cell as the tree shows it (its label and the cell's padding, measured as
+        ``_size_columns`` measures the counts'); past ``TITLE_LEAST_CHARS`` it stops counting (the date gives way)."""
+        cap = metrics.horizontalAdvance("x") * TITLE_LEAST_CHARS
+        text = str(reference.data() or "")
+        padding = max(self.tree.sizeHintForIndex(reference).width() - metrics.horizontalAdvance(text), 0)
+        font = (self.tree.font().key(), metrics.fontDpi())
+        if self._label_widths_for != font or len(self._label_widths) > LABEL_WIDTHS_KEPT:
+            self._label_widths.clear()  # (another font or screen: measured again)
+            self._label_widths_for = font
+        widths = self._label_widths
+        widest = 0
+        for label in self.model.thread_labels():  # (each label measured once while the font stays)
+            width = widths.get(label)
+            if width is None:
+                width = widths[label] = metrics.horizontalAdvance(label)
+            if width + padding > widest:
+                widest = width + padding
+                if widest >= cap:
+                    return widest
+        return widest
+
+    def titles_whole(self, room: int) -> bool:
+        """Whether every thread's title reads whole in ``room`` (``title_room``: after the row's indent; the title's
+        cell starts one indent further where the tree draws its resources' arrows)."""
+        decoration = self.tree.indentation() if self.tree.rootIsDecorated() else 0
+        return bool(self._titles_width) and room - decoration >= self._titles_width
+
     def fit_date_column(self) -> None:
-        """The date column (Latest: the last activity) shown while the titles keep ``TITLE_LEAST_CHARS`` beside it (``title_room``)."""
+        """The date column (Latest: the last activity) shown while every title reads whole beside it, or the titles
+        keep ``TITLE_LEAST_CHARS`` "x" widths (longer ones cut in the middle), and never below ``TITLE_FLOOR_CHARS``."""
         if not self._date_width:
             return
         header = self.tree.header()
         room = self.title_room(self._date_width)
-        hide = room < self.tree.fontMetrics().horizontalAdvance("x") * TITLE_LEAST_CHARS
+        x = self.tree.fontMetrics().horizontalAdvance("x")
+        hide = room < x * TITLE_FLOOR_CHARS or (room < x * TITLE_LEAST_CHARS and not self.titles_whole(room))
         if self.tree.isColumnHidden(2) != hide:
             self.tree.setColumnHidden(2, hide)
             if not hide:

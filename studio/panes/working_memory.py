@@ -205,7 +205,8 @@ class WorkingMemoryPane(QWidget):
         self.tabs.addTab(self.template_editor, "Template / schema")
         self.tabs.addTab(self._build_agents_tab(), "Agents")
         root.addWidget(self.tabs, 1)
-        self.status = status_label()
+        # (wrapped: it says what a save did and what to do next, cut at a 900 px window)
+        self.status = status_label(wrap=True)
         root.addWidget(self.status)
 
         self.agent_combo.currentIndexChanged.connect(self._agent_chosen)

@@ -42,14 +42,15 @@ class FitToPane(QObject):
     elsewhere; settable: what is said elsewhere may change); ``left_out``: columns hidden whatever the width
     (settable: a column that has nothing to say in the table's present mode); ``decorated``: columns that draw
     a swatch before their text (their sample or floor gets the swatch's width as well); ``roomy``: optional
-    columns shown only where the shared ones get their ``optional_room`` samples (``column_fit.fit_columns``)."""
+    columns shown only where the shared ones get their ``optional_room`` samples (``column_fit.fit_columns``) and the
+    last column its sample's room or ``last_room_share`` of the table, whichever is wider."""
 
     def __init__(self, table: FitView, samples: Mapping[str, str], shares: Mapping[str, float], last: str,
                  *, pad: int = 16, caps: Mapping[str, str] | None = None, floors: Mapping[str, str] | None = None,
                  rest_sample: str | None = None, optional: Sequence[str] = (), last_share: float = 0.0,
                  last_least: int = 0, decorated: Sequence[str] = (), left_out: Sequence[str] = (),
                  share_in_least: bool = True, optional_room: Mapping[str, str] | None = None,
-                 roomy: Sequence[str] = ()) -> None:
+                 roomy: Sequence[str] = (), last_room_share: float = 0.0) -> None:
         super().__init__(table)
         self.table = table
         self.samples, self.shares, self.last, self.pad = dict(samples), dict(shares), last, pad
@@ -62,6 +63,8 @@ class FitToPane(QObject):
         self.share_in_least = share_in_least
         # An optional column of ``roomy`` shows only where each shared column has its ``optional_room`` sample too.
         self.optional_room, self.roomy = dict(optional_room or {}), tuple(roomy)
+        # ... and the last column at least this share of the table as its room (its sample's, whichever is wider).
+        self.last_room_share = last_room_share
         self.decorated = tuple(decorated)
         self.left_out = tuple(left_out)
         table.setTextElideMode(Qt.TextElideMode.ElideRight)
@@ -133,6 +136,8 @@ class FitToPane(QObject):
         rest = max(least, int(total * self.last_share))
         optional = [t for t in self.optional if t in titles]
         room = {t: metrics.horizontalAdvance(sample) + pad for t, sample in self.optional_room.items()}
+        if self.last_room_share:
+            room[self.last] = max(room.get(self.last, 0), int(total * self.last_room_share))
         widths = fit_columns(total, fixed, self.shares, minimum, last=self.last, rest=rest,
                              maximum=caps, optional=optional, room=room, roomy=self.roomy)
         over = sum(widths.values()) - total

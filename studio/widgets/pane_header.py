@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import shiboken6
-from PySide6.QtCore import QSize
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from studio.widgets.flow_layout import FlowLayout
@@ -104,11 +104,14 @@ def elastic(label: QLabel, *, wrap: bool = False) -> QLabel:
     return label
 
 
-def status_label() -> QLabel:
-    """The dim one-line status at the bottom of a pane; cut with "…" (whole in the tooltip)."""
+def status_label(*, wrap: bool = False) -> QLabel:
+    """The dim one-line status at the bottom of a pane; cut with "…" (whole in the tooltip). ``wrap``: a status that
+    says what to do next (Working Memory's after a save) wraps onto more lines instead, never cut."""
     from studio.widgets.elided_label import ElidedLabel
+    from studio.widgets.fitted_label import FittedLabel
 
-    label = ElidedLabel("")
+    label: QLabel = FittedLabel("") if wrap else ElidedLabel("")
+    label.setTextFormat(Qt.TextFormat.PlainText)  # (it names data: an agent, a version)
     label.setStyleSheet("color: palette(placeholder-text);")
     return elastic(label)
 

@@ -32,8 +32,10 @@ from studio.logic.replay_layout import (
     STEP_OPTIONAL,
     STEP_SAMPLES,
     STEP_SHARES,
+    STEP_STACKED_ROOMY,
     STEP_TEXT_LEAST,
     STEP_TEXT_ROOM,
+    STEP_TEXT_ROOM_SHARE,
     STEP_WHY_ROOM,
     Comparison,
     RecallRow,
@@ -197,7 +199,8 @@ class TurnView(QSplitter):
         keep_current_in_sight(self.step_table)  # (the fragment picked on opening a thread was out of sight)
         self._fit = FitToPane(self.step_table, STEP_SAMPLES, STEP_SHARES, last="Text", floors=STEP_FLOORS,
                               caps=STEP_CAPS, optional=STEP_OPTIONAL, decorated=("Source",),
-                              rest_sample=STEP_TEXT_LEAST, optional_room={"Why": STEP_WHY_ROOM, "Text": STEP_TEXT_ROOM})
+                              rest_sample=STEP_TEXT_LEAST, optional_room={"Why": STEP_WHY_ROOM, "Text": STEP_TEXT_ROOM},
+                              last_room_share=STEP_TEXT_ROOM_SHARE)
         for w in (self.context_caption, self.change_label, self.step_table):
             ul.addWidget(w)
         left.addWidget(upper)
@@ -294,9 +297,10 @@ class TurnView(QSplitter):
         columns each; at a 1,440 px window ~575 px, the text ~70 px. The split is a splitter: the user drags it."""
         want = Qt.Orientation.Horizontal if event.size().width() >= STACK_BELOW else Qt.Orientation.Vertical
         # Side by side the table is narrower than stacked: there the role and the stored ids (said again in the
-        # source's tooltip and under the table) give way before the reason or the text is cut; stacked, every
-        # column shows where it fits, as before.
-        roomy = STEP_OPTIONAL if want == Qt.Orientation.Horizontal else ()
+        # source's tooltip and under the table) give way before the reason or the text is cut; stacked, the role
+        # shows where it fits, the stored ids (cut to "record …7d…" there) where the text keeps a quarter of the
+        # table too (in the themed app at a 1,440 px window they left the text 237 px of 1,024).
+        roomy = STEP_OPTIONAL if want == Qt.Orientation.Horizontal else STEP_STACKED_ROOMY
         if self._fit.roomy != roomy:
             self._fit.roomy = roomy
             self._fit.fit()

@@ -93,7 +93,8 @@ def test_a_delegation_row_keeps_who_delegated_and_to_whom_at_the_width_of_a_1100
     """The tree cuts a long text in the middle, so in a 1,100 px window "ada → helper (delegation)" was drawn
     "ada → he…egation)": the agent's name went. A delegation's row is fitted instead, the least telling
     part first, in either theme; the tooltip keeps the stored id; a wide tree shows the whole label. (Since the
-    date column gives the titles their room at 1,100 px, the label is whole there; a 720 px window cuts it.)"""
+    date column gives the titles their room at 1,100 px, the label is whole there; a 720 px window with the list at its
+    least cuts it.)"""
     from studio.theme import apply_theme
 
     db = tmp_path / "d.db"
@@ -111,6 +112,10 @@ def test_a_delegation_row_keeps_who_delegated_and_to_whom_at_the_width_of_a_1100
             assert _drawn(pane, _row(pane, DELEGATED))[0] == "ada → helper (delegation)"
             window.resize(720, 800)
             qtbot.waitUntil(lambda w=window: w.left.width() < 300, timeout=5_000)
+            # (the list at its least: with the tree's 12 px indent the label has 1 px to spare at 720 px)
+            least = window.left.minimumWidth()
+            window.split.setSizes([least, window.split.width() - least])
+            qtbot.waitUntil(lambda w=window, n=least: w.left.width() <= n + 1, timeout=5_000)
             index = _row(pane, DELEGATED)
             text, room, metrics = _drawn(pane, index)
             assert metrics.horizontalAdvance(index.data()) > room  # (the whole label does not fit: Qt cut it)

@@ -206,7 +206,9 @@ def test_the_context_table_fits_its_pane_and_a_cut_cell_has_its_whole_text_in_th
     assert header.length() <= table.viewport().width()
 
 
-def test_in_a_narrow_window_the_turn_stacks_so_every_column_is_readable(qtbot: Any, window: Any) -> None:
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
+def test_in_a_narrow_window_the_turn_stacks_so_every_column_is_readable(qtbot: Any, themed: str | None, window: Any,
+                                                                         theme: str | None) -> None:
     """In a 1,100 px window the context table had ~385 px beside the request tabs, below what its columns'
     titles need (~470): Source, Why and Text sat behind a horizontal scroll bar, and "Received vs Rebuilt
     Now" was two ~150 px columns. Below ``STACK_BELOW`` the tabs go under the table; wider, beside it."""

@@ -6,6 +6,7 @@ scrolls. Geometry is checked, not pixels (the PNGs of each pane were looked at, 
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -337,15 +338,47 @@ def _thread_list_at(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any
     assert titles == window.resources.title_room()
     x = tree.fontMetrics().horizontalAdvance("x")
     assert titles >= x * 18  # (the titles keep room to be read, in the narrowest list too)
-    if not tree.isColumnHidden(2) or width >= 1100:  # (the date never takes the room they need)
-        assert titles >= x * TITLE_LEAST_CHARS
+    if not tree.isColumnHidden(2) or width >= 1100:  # (the date never cuts a title: each of the demo's reads whole)
+        assert _cut_titles(tree) == [], titles
     if width == 720:
         assert tree.isColumnHidden(2)  # (at 900 px it depends on the font: the titles keep their room either way)
     if width == 1440:
-        # Dragged wider, the list shows the date again beside titles that keep their room.
+        # The demo's titles are whole beside the date at 1,440 px, in the themed app too (it was hidden there).
+        assert not tree.isColumnHidden(2), (titles, _cut_titles(tree))
+        # Dragged wider, the list keeps the date beside titles that keep their room.
         window.split.setSizes([left + 200, split - left - 200])
-        qtbot.waitUntil(lambda: not tree.isColumnHidden(2), timeout=5_000)
-        assert window.resources.title_room() >= tree.fontMetrics().horizontalAdvance("x") * TITLE_LEAST_CHARS
+        qtbot.waitUntil(lambda: window.resources.title_room() >= x * TITLE_LEAST_CHARS, timeout=5_000)
+        assert not tree.isColumnHidden(2)
+    window.session.pool.wait(20_000)
+
+
+def _cut_titles(tree: Any) -> list[tuple[str, int, int]]:
+    """The thread rows whose title cell (as drawn: after the indents) is narrower than its text and padding need."""
+    model = tree.model()
+    rows = [model.index(t, 0, model.index(r, 0)) for r in range(model.rowCount())
+            for t in range(model.rowCount(model.index(r, 0)))]
+    return [(row.data(), tree.visualRect(row).width(), tree.sizeHintForIndex(row).width()) for row in rows
+            if tree.visualRect(row).width() < tree.sizeHintForIndex(row).width()]
+
+
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
+def test_at_1440_px_long_thread_titles_keep_their_room_and_the_date_gives_way(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, theme: str | None) -> None:
+    """The date shows beside the titles where every title reads whole (the demo's at 1,440 px); where a title is
+    long, the titles keep ``TITLE_LEAST_CHARS`` "x" widths (cut in the middle beyond) and the date gives way, as
+    before."""
+    from core import open_store
+
+    folder = tmp_path / "long"
+    shutil.copytree(demo_dir, folder)
+    store = open_store(folder / "memory.db")
+    store.memory.update_thread("sam-standup", title="Daily stand-up notes for the whole platform team, week 37")
+    store.close()
+    window = _window(folder, tmp_path, make_window, qtbot, 1440)
+    tree = window.resources.tree
+    qtbot.waitUntil(lambda: any("platform team" in t for _r, t, _n in window.resources.thread_rows()), timeout=10_000)
+    qtbot.waitUntil(lambda: tree.isColumnHidden(2), timeout=5_000)
+    assert window.resources.title_room() >= tree.fontMetrics().horizontalAdvance("x") * TITLE_LEAST_CHARS
     window.session.pool.wait(20_000)
 
 
@@ -420,4 +453,35 @@ def _splitters_never_cut_a_part(demo_dir: Path, tmp_path: Path, make_window: Any
         assert not any(stacked.values())  # (side by side as before where they fit)
     if width == 720:
         assert all(stacked.values())
+    window.session.pool.wait(20_000)
+
+
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
+def test_working_memorys_status_reads_whole_at_900_by_800(demo_dir: Path, tmp_path: Path, make_window: Any,
+                                                          qtbot: Any, themed: str | None, theme: str | None) -> None:
+    """Working Memory's status line says what a save did and what to do next ("Undo: the value stored before your
+    save is staged. Save makes it current, …"): at a 900 × 800 window it had ~550 px and was cut with "…", the
+    rest only on hover (found 2026-12-07 by s33-walk7). It wraps onto more lines where it needs them."""
+    from .test_working_memory_pane import save_and_wait
+
+    window = _window(demo_dir, tmp_path, make_window, qtbot, 900)
+    window.resize(900, 800)
+    window.resources.set_selection(Selection("ada", "ada-groceries"))
+    window.show_tab("working_memory")
+    pane = window.panes["working_memory"]
+    qtbot.waitUntil(lambda: pane.snapshot is not None and "saved version" in pane.status.text(), timeout=20_000)
+    versions = pane.version_model.rowCount()
+    pane.editor.replace_all(pane.editor.toPlainText() + "\n- Oat milk")
+    save_and_wait(qtbot, pane, pane.saved)
+    qtbot.waitUntil(lambda: pane.version_model.rowCount() == versions + 1 and "saved version" in pane.status.text()
+                    and pane.commands.action("wm.undo").isEnabled(), timeout=10_000)
+    pane.commands.run("wm.undo")
+    status = pane.status
+    assert status.text().startswith("Undo: the value stored before your save is staged")
+    qtbot.waitUntil(lambda: status.height() >= status.heightForWidth(status.width()) > 0, timeout=5_000)
+    metrics = status.fontMetrics()
+    assert metrics.horizontalAdvance(status.text()) > status.width()  # (longer than one line: it wraps)
+    assert status.wordWrap() and status.textFormat() == Qt.TextFormat.PlainText
+    bottom = status.mapTo(window, status.rect().bottomLeft()).y()
+    assert bottom <= window.statusBar().geometry().top(), (bottom, window.statusBar().geometry())
     window.session.pool.wait(20_000)

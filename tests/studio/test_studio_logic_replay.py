@@ -206,6 +206,32 @@ def test_a_roomy_optional_column_waits_for_the_last_columns_room_too() -> None:
     assert "Role" in fit(460, {"Why": 100, "Text": 250})
 
 
+def test_a_roomy_column_shown_keeps_the_room_it_waited_for() -> None:
+    """In the themed app at a 1,440 px window Replay's stored ids showed because the reason's and the text's room
+    fitted, and then the shares gave Source and Why their caps first: the text kept 237 px of the 256 it waited
+    for. Where a roomy column shows, the shared columns keep their room and the last column its room."""
+    widths = fit_columns(500, {"#": 30, "Stored": 90}, {"Source": 0.5, "Why": 0.5}, {"Source": 60, "Why": 60},
+                         "Text", rest=40, maximum={"Source": 150, "Why": 150}, optional=["Stored"],
+                         room={"Why": 120, "Text": 150}, roomy=["Stored"])
+    assert "Stored" in widths  # (30 + 90 + 60 + 120 + 150 = 450 of 500)
+    assert widths["Text"] >= 150 and widths["Why"] >= 120, widths
+    assert sum(widths.values()) == 500
+
+
+def test_a_roomy_column_stays_where_leaving_it_out_would_not_make_the_room() -> None:
+    """Stacked at a 1,100 px window, Replay's stored ids waited for a room the reason and the text could not have even
+    without them: hiding them lost the ids and gained nothing the user could read whole. Where leaving a roomy column
+    out makes the room, it goes (at 1,440 px in the themed app); where it would not, it stays at the minima's rule."""
+    def fit(total: int) -> dict[str, int]:
+        return fit_columns(total, {"#": 30, "Stored": 90}, {"Why": 1.0}, {"Why": 40}, "Text", rest=40,
+                           optional=["Stored"], room={"Why": 200, "Text": 200}, roomy=["Stored"])
+
+    assert "Stored" in fit(520)  # (30 + 90 + 200 + 200: the room, with the ids)
+    assert "Stored" not in fit(480)  # (30 + 200 + 200 without them: leaving them out makes it)
+    assert "Stored" in fit(300)  # (not even without them; their minima fit: 30 + 90 + 40 + 40)
+    assert "Stored" not in fit(180)  # (the minima do not fit either)
+
+
 def test_a_message_that_came_another_way_names_both_ways() -> None:
     """Replay's row of a message that moved between observational memory's unobserved messages and semantic
     recall says why in words and keeps the way it came before, which the fragment pane names beside "now"."""

@@ -376,8 +376,10 @@ def test_the_request_panels_title_has_the_panels_width_not_a_column_beside_its_b
     assert panel.title.heightForWidth(panel.title.width()) <= 3 * line
 
 
+@pytest.mark.parametrize("theme", [None, "dark"])
 @pytest.mark.parametrize("width", [1100, 1440, 1800])
-def test_replays_recall_table_fits_with_its_scores_in_sight(template: Path, tmp_path: Path, make_window: Any,
+def test_replays_recall_table_fits_with_its_scores_in_sight(template: Path, tmp_path: Path, themed: str | None,
+                                                            theme: str | None, make_window: Any,
                                                             qtbot: Any, width: int) -> None:
     """Replay's Recall tab at a 1,440 px window: the whole message ids pushed Keyword, Fused and Window past the
     table's edge, behind a sideways scroll bar (docs/screenshots/replay-recall.png). It is fitted now: short

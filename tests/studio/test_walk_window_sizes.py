@@ -29,8 +29,9 @@ def _context_table(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any,
     return window, table
 
 
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
 def test_replays_context_table_gives_a_wide_windows_room_to_the_fragments_text(
-        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, theme: str | None) -> None:
     """At a 2,560 px window Source and Why took ~45 % each of the spare width, ~500 px, mostly blank, and
     the fragment's text, what the table is read for, ~150 px: "You are a st…" (found 2026-12-06 by the
     walk). Each now takes what its usual text needs, the text the rest."""
@@ -45,9 +46,11 @@ def test_replays_context_table_gives_a_wide_windows_room_to_the_fragments_text(
     window.session.pool.wait(20_000)
 
 
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
 @pytest.mark.parametrize("width", [1100, 1440])
 def test_replays_context_table_at_ordinary_widths_keeps_its_columns(
-        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int) -> None:
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int, themed: str | None,
+        theme: str | None) -> None:
     """The caps change nothing where the shares are below them: at 1,100 and 1,440 px the source reads
     whole and the reason keeps its words as before."""
     window, table = _context_table(demo_dir, tmp_path, make_window, qtbot, width, "sam", "sam-standup")
@@ -99,8 +102,9 @@ def _options_whole_at_900(demo_dir: Path, tmp_path: Path, make_window: Any, qtbo
     window.session.pool.wait(20_000)
 
 
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
 def test_replays_reasons_read_whole_side_by_side_before_the_stored_ids_are_shown(
-        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, theme: str | None) -> None:
     """At a 1,440 × 900 window, Replay's context table (side by side with the request, ~570 px) on ada's groceries
     showed the optional Stored column (89 px of short ids, said again under the table) while the reason read
     "working memory c…" (found 2026-12-07 by s33-walk5). Side by side, the reason gets "working memory changed"
@@ -120,14 +124,17 @@ def test_replays_reasons_read_whole_side_by_side_before_the_stored_ids_are_shown
     window.session.pool.wait(20_000)
 
 
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
 @pytest.mark.parametrize("thread", [("ada", "ada-groceries"), ("sam", "sam-standup")])
 def test_at_1440_px_replays_context_table_reads_every_reason_whole_and_gives_the_text_real_room(
-        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, thread: tuple[str, str]) -> None:
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, thread: tuple[str, str], themed: str | None,
+        theme: str | None) -> None:
     """Replay is the debugger's main view, and at a 1,440 × 900 window its context table had ~575 px beside the
     request (whose recall table needs ~420): the fragment's text kept ~70 px ("Hi! I'A…"), the reasons read
     "observed by observati…" (found 2026-12-07 by s33-walk5 and walk6). The request goes under the table there
-    now: every reason reads whole, the text has at least a third of the table, and the request side keeps its
-    tabs (test_replay_inspector_columns: its recall table whole)."""
+    now: every reason reads whole, the text has at least a quarter of the table, and the request side keeps its
+    tabs (test_replay_inspector_columns: its recall table whole). In the themed app (10 pt) the text had 237 px of
+    1,024 beside the stored ids (cut there, "record …7d…"): they wait for the text's quarter now."""
     window, table = _context_table(demo_dir, tmp_path, make_window, qtbot, 1440, *thread)
     _fits(table)
     titles, metrics, model = _titles(table), table.fontMetrics(), table.model()
@@ -143,14 +150,17 @@ def test_at_1440_px_replays_context_table_reads_every_reason_whole_and_gives_the
     window.session.pool.wait(20_000)
 
 
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
 def test_at_1440_px_replays_header_names_whose_options_whole_and_how_they_were_chosen_on_hover(
-        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, theme: str | None) -> None:
     """Replay's header at a 1,440 px window read "… · options from agent 'chef' (agen…": the reason named the agent
     again, "(agent 'chef' answered last in this thread)" (found 2026-12-07 by s33-walk5). The header names the agent
-    whole; how it was chosen is in the tooltip."""
+    whole; how it was chosen is in the tooltip. In the themed app (10 pt) the subtitle was still cut beside the
+    header's tools: it leaves the resource to the tooltip (the thread list and the thread picker beside it name it)."""
     window, _table = _context_table(demo_dir, tmp_path, make_window, qtbot, 1440, "sam", "sam-standup")
     subtitle = window.panes["replay"].subtitle
-    assert subtitle.text().endswith("options from agent 'notes-om'"), subtitle.text()
+    assert subtitle.text() == "thread sam-standup · options from agent 'notes-om'", subtitle.text()
     assert not subtitle.elided(), (subtitle.text(), subtitle.width())
     assert "options from agent 'notes-om' (agent 'notes-om' answered last in this thread)" in subtitle.toolTip()
+    assert "thread sam-standup · resource sam · options from" in subtitle.toolTip()
     window.session.pool.wait(20_000)
