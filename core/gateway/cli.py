@@ -78,7 +78,8 @@ MEMORY_FLAGS = (("--last-messages", "last_messages"), ("--working-memory", "work
                 ("--semantic-recall-top-k", "semantic_recall_top_k"),
                 ("--semantic-recall-range", "semantic_recall_range"),
                 ("--observational-memory", "observational_memory"), ("--om-message-tokens", "om_message_tokens"),
-                ("--om-observation-tokens", "om_observation_tokens"), ("--om-model", "om_model"))
+                ("--om-observation-tokens", "om_observation_tokens"),
+                ("--om-max-output-tokens", "om_max_output_tokens"), ("--om-model", "om_model"))
 #: Every flag that goes with ``--model`` only (refused with ``--agents``, whose module says all of it).
 MODEL_ONLY_FLAGS = (("--db", "db"), ("--name", "name"), ("--instructions", "instructions"),
                     ("--max-tokens", "max_tokens"), ("--context-window", "context_window"),
@@ -124,6 +125,10 @@ def add_memory_arguments(p: Any) -> None:
     g.add_argument("--om-observation-tokens", type=int, metavar="N",
                    help="with --observational-memory: observation tokens that make the reflector condense them "
                         "(observation_tokens; default 40000)")
+    g.add_argument("--om-max-output-tokens", type=int, metavar="N",
+                   help="with --observational-memory: cap each observer and reflector reply at N tokens "
+                        "(max_output_tokens; default: none, the server's own limit; --max-tokens does not reach "
+                        "them). A reply cut off at a limit is not used: the messages stay raw")
     g.add_argument("--om-model", metavar="PROVIDER/MODEL",
                    help="with --observational-memory: the observer's and reflector's model (observer_model and "
                         "reflector_model; default: the agent's --model)")
@@ -148,12 +153,13 @@ def memory_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     needs("--working-memory", args.working_memory, "--working-memory-template", "--working-memory-schema")
     needs("--semantic-recall", args.semantic_recall, "--semantic-recall-top-k", "--semantic-recall-range")
     needs("--observational-memory", args.observational_memory, "--om-message-tokens", "--om-observation-tokens",
-          "--om-model")
+          "--om-max-output-tokens", "--om-model")
     positive("--last-messages", args.last_messages, "messages", zero="no history")
     positive("--semantic-recall-top-k", args.semantic_recall_top_k, "messages")
     positive("--semantic-recall-range", args.semantic_recall_range, "messages", zero="the messages found alone")
     positive("--om-message-tokens", args.om_message_tokens, "tokens")
     positive("--om-observation-tokens", args.om_observation_tokens, "tokens")
+    positive("--om-max-output-tokens", args.om_max_output_tokens, "tokens")
     if args.om_model is not None:
         from core.errors import ConfigurationError
         from core.llm.providers import parse_model_name
@@ -197,7 +203,8 @@ def memory_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.observational_memory is not None:
         observational: dict[str, Any] = {"enabled": True, "scope": args.observational_memory}
         for key, value in (("message_tokens", args.om_message_tokens),
-                           ("observation_tokens", args.om_observation_tokens)):
+                           ("observation_tokens", args.om_observation_tokens),
+                           ("max_output_tokens", args.om_max_output_tokens)):
             if value is not None:
                 observational[key] = value
         options["observational_memory"] = observational
@@ -241,8 +248,9 @@ def describe_memory(options: Any) -> str:
     om = options.observational_memory
     if om.enabled:
         observer = f"model {om.observer_model}" if om.observer_model else "the agent's model"
+        cap = f", replies up to {om.max_output_tokens:,} tokens" if om.max_output_tokens is not None else ""
         parts.append(f"observational memory ({om.scope}; observes at {om.message_tokens:,} tokens, reflects at "
-                     f"{om.observation_tokens:,}; {observer})")
+                     f"{om.observation_tokens:,}; {observer}{cap})")
     elif options.history_enabled:
         parts.append(f"the last {options.message_history.limit} messages")
     else:

@@ -21,6 +21,9 @@ BACKOFF_BASE = timedelta(seconds=30)
 BACKOFF_MAX = timedelta(minutes=30)
 #: Events kept in the row's metadata for the Studio (newest last).
 MAX_EVENTS = 20
+#: A failure's words kept in a back-off and in its event: whole, up to this many characters. A model error's
+#: hint and a cut-off reply's reason end with what to do, which a shorter cap (500 and 300 before) cut away.
+MAX_ERROR_CHARS = 2_000
 #: Hint writes kept in a row's metadata (``hints``) for record-less rebuilds: at most this many, and
 #: the oldest dropped while their texts exceed ``MAX_HINT_CHARS`` (the newest is always kept).
 MAX_HINTS = 20
@@ -78,7 +81,14 @@ def backoff_of(studio: Mapping[str, Any], which: str) -> Backoff | None:
 def next_backoff(previous: Backoff | None, error: str, now: datetime) -> Backoff:
     failures = (previous.failures if previous is not None else 0) + 1
     wait = min(BACKOFF_BASE * (2 ** (failures - 1)), BACKOFF_MAX)
-    return Backoff(failures, to_iso(now + wait), error[:500])
+    return Backoff(failures, to_iso(now + wait), kept_error(error))
+
+
+def kept_error(error: str) -> str:
+    """``error`` as a row keeps it: whole up to ``MAX_ERROR_CHARS``, else cut there and marked so."""
+    if len(error) <= MAX_ERROR_CHARS:
+        return error
+    return error[:MAX_ERROR_CHARS - 1].rstrip() + "…"
 
 
 def with_event(studio: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
@@ -199,6 +209,7 @@ def events(studio: Mapping[str, Any]) -> list[dict[str, Any]]:
 __all__ = [
     "BACKOFF_BASE",
     "BACKOFF_MAX",
+    "MAX_ERROR_CHARS",
     "MAX_EVENTS",
     "MAX_HINTS",
     "MAX_HINT_CHARS",
@@ -211,6 +222,7 @@ __all__ = [
     "events",
     "hints_then",
     "hints_written_at",
+    "kept_error",
     "next_backoff",
     "with_appended",
     "with_event",

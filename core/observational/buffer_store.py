@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from core.observational.buffer import Backoff, backoff_of, with_appended, with_event, with_hints
+from core.observational.buffer import Backoff, backoff_of, kept_error, with_appended, with_event, with_hints
 from core.observational.records import STUDIO_KEY, BufferedChunk, OMRecord, merge_observed_ids, parse_chunks
 from core.observational.store import OM, Cursor, ThreadHints, _merge_thread_om, _new_row, _select_key, thread_hints
 from core.observational.store import metadata_with as _metadata_with
@@ -284,7 +284,7 @@ def record_failure(store: "Store", *, key: str, scope: str, thread_id: str, reso
             conn.execute(OM.insert().values(**head))
         studio = _studio(head)
         studio[f"{which}Backoff"] = {"failures": retry.failures, "retryAt": retry.retry_at, "error": retry.error}
-        studio = with_event(studio, {"kind": f"{which}-failed", "at": now, "error": error[:300],
+        studio = with_event(studio, {"kind": f"{which}-failed", "at": now, "error": kept_error(error),
                                      "retryAt": retry.retry_at})
         flag = "isBufferingObservation" if which == "observer" else "isBufferingReflection"
         conn.execute(OM.update().where(OM.c.id == head["id"]).values(

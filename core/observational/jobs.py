@@ -116,11 +116,9 @@ class OMJob:
                                  "finishReason": result.finish_reason})
             span.set_output(result.text)
             if result.finish_reason == "length":
-                cap = (f"observational_memory max_output_tokens ({opts.max_output_tokens:,})"
-                       if opts.max_output_tokens is not None else "the server's own reply limit")
-                raise ReplyCutOff(
-                    f"the {role} reply was cut off at {cap} (finish reason 'length'), so its last lines are "
-                    "missing and none of it was used; raise observational_memory={'max_output_tokens': ...}")
+                window = self.window if role == "observer" else getattr(model, "context_window", None)
+                raise ReplyCutOff(cut_off_reply(role, str(result.text or ""), result.usage, opts.max_output_tokens,
+                                                window))
             return str(result.text or "")
 
     @contextmanager
@@ -244,6 +242,43 @@ class OMJob:
         return retry.retry_at
 
 
+def cut_off_reply(role: str, text: str, usage: Any, cap: int | None, window: int | None) -> str:
+    """Why an observer or reflector reply that ended at a length limit (finish reason ``length``) is not used,
+    and what makes the next one end: which limit it hit (``cap``, ``max_output_tokens``; else the end of the
+    model's ``window`` when the server's usage shows the request and the reply filled it; else the server's own),
+    and whether what it wrote before the cut was usable at all. A small model (SmolLM2-135M on llama.cpp) writes
+    "🟡" lines until its context is full: a larger limit does not make that reply end, another model may."""
+    which = role.split(" ", 1)[0]  # "observer", "reflector (level 1)"
+    prompt = getattr(usage, "prompt_tokens", None)
+    written = getattr(usage, "completion_tokens", None)
+    filled = window is not None and prompt is not None and written is not None and prompt + written >= window
+    if cap is not None and not (filled and written is not None and written < cap):
+        where = f"observational_memory max_output_tokens ({cap:,})"
+    elif filled:
+        where = (f"the end of the model's {window:,}-token context (a request of {prompt:,} tokens, {written:,} "
+                 "written)")
+    else:  # (no cap set, and the server's usage does not show its context filled, or no window is known)
+        where = "the server's own limit (its reply limit or the end of its context: no max_output_tokens was set)"
+    said = (f"the {role} reply was cut off at {where} (finish reason 'length'), so its last lines are missing and "
+            "none of it was used")
+    written_before = parse_observer_output(text)
+    if not written_before.ok:
+        return (f"{said}; what it wrote before the cut was not usable either ({written_before.problem}): the model "
+                f"did not write the {which}'s format and end it, so a larger limit may not help; give the {which} "
+                f"a model that does: observational_memory={{'{which}_model': ...}} (memory-studio serve: --om-model "
+                "PROVIDER/MODEL)")
+    if where.startswith("the end of"):
+        shorter = (", or a smaller observational_memory max_tokens_per_batch for shorter requests"
+                   if which == "observer" else "")
+        return (f"{said}; its request and reply must fit the model's context: give the server a larger context "
+                f"(llama.cpp --ctx-size, vLLM --max-model-len, Ollama num_ctx){shorter}")
+    if cap is None:
+        return (f"{said}; give the server a larger reply limit or context (llama.cpp --n-predict and --ctx-size, "
+                "Ollama num_predict and num_ctx), or a model that writes less")
+    return (f"{said}; raise observational_memory={{'max_output_tokens': ...}} (memory-studio serve: "
+            "--om-max-output-tokens N)")
+
+
 #: What a model client's hint says when a call that set no reply length timed out.
 _UNCAPPED_HINT = "model_settings={'max_tokens'"
 
@@ -255,7 +290,8 @@ def _where_to_cap(exc: ModelError, opts: ObservationalMemoryOptions) -> ModelErr
     if opts.max_output_tokens is not None or _UNCAPPED_HINT not in exc.hint:
         return exc
     return exc.with_hint(f"{exc.hint}; for observational memory's observer and reflector, which the agent's "
-                         "model_settings do not reach: observational_memory={'max_output_tokens': 2000}")
+                         "model_settings do not reach: observational_memory={'max_output_tokens': 2000} "
+                         "(memory-studio serve: --om-max-output-tokens 2000)")
 
 
 def _context_not_fitted(exc: ModelError, role: str, fitted: str | None = None) -> ModelError:
@@ -448,4 +484,4 @@ def _reflect_once(job: OMJob, token: CancelToken) -> Any:
         return result
 
 
-__all__ = ["OMJob", "buffer_observations", "buffer_reflection"]
+__all__ = ["OMJob", "buffer_observations", "buffer_reflection", "cut_off_reply"]

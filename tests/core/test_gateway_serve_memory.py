@@ -22,6 +22,8 @@ import pytest
 from core.cli import main as cli_main
 from core.gateway import require_serve_extra
 from core.llm import LoopbackServer, ScriptedModel, ScriptedReply, tool_call
+from core.llm.base import Usage
+from core.observational.observer import OBSERVER_SYSTEM_PROMPT
 
 
 @contextmanager
@@ -125,6 +127,79 @@ def test_observational_memory_observes_with_its_own_model_and_the_next_turn_read
         assert "keeps bees on her roof in Lyon" in system_text(upstream.chat_requests()[-1])
 
 
+def is_observer(messages: list[dict[str, Any]]) -> bool:
+    return bool(messages) and OBSERVER_SYSTEM_PROMPT[:80] in str(messages[0].get("content"))
+
+
+def cut_off_observer(text: str, usage: Usage) -> ScriptedModel:
+    """A model server whose observer replies end at a length limit (finish reason "length") with ``text``, as the
+    server's ``usage`` says; the agent's turns get a plain reply."""
+    def reply(messages: list[dict[str, Any]], tools: Any) -> Any:
+        if is_observer(messages):
+            return ScriptedReply(text, finish_reason="length", usage=usage)
+        return "Reply " + "x " * 40
+
+    return ScriptedModel(reply)
+
+
+def observation_failed(client: openai.OpenAI) -> str:
+    """Turns of long messages on thread "bees" until one's ``observation_failed`` notice comes: its message."""
+    words = " ".join(f"word{i}" for i in range(120))
+    for i in range(4):
+        reply = client.chat.completions.create(
+            model="assistant", messages=[{"role": "user", "content": f"Question {i}: I keep bees in Lyon. {words}"}],
+            metadata={"thread_id": "bees", "resource_id": "ada"})
+        for notice in (reply.model_dump().get("memory") or {}).get("notices", []):
+            if notice["code"] == "observation_failed":
+                return str(notice["message"])
+    return ""
+
+
+def test_an_observer_that_fills_the_servers_context_is_told_apart_from_one_cut_at_its_cap(tmp_path):
+    """Walked with SmolLM2-135M on llama.cpp (--context-window 2048): as observer it wrote "🟡" lines until the
+    server's context was full (usage 1,118 + 930 = 2,048, finish reason "length"). The notice said the reply was
+    cut off "at the server's own reply limit" and told to raise observational_memory's max_output_tokens, an
+    option `serve` had no flag for, and one no value of which makes such a reply end. Now it names the limit the
+    reply hit (the end of the context, from the server's usage), says what it wrote was unusable anyway, and
+    names the fix that helps (another observer model, --om-model); nothing is observed, the messages stay raw."""
+    model = cut_off_observer("🟡\n\n" * 200, Usage(prompt_tokens=1118, completion_tokens=930, total_tokens=2048))
+    with LoopbackServer(model) as upstream, serve_model(
+            tmp_path, {"LLAMACPP_BASE_URL": upstream.base_url}, "--context-window", "2048",
+            "--observational-memory", "resource", "--om-message-tokens", "200") as (client, lines, url):
+        message = observation_failed(client)
+        assert ("the observer reply was cut off at the end of the model's 2,048-token context (a request of 1,118 "
+                "tokens, 930 written) (finish reason 'length')") in message, message
+        assert "not usable either (the reply repeats itself (degenerate output)" in message
+        assert "the model did not write the observer's format and end it, so a larger limit may not help" in message
+        assert "(memory-studio serve: --om-model PROVIDER/MODEL)" in message
+        assert "server's own reply limit" not in message and "max_output_tokens" not in message
+        assert "the messages stay raw" in message
+        observer_calls = [r for r in upstream.chat_requests() if is_observer(r["messages"])]
+        assert observer_calls and all("max_tokens" not in r for r in observer_calls)  # no cap was given
+        ask(client, "Where are my bees?", "bees")
+        sent = json.dumps(upstream.chat_requests()[-1]["messages"])
+        assert "Question 0: I keep bees in Lyon" in sent  # nothing observed, nothing lost
+
+
+def test_om_max_output_tokens_caps_the_observer_and_a_reply_cut_at_it_says_to_raise_it(tmp_path):
+    model = cut_off_observer(
+        "<observations>\nDate: Mar 3, 2025\n* 🔴 (09:00) User Ada keeps bees in Lyon.\n* 🟡 (09:01) User asked",
+        Usage(prompt_tokens=700, completion_tokens=300, total_tokens=1000))
+    with LoopbackServer(model) as upstream, serve_model(
+            tmp_path, {"LLAMACPP_BASE_URL": upstream.base_url}, "--context-window", "4096", "--max-tokens", "100",
+            "--observational-memory", "resource", "--om-message-tokens", "200",
+            "--om-max-output-tokens", "300") as (client, lines, url):
+        assert "observes at 200 tokens, reflects at 40,000; the agent's model, replies up to 300 tokens)" in lines[1]
+        message = observation_failed(client)
+        assert ("the observer reply was cut off at observational_memory max_output_tokens (300) (finish reason "
+                "'length'), so its last lines are missing and none of it was used; raise "
+                "observational_memory={'max_output_tokens': ...} (memory-studio serve: --om-max-output-tokens N)"
+                ) in message, message
+        observer_calls = [r for r in upstream.chat_requests() if is_observer(r["messages"])]
+        assert observer_calls and all(r["max_tokens"] == 300 for r in observer_calls)
+        assert all(r["max_tokens"] == 100 for r in upstream.chat_requests() if not is_observer(r["messages"]))
+
+
 def serve_cli(*args: str) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
     code = cli_main(["serve", *args], out=out, err=err)
@@ -168,6 +243,9 @@ def test_bad_memory_flags_are_refused_by_name_before_anything_opens(tmp_path, mo
         (("--om-model", "ollama/qwen"), "--om-model goes with --observational-memory"),
         (("--observational-memory", "--om-message-tokens", "0"),
          "--om-message-tokens must be a positive number of tokens, got 0."),
+        (("--om-max-output-tokens", "300"), "--om-max-output-tokens goes with --observational-memory"),
+        (("--observational-memory", "--om-max-output-tokens", "0"),
+         "--om-max-output-tokens must be a positive number of tokens, got 0."),
         (("--observational-memory", "--om-model", "vlm/qwen"), "--om-model vlm/qwen: Unknown model provider 'vlm' "
                                                                "in 'vlm/qwen'. Did you mean 'vllm/qwen'?"),
         (("--observational-memory", "--om-model", "openai/gpt-4o-mini"),

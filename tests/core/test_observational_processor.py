@@ -269,6 +269,67 @@ def test_failed_observer_call_loses_nothing_and_retries(db_path: Path | str, fai
     assert prompt.messages[6]["content"] == CONTINUATION_TEXT
 
 
+def test_a_failures_whole_words_and_its_fix_are_kept_in_the_back_off_and_its_event(db_path: Path | str) -> None:
+    """Regression (walked with SmolLM2-135M behind `memory-studio serve`): the back-off kept a failure's first 500
+    characters and its event the first 300, so a timeout's hint, whose fix comes last, was shown in the Studio's
+    Observations pane (and a backing-off turn's notice) as "... cap the reply (model_settings=...; memory-studio serve
+    --model: --max-t": the words that say what to do for the observer were cut away. They are kept whole now (up
+    to ``MAX_ERROR_CHARS``, and a longer one is marked as cut)."""
+    from core.observational.buffer import MAX_ERROR_CHARS, kept_error
+
+    hint = ("raise the timeout (the model's timeout=...; memory-studio serve --model takes --model-timeout): a local "
+            "server may still be loading the model; or check that the server is responding; the request set no "
+            "max_tokens, and a small local model may write until its context is full: cap the reply "
+            "(model_settings={'max_tokens': 512}; memory-studio serve --model: --max-tokens)")
+    failure = ModelError("POST http://127.0.0.1:18934/v1/chat/completions failed: no response within 60s",
+                         model_id="llamacpp/smollm2-135m", hint=hint)
+    h = Harness(db_path, [failure, OBSERVED])
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = h.turn("What wood should I buy?", reply=None)
+    studio = json.loads(h.rows()[0]["metadata"])["memoryStudio"]
+    fix = "observational_memory={'max_output_tokens': 2000} (memory-studio serve: --om-max-output-tokens 2000)"
+    assert len(studio["observerBackoff"]["error"]) > 500 and studio["observerBackoff"]["error"].endswith(fix)
+    assert studio["events"][-1]["error"].endswith(fix)
+    assert fix in prompt.notes["observational-memory"]["observationError"]
+    long = "x" * (MAX_ERROR_CHARS + 10)
+    assert kept_error(long) == "x" * (MAX_ERROR_CHARS - 1) + "…" and kept_error("short") == "short"
+
+
+_LINES = "<observations>\nDate: Jan 2, 2025\n* 🔴 (09:00) User is building 40 garden beds.\n* 🟡 (09:01) User"
+
+
+@pytest.mark.parametrize("role, text, usage, cap, window, said, todo", [
+    # a usable reply at the cap: raise the cap
+    ("observer", _LINES, (700, 300), 300, 4096, "at observational_memory max_output_tokens (300)",
+     "raise observational_memory={'max_output_tokens': ...} (memory-studio serve: --om-max-output-tokens N)"),
+    # usable, no cap, the server's usage fills the model's window: a larger context or shorter requests
+    ("observer", _LINES, (1500, 548), None, 2048, "at the end of the model's 2,048-token context (a request of 1,500 "
+     "tokens, 548 written)", "give the server a larger context (llama.cpp --ctx-size, vLLM --max-model-len, Ollama "
+     "num_ctx), or a smaller observational_memory max_tokens_per_batch for shorter requests"),
+    # the reflector has no batches to shrink
+    ("reflector (level 1)", _LINES, (1500, 548), None, 2048, "the reflector (level 1) reply was cut off at the end",
+     "(llama.cpp --ctx-size, vLLM --max-model-len, Ollama num_ctx)"),
+    # no cap, no window: the server's own limit, whichever it was
+    ("observer", _LINES, None, None, None, "at the server's own limit (its reply limit or the end of its context: no "
+     "max_output_tokens was set)", "give the server a larger reply limit or context (llama.cpp --n-predict and "
+     "--ctx-size, Ollama num_predict and num_ctx), or a model that writes less"),
+    # unusable before the cut: another model, whatever the limit
+    ("reflector (level 0)", "🟡\n\n" * 40, (700, 300), 300, 4096, "at observational_memory max_output_tokens (300)",
+     "not usable either (the reply repeats itself (degenerate output); it was discarded): the model did not write "
+     "the reflector's format and end it, so a larger limit may not help; give the reflector a model that does: "
+     "observational_memory={'reflector_model': ...} (memory-studio serve: --om-model PROVIDER/MODEL)"),
+])
+def test_a_cut_off_reply_names_the_limit_it_hit_and_what_helps(role: str, text: str, usage: Any, cap: Any,
+                                                               window: Any, said: str, todo: str) -> None:
+    from core.llm.base import Usage
+    from core.observational.jobs import cut_off_reply
+
+    counted = Usage(usage[0], usage[1], usage[0] + usage[1]) if usage else None
+    reason = cut_off_reply(role, text, counted, cap, window)
+    assert said in reason and reason.endswith(todo), reason
+
+
 def test_reflection_of_marks_alone_keeps_the_log(db_path: Path | str) -> None:
     """A reflector reply with no text ("🔴") is smaller than any log; taken, it would replace the
     whole memory with nothing. It is refused at every level and the generation stays."""
@@ -744,7 +805,7 @@ def test_a_reflection_that_fails_at_every_level_says_each_reason_once_with_its_l
     error = prompt.notes["observational-memory"]["reflectionError"]
     cut_off = ("the reflector reply was cut off at observational_memory max_output_tokens (300) (finish reason "
                "'length'), so its last lines are missing and none of it was used; raise "
-               "observational_memory={'max_output_tokens': ...}")
+               "observational_memory={'max_output_tokens': ...} (memory-studio serve: --om-max-output-tokens N)")
     assert error.startswith(
         f"no usable rewrite (levels 0, 1, 3: {cut_off}; level 2: the reply has no <observations> section and no "
         "observation lines; level 4: ")
