@@ -821,12 +821,12 @@ def fork_source(metadata: Mapping[str, Any] | None) -> str | None:
 STEP_SAMPLES = {"#": "00", "Change": "+ entered", "Role": "assistant", "Stored": "…00000000", "Tokens": "00,000"}
 STEP_SHARES = {"Source": 0.45, "Why": 0.55}  # (the reason reads whole before the source gets spare width)
 STEP_FLOORS = {"Source": "message-history", "Why": "new message"}
-# Where even those floors do not fit (a 900 px window's ~530 px table beside "observational-memory"), the reason
-# gives way first, down to the widest of its rows' shortest forms (``REASON_SHORT``; ``TurnView`` sets it from the
-# rows shown), so the source stays whole and every reason reads in a short form: it read "observed by ob…".
 # ... and the most they take: beyond it the spare width goes to the fragment's text (at a 2,560 px window
 # the two shares gave Source and Why ~500 px each, mostly blank, and the text ~150 px, "You are a st…")
 STEP_CAPS = {"Source": "observational-memory", "Why": "a stored message was deleted since"}
+# Where even the floors do not fit (a 900 px window's ~530 px table beside "observational-memory"), the reason
+# gives way first, down to the widest of its rows' shortest forms (``REASON_SHORT``; ``TurnView`` sets it from the
+# rows shown), so the source stays whole and every reason reads in a short form: it read "observed by ob…".
 STEP_OPTIONAL = ("Role", "Stored")
 STEP_TEXT_LEAST = "You are a"  # the Text column's least
 STEP_TEXT_SHORT = "You are"  # ... where the reason's short form and the whole source need a few px more (900 px)
