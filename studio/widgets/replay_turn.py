@@ -208,7 +208,7 @@ class TurnView(QSplitter):
                               caps=STEP_CAPS, optional=STEP_OPTIONAL, decorated=("Source",),
                               rest_sample=STEP_TEXT_LEAST, optional_room={"Why": STEP_WHY_ROOM, "Text": STEP_TEXT_ROOM},
                               last_room_share=STEP_TEXT_ROOM_SHARE,
-                              short_floors={"Why": STEP_FLOORS["Why"], "Text": STEP_TEXT_SHORT})
+                              short_floors=[("Why", STEP_FLOORS["Why"]), ("Text", STEP_TEXT_SHORT)])
         # A reason or a stored record too long for its cell is drawn in its longest short form that fits, whole
         # (``REASON_SHORT``): at a 900 px window the reason read "observed by ob…"; the tooltip says it all.
         self.step_delegate = draw_short_forms(self.step_table)
@@ -390,13 +390,17 @@ class TurnView(QSplitter):
         metrics, rows = self.step_table.fontMetrics(), self.step_model.rows()
         widest = max((r.source for r in rows), key=metrics.horizontalAdvance, default=STEP_FLOORS["Source"])
         floor = max(widest, STEP_FLOORS["Source"], key=metrics.horizontalAdvance)
+        # (the rows' most telling short reasons before the text gives way, their shortest after it: "memory changed"
+        # beside "working-memory" rather than "changed" where the text's "You are a" gives the few px it needs)
+        telling = max(((r.why, *r.why_forms)[min(1, len(r.why_forms))] for r in rows if r.why),
+                      key=metrics.horizontalAdvance, default="new")
         why = max(((r.why, *r.why_forms)[-1] for r in rows if r.why), key=metrics.horizontalAdvance, default="new")
         stored = max(((r.stored_label, *r.stored_forms)[-1] for r in rows), key=metrics.horizontalAdvance,
                      default=STEP_SAMPLES["Stored"])
         stored = max(stored, STEP_SAMPLES["Stored"], key=metrics.horizontalAdvance)
-        fit = self._fit
-        if (fit.floors.get("Source"), fit.short_floors.get("Why"), fit.samples.get("Stored")) != (floor, why, stored):
-            fit.floors["Source"], fit.short_floors["Why"], fit.samples["Stored"] = floor, why, stored
+        fit, short = self._fit, [("Why", telling), ("Text", STEP_TEXT_SHORT), ("Why", why)]
+        if (fit.floors.get("Source"), fit.short_floors, fit.samples.get("Stored")) != (floor, short, stored):
+            fit.floors["Source"], fit.short_floors, fit.samples["Stored"] = floor, short, stored
             fit.fit()
 
     def clear(self) -> None:
