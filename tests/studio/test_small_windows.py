@@ -574,22 +574,23 @@ def test_replays_stored_cells_keep_each_ids_distinguishing_tail_whole(
 
 
 @pytest.mark.parametrize("theme", [None, "dark", "light"])
+@pytest.mark.parametrize("width", [900, 1100])
 def test_replay_at_900_by_800_under_a_banner_cuts_no_part_of_the_turn(
-        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, monkeypatch: pytest.MonkeyPatch,
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, monkeypatch: pytest.MonkeyPatch, width: int,
         themed: str | None, theme: str | None) -> None:
     """Replay at 900 × 800 under the embedding-model banner (its model not installed: six lines there) cut its
     context table mid-row and hid the fragment's caption under it (found 2026-12-07 by s34-walk8): the pane's
     least height counted one line of the banner's six, so its turn view had less than its parts' least heights.
     Now each part has its least height, none lies over another, the table shows three rows and the page scrolls
-    to the request below."""
+    to the request below (at 1,100 × 800 as well)."""
     from studio.widgets.record_table import LEAST_ROWS as TABLE_ROWS
     from studio.widgets.scroll_fit import least_size
 
     empty = tmp_path / "no-models"
     empty.mkdir()
     monkeypatch.setenv("MEMORY_STUDIO_MODELS", str(empty))
-    window = _window(demo_dir, tmp_path, make_window, qtbot, 900)
-    window.resize(900, 800)
+    window = _window(demo_dir, tmp_path, make_window, qtbot, width)
+    window.resize(width, 800)
     pane = _replay_at(window, qtbot, "ada", "ada-groceries", 2)
     pane.tabs.setCurrentIndex(0)
     view = pane.view
