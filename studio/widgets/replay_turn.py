@@ -384,9 +384,9 @@ class TurnView(QSplitter):
 
     def _fit_rows(self) -> None:
         """What the rows shown ask of the columns: the Source column's floor, the widest source ("observational-memory"
-        was cut to "observational-…" at a 1,440 px window), at least the usual one; the least the reason gives way
-        to, the widest of the rows' shortest reasons ("observed"); the stored ids' width, the widest of their
-        shortest labels ("…441431fe +2" was cut in a column as wide as one id)."""
+        was cut to "observational-…" at a 1,440 px window), at least the usual one; what the reason gives way to in a
+        table too narrow for the floors, the widest of the rows' short reasons ("observed"); the stored ids' width,
+        the widest of their shortest labels ("…441431fe +2" was cut in a column as wide as one id)."""
         metrics, rows = self.step_table.fontMetrics(), self.step_model.rows()
         widest = max((r.source for r in rows), key=metrics.horizontalAdvance, default=STEP_FLOORS["Source"])
         floor = max(widest, STEP_FLOORS["Source"], key=metrics.horizontalAdvance)
