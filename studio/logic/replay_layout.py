@@ -52,6 +52,26 @@ REASON_LABELS: dict[str, str] = {
     "another-source": "the same message, reached the prompt another way",
     "other": "other",
 }
+# Shorter forms of each reason, the most telling first: a narrow context table (Replay at a 900 or 1,100 px window,
+# ~530-680 px beside a whole source) draws the longest that fits its cell (``studio.widgets.short_forms``), where
+# the whole label read "observed by ob…". Each is the label's own words in its order, nothing added (a test holds
+# them to it); the cell's tooltip and the fragment's details under the table say the whole label.
+REASON_SHORT: dict[str, tuple[str, ...]] = {
+    "outside-history-window": ("outside history window", "outside window"),
+    "below-recall-threshold": ("below recall threshold", "below threshold"),
+    "outside-recall-top-k": ("outside top-k",),
+    "recalled-for-input": ("recalled for input", "recalled"),
+    "observed": ("observed",),
+    "token-budget": ("trimmed by token budget", "trimmed"),
+    "working-memory-changed": ("memory changed", "changed"),  # (as against "edited by hand": the agent's own)
+    "working-memory-edited": ("edited by hand",),
+    "new-message": ("new",),
+    "message-edited": ("message edited", "edited"),
+    "message-deleted": ("message deleted", "deleted"),
+    "recall-ranked-differently": ("recall ranks differently", "ranks differently"),
+    "time-passed": ("time passed",),
+    "another-source": ("reached the prompt another way", "another way"),
+}
 # A text marker beside every colour, so the change is readable without telling colours apart.
 CHANGE_MARKS: dict[str, str] = {"entered": "+ entered", "left": "− left", "changed": "~ changed"}
 # Translucent tints: they lie over the palette's base colour, so they read in the light and dark theme.
@@ -80,6 +100,11 @@ CAUSE_TIPS = {
 
 def reason_label(reason: str) -> str:
     return REASON_LABELS.get(reason, reason.replace("-", " "))
+
+
+def reason_forms(reason: str) -> tuple[str, ...]:
+    """The shorter forms of ``reason``'s label, the most telling first (none: a reason without any)."""
+    return REASON_SHORT.get(reason, ())
 
 
 # -- stepping --------------------------------------------------------------------------------------
@@ -154,6 +179,11 @@ class StepRow:
         return reason_label(self.reason) if self.reason else ""
 
     @property
+    def why_forms(self) -> tuple[str, ...]:
+        """``why``'s shorter forms (``reason_forms``)."""
+        return reason_forms(self.reason) if self.reason else ()
+
+    @property
     def stored_label(self) -> str:
         if self.observation_record is not None:
             return f"record {short_id(self.observation_record)}"
@@ -162,6 +192,11 @@ class StepRow:
         first = short_id(self.stored_ids[0])
         return first if len(self.stored_ids) == 1 else f"{first} +{len(self.stored_ids) - 1}"
 
+    @property
+    def stored_forms(self) -> tuple[str, ...]:
+        """``stored_label``'s shorter form: the record's id tail alone (in a column as wide as an id, "record
+        …303fa4c0" read "record …303f…", its distinguishing end cut; the source says it is observational memory)."""
+        return (short_id(self.observation_record),) if self.observation_record is not None else ()
 
 
 
@@ -789,8 +824,12 @@ STEP_FLOORS = {"Source": "message-history", "Why": "new message"}
 # ... and the most they take: beyond it the spare width goes to the fragment's text (at a 2,560 px window
 # the two shares gave Source and Why ~500 px each, mostly blank, and the text ~150 px, "You are a st…")
 STEP_CAPS = {"Source": "observational-memory", "Why": "a stored message was deleted since"}
+# Where even the floors do not fit (a 900 px window's ~530 px table beside "observational-memory"), the reason
+# gives way first, down to the widest of its rows' shortest forms (``REASON_SHORT``; ``TurnView`` sets it from the
+# rows shown), so the source stays whole and every reason reads in a short form: it read "observed by ob…".
 STEP_OPTIONAL = ("Role", "Stored")
 STEP_TEXT_LEAST = "You are a"  # the Text column's least
+STEP_TEXT_SHORT = "You are"  # ... where the reason's short form and the whole source need a few px more (900 px)
 # What the reason and the text get before Role and Stored are shown: at a 1,440 px window the stored ids (said
 # again under the table) took 89 px while the reason read "working memory c…", and the role 70 px while the text
 # read "Hi! I'A…" (the source's tooltip says the role, the fragment's details below link its stored messages).

@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Callable
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QPushButton, QSizePolicy, QWidget
+
+from studio.widgets.fitted_label import FittedLabel
 
 _STYLE = {
     "info": ("#1F3B57", "#4FA3D9"),
@@ -22,8 +24,11 @@ class Banner(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("banner")
-        self.label = QLabel(self)
-        self.label.setWordWrap(True)
+        # Its least height is its lines at its width (``FittedLabel``): Qt's least for a wrapped label is one line,
+        # so a pane's least height counted one line of a six-line message, and Replay at 900 x 800 under the
+        # embedding-model banner gave its context table and its fragment less than their least (cut mid-row).
+        self.label = FittedLabel("", self)
+        self.label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self.label.setTextFormat(Qt.TextFormat.PlainText)  # its messages quote paths, ids and errors: never markup
         self.label.setTextInteractionFlags(self.label.textInteractionFlags())
         self._layout = QHBoxLayout(self)

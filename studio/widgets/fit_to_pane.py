@@ -43,14 +43,17 @@ class FitToPane(QObject):
     (settable: a column that has nothing to say in the table's present mode); ``decorated``: columns that draw
     a swatch before their text (their sample or floor gets the swatch's width as well); ``roomy``: optional
     columns shown only where the shared ones get their ``optional_room`` samples (``column_fit.fit_columns``) and the
-    last column its sample's room or ``last_room_share`` of the table, whichever is wider."""
+    last column its sample's room or ``last_room_share`` of the table, whichever is wider; ``short_floors``:
+    (column, sample) pairs that give way first, in order, where even the minima do not fit, each column down to its
+    sample (a short form of each of its cells)."""
 
     def __init__(self, table: FitView, samples: Mapping[str, str], shares: Mapping[str, float], last: str,
                  *, pad: int = 16, caps: Mapping[str, str] | None = None, floors: Mapping[str, str] | None = None,
                  rest_sample: str | None = None, optional: Sequence[str] = (), last_share: float = 0.0,
                  last_least: int = 0, decorated: Sequence[str] = (), left_out: Sequence[str] = (),
                  share_in_least: bool = True, optional_room: Mapping[str, str] | None = None,
-                 roomy: Sequence[str] = (), last_room_share: float = 0.0) -> None:
+                 roomy: Sequence[str] = (), last_room_share: float = 0.0,
+                 short_floors: Sequence[tuple[str, str]] = ()) -> None:
         super().__init__(table)
         self.table = table
         self.samples, self.shares, self.last, self.pad = dict(samples), dict(shares), last, pad
@@ -67,6 +70,10 @@ class FitToPane(QObject):
         self.last_room_share = last_room_share
         self.decorated = tuple(decorated)
         self.left_out = tuple(left_out)
+        # Where even the minima do not fit, these columns (shared, or the last) give way first, in this order, each
+        # down to its sample (a short form of each of its cells reads whole there: ``short_forms``; a column may come
+        # again with a shorter one), before any other column is cut (settable).
+        self.short_floors = list(short_floors)
         table.setTextElideMode(Qt.TextElideMode.ElideRight)
         header = header_of(table)
         header.setStretchLastSection(False)  # (a stretched section never went below 100 px: set here instead)
@@ -145,6 +152,12 @@ class FitToPane(QObject):
             widths = fit_columns(total, fixed, self.shares, minimum, last=self.last, rest=max(least, rest - over),
                                  maximum=caps, optional=optional)
         over = sum(widths.values()) - total
+        for title, sample in self.short_floors:  # (Replay's reasons at a 900 px window, before the source)
+            if title in widths and over > 0:
+                least_here = max(metrics.horizontalAdvance(sample) + pad, metrics.horizontalAdvance("Mm…") + pad)
+                give = min(over, max(0, widths[title] - least_here))
+                widths[title] -= give
+                over -= give
         if over > 0:  # even the minima don't fit (a larger font): the shared columns, then the last one (not
             # below its share of the table nor its least in pixels), give way to a few characters, ending in "…"
             floor = metrics.horizontalAdvance("Mm…") + pad

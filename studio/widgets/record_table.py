@@ -56,6 +56,7 @@ R = TypeVar("R")
 
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the record itself
 SORT_ROLE = Qt.ItemDataRole.UserRole + 2
+SHORT_ROLE = Qt.ItemDataRole.UserRole + 3  # a cell's shorter forms, the most telling first (``short_forms``)
 
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -68,6 +69,7 @@ class Column(Generic[R]):
     tooltip: Callable[[R], str] | None = None
     color: Callable[[R], str | None] | None = None  # a swatch (decoration) colour
     foreground: Callable[[R], str | None] | None = None
+    short: Callable[[R], Sequence[str]] | None = None  # shorter forms, drawn where the text does not fit
 
 
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
@@ -154,6 +156,8 @@ class RecordTableModel(QAbstractTableModel, Generic[R]):
             return col.text(rec)
         if role == ROW_ROLE:
             return rec
+        if role == SHORT_ROLE:
+            return tuple(col.short(rec)) if col.short is not None else ()
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return int(col.align)
         if role == Qt.ItemDataRole.ToolTipRole and col.tooltip is not None:

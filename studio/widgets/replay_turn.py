@@ -36,6 +36,7 @@ from studio.logic.replay_layout import (
     STEP_TEXT_LEAST,
     STEP_TEXT_ROOM,
     STEP_TEXT_ROOM_SHARE,
+    STEP_TEXT_SHORT,
     STEP_WHY_ROOM,
     Comparison,
     RecallRow,
@@ -65,10 +66,12 @@ from studio.widgets.fitted_label import FittedLabel
 from studio.widgets.fitted_tabs import FittedTabs
 from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.pane_header import caption
-from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel, keep_current_in_sight
+from studio.widgets.record_table import (RIGHT, ROW_ROLE, SHORT_ROLE, SORT_ROLE, Column, RecordTableModel,
+                                         keep_current_in_sight)
 from studio.widgets.replay_what_if import table_for
 from studio.widgets.scroll_fit import least_height_at_width
 from studio.widgets.request_view import RequestPanel
+from studio.widgets.short_forms import draw_short_forms
 from studio.widgets.a11y import named
 
 STEP_COLUMNS: list[Column[StepRow]] = [
@@ -78,9 +81,9 @@ STEP_COLUMNS: list[Column[StepRow]] = [
     Column("Source", lambda r: r.source, color=lambda r: r.color, tooltip=lambda r: f"{r.source} · role {r.role}"),
     Column("Stored", lambda r: r.stored_label,
            tooltip=lambda r: (f"observational-memory record {r.observation_record}" if r.observation_record
-                              else "\n".join(r.stored_ids))),
+                              else "\n".join(r.stored_ids)), short=lambda r: r.stored_forms),
     Column("Tokens", lambda r: f"{r.tokens:,}", RIGHT),
-    Column("Why", lambda r: r.why, tooltip=lambda r: r.why),
+    Column("Why", lambda r: r.why, tooltip=lambda r: r.why, short=lambda r: r.why_forms),
     Column("Text", lambda r: r.preview, tooltip=lambda r: r.preview),
 ]
 STEP_WIDTHS = {"#": 34, "Change": 92, "Role": 70, "Source": 176, "Tokens": 60, "Why": 190}  # (until the first resize)
@@ -128,6 +131,7 @@ class StepTableModel(RecordTableModel[StepRow]):
         self._cells: list[list[str]] = []
         self._tints: list[QColor | None] = []
         self._swatches: list[list[QColor | None]] = []
+        self._shorts: list[list[tuple[str, ...]]] = []
         self._aligns = [int(c.align) for c in columns]
 
     def set_rows(self, rows: Any) -> None:
@@ -136,6 +140,7 @@ class StepTableModel(RecordTableModel[StepRow]):
         self._tints = [QColor(*CHANGE_TINTS[r.change]) if r.change in CHANGE_TINTS else None for r in rows]
         self._swatches = [[QColor(c.color(r)) if c.color is not None and c.color(r) else None
                            for c in self._columns_list] for r in rows]
+        self._shorts = [[tuple(c.short(r)) if c.short is not None else () for c in self._columns_list] for r in rows]
         super().set_rows(rows)
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -150,6 +155,8 @@ class StepTableModel(RecordTableModel[StepRow]):
             return self._swatches[row][col]
         if role == self._ALIGN:
             return self._aligns[col]
+        if role == SHORT_ROLE:
+            return self._shorts[row][col]
         if role in (Qt.ItemDataRole.ToolTipRole, ROW_ROLE, SORT_ROLE):
             return super().data(index, role)
         return None
@@ -200,14 +207,24 @@ class TurnView(QSplitter):
         self._fit = FitToPane(self.step_table, STEP_SAMPLES, STEP_SHARES, last="Text", floors=STEP_FLOORS,
                               caps=STEP_CAPS, optional=STEP_OPTIONAL, decorated=("Source",),
                               rest_sample=STEP_TEXT_LEAST, optional_room={"Why": STEP_WHY_ROOM, "Text": STEP_TEXT_ROOM},
-                              last_room_share=STEP_TEXT_ROOM_SHARE)
+                              last_room_share=STEP_TEXT_ROOM_SHARE,
+                              short_floors=[("Why", STEP_FLOORS["Why"]), ("Text", STEP_TEXT_SHORT)])
+        # A reason or a stored record too long for its cell is drawn in its longest short form that fits, whole
+        # (``REASON_SHORT``): at a 900 px window the reason read "observed by ob…"; the tooltip says it all.
+        self.step_delegate = draw_short_forms(self.step_table)
         for w in (self.context_caption, self.change_label, self.step_table):
             ul.addWidget(w)
         left.addWidget(upper)
         lower = QWidget()
         ll = QVBoxLayout(lower)
         ll.setContentsMargins(0, 0, 0, 0)
-        self.fragment_header = _ignored_width(caption("Fragment"))
+        # The picked fragment's change, source, tokens and whole reason: it wraps (the table's cell may show a short
+        # form of the reason, and cut here at a 900 px window it read "why: observed by observati…")
+        self.fragment_header = FittedLabel("Fragment")
+        self.fragment_header.setObjectName("caption")
+        bold = self.fragment_header.font()
+        bold.setBold(True)
+        self.fragment_header.setFont(bold)
         self.fragment_sources = FittedLabel("")  # (wraps; its lines are its least height: never cut)
         self.fragment_sources.setTextFormat(Qt.TextFormat.RichText)
         self.fragment_sources.linkActivated.connect(self.open_message.emit)
@@ -333,7 +350,7 @@ class TurnView(QSplitter):
             self.change_label.setText("First turn: nothing to compare with." if step.previous_index is None else
                                       f"Since turn {step.index}: {change_summary(changes)}")
         self.step_model.set_rows(step_rows(received, changes, input_ids(step.turn)))
-        self._fit_sources()
+        self._fit_rows()
         info = step.received.replay
         if info is not None and info.record is not None and info.kind == "recorded":
             edited = f"; {edited_note(info.changed_since)}" if info.changed_since else ""
@@ -365,16 +382,26 @@ class TurnView(QSplitter):
         if self.step_model.rowCount():
             self.step_table.selectRow(first)
 
-    def _fit_sources(self) -> None:
-        """The Source column's floor: the widest source of the rows shown ("observational-memory" was cut
-        to "observational-…" at a 1,440 px window), at least the usual one."""
-        metrics = self.step_table.fontMetrics()
-        widest = max((r.source for r in self.step_model.rows()), key=metrics.horizontalAdvance,
-                     default=STEP_FLOORS["Source"])
+    def _fit_rows(self) -> None:
+        """What the rows shown ask of the columns: the Source column's floor, the widest source ("observational-memory"
+        was cut to "observational-…" at a 1,440 px window), at least the usual one; what the reason gives way to in a
+        table too narrow for the floors, the widest of the rows' short reasons ("observed"); the stored ids' width,
+        the widest of their shortest labels ("…441431fe +2" was cut in a column as wide as one id)."""
+        metrics, rows = self.step_table.fontMetrics(), self.step_model.rows()
+        widest = max((r.source for r in rows), key=metrics.horizontalAdvance, default=STEP_FLOORS["Source"])
         floor = max(widest, STEP_FLOORS["Source"], key=metrics.horizontalAdvance)
-        if self._fit.floors.get("Source") != floor:
-            self._fit.floors["Source"] = floor
-            self._fit.fit()
+        # (the rows' most telling short reasons before the text gives way, their shortest after it: "memory changed"
+        # beside "working-memory" rather than "changed" where the text's "You are a" gives the few px it needs)
+        telling = max(((r.why, *r.why_forms)[min(1, len(r.why_forms))] for r in rows if r.why),
+                      key=metrics.horizontalAdvance, default="new")
+        why = max(((r.why, *r.why_forms)[-1] for r in rows if r.why), key=metrics.horizontalAdvance, default="new")
+        stored = max(((r.stored_label, *r.stored_forms)[-1] for r in rows), key=metrics.horizontalAdvance,
+                     default=STEP_SAMPLES["Stored"])
+        stored = max(stored, STEP_SAMPLES["Stored"], key=metrics.horizontalAdvance)
+        fit, short = self._fit, [("Why", telling), ("Text", STEP_TEXT_SHORT), ("Why", why)]
+        if (fit.floors.get("Source"), fit.short_floors, fit.samples.get("Stored")) != (floor, short, stored):
+            fit.floors["Source"], fit.short_floors, fit.samples["Stored"] = floor, short, stored
+            fit.fit()
 
     def clear(self) -> None:
         for model in (self.step_model, self.recall_model, self.token_model):

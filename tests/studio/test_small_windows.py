@@ -485,3 +485,129 @@ def test_working_memorys_status_reads_whole_at_900_by_800(demo_dir: Path, tmp_pa
     bottom = status.mapTo(window, status.rect().bottomLeft()).y()
     assert bottom <= window.statusBar().geometry().top(), (bottom, window.statusBar().geometry())
     window.session.pool.wait(20_000)
+
+
+def _drawn(table: Any, row: int, column: int) -> str:
+    """The text drawn in a context-table cell: its short form where the table draws one, else the cell's text."""
+    index = table.model().index(row, column)
+    delegate = getattr(table.itemDelegate(), "shown_text", None)
+    return delegate(table, index) if delegate is not None else (index.data() or "")
+
+
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
+@pytest.mark.parametrize("size", [(900, 800), (1100, 800)])
+def test_replays_narrow_context_table_reads_every_reason_and_source_whole(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, size: tuple[int, int], themed: str | None,
+        theme: str | None) -> None:
+    """At 900 × 800 and 1,100 × 800 Replay's context table has ~530-680 px: the reason read "observed by ob…"
+    beside a whole "observational-memory" (the source needs 185 px, the reason 247, themed; found 2026-12-07 by
+    s34-walk8). Each reason is drawn whole in the longest of its exact short forms that fits ("observed"), the
+    source whole; the tooltip and the fragment's details under the table say the whole reason."""
+    from studio.logic.replay_layout import reason_forms
+
+    from .test_replay_inspector_columns import _fits, _titles, _whole
+
+    window = _window(demo_dir, tmp_path, make_window, qtbot, size[0])
+    window.resize(*size)
+    for resource, thread in (("sam", "sam-standup"), ("ada", "ada-groceries")):
+        pane = _replay_at(window, qtbot, resource, thread, 2)
+        pane.tabs.setCurrentIndex(0)
+        view = pane.view
+        table, model = view.step_table, view.step_model
+        qtbot.waitUntil(lambda t=table: t.isVisible() and t.model().rowCount() >= 6, timeout=10_000)
+        qtbot.wait(50)  # (laid out)
+        _fits(table)
+        _whole(table, "Source", extra=max(table.iconSize().width(), 16))
+        titles, metrics = _titles(table), table.fontMetrics()
+        why = titles.index("Why")
+        reasons = 0
+        for row, rec in enumerate(model.rows()):
+            if not rec.reason:
+                continue
+            reasons += 1
+            drawn = _drawn(table, row, why)
+            assert drawn in (rec.why, *reason_forms(rec.reason)), (drawn, rec.why)
+            assert metrics.horizontalAdvance(drawn) + 8 <= table.columnWidth(why), (drawn, table.columnWidth(why))
+            assert model.index(row, why).data(Qt.ItemDataRole.ToolTipRole) == rec.why
+        assert reasons >= 3
+        row = next(i for i, r in enumerate(model.rows()) if r.reason == ("observed" if resource == "sam"
+                                                                          else "working-memory-changed"))
+        table.selectRow(row)
+        header = view.fragment_header
+        assert f"why: {model.rows()[row].why}" in header.text()
+        qtbot.waitUntil(lambda h=header: h.height() >= h.heightForWidth(h.width()), timeout=5_000)  # (whole)
+    window.session.pool.wait(20_000)
+
+
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
+def test_replays_stored_cells_keep_each_ids_distinguishing_tail_whole(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, theme: str | None) -> None:
+    """Where the Stored column shows (1,100 × 800), an observation's "record …303fa4c0" read "record …303f…": the end
+    that tells one record from another was cut. Each stored cell shows its id's tail whole ("…303fa4c0", the
+    source says it is observational memory), the whole id in the tooltip."""
+    from studio.logic.short_ids import short_id
+
+    from .test_replay_inspector_columns import _titles
+
+    window = _window(demo_dir, tmp_path, make_window, qtbot, 1100)
+    window.resize(1100, 800)
+    pane = _replay_at(window, qtbot, "sam", "sam-standup", 2)
+    pane.tabs.setCurrentIndex(0)
+    table, model = pane.view.step_table, pane.view.step_model
+    qtbot.waitUntil(lambda: table.isVisible() and model.rowCount() >= 6, timeout=10_000)
+    qtbot.wait(50)  # (laid out)
+    titles, metrics = _titles(table), table.fontMetrics()
+    stored = titles.index("Stored")
+    assert not table.isColumnHidden(stored)
+    records = 0
+    for row, rec in enumerate(model.rows()):
+        whole = rec.observation_record or (rec.stored_ids[0] if rec.stored_ids else None)
+        if whole is None:
+            continue
+        records += rec.observation_record is not None
+        drawn = _drawn(table, row, stored)
+        assert short_id(whole) in drawn, (drawn, whole)
+        assert metrics.horizontalAdvance(drawn) + 8 <= table.columnWidth(stored), (drawn, table.columnWidth(stored))
+        assert whole in model.index(row, stored).data(Qt.ItemDataRole.ToolTipRole)
+    assert records >= 3
+    window.session.pool.wait(20_000)
+
+
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
+@pytest.mark.parametrize("width", [900, 1100])
+def test_replay_at_900_by_800_under_a_banner_cuts_no_part_of_the_turn(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, monkeypatch: pytest.MonkeyPatch, width: int,
+        themed: str | None, theme: str | None) -> None:
+    """Replay at 900 × 800 under the embedding-model banner (its model not installed: six lines there) cut its
+    context table mid-row and hid the fragment's caption under it (found 2026-12-07 by s34-walk8): the pane's
+    least height counted one line of the banner's six, so its turn view had less than its parts' least heights.
+    Now each part has its least height, none lies over another, the table shows three rows and the page scrolls
+    to the request below (at 1,100 × 800 as well)."""
+    from studio.widgets.record_table import LEAST_ROWS as TABLE_ROWS
+    from studio.widgets.scroll_fit import least_size
+
+    empty = tmp_path / "no-models"
+    empty.mkdir()
+    monkeypatch.setenv("MEMORY_STUDIO_MODELS", str(empty))
+    window = _window(demo_dir, tmp_path, make_window, qtbot, width)
+    window.resize(width, 800)
+    pane = _replay_at(window, qtbot, "ada", "ada-groceries", 2)
+    pane.tabs.setCurrentIndex(0)
+    view = pane.view
+    qtbot.waitUntil(lambda: pane.banner.isVisible() and view.step_model.rowCount() >= 6, timeout=10_000)
+    assert "not installed" in pane.banner.text()
+    page = window.pages[[p.spec.name for p in window.pages].index("replay")]
+    qtbot.waitUntil(lambda: pane.height() >= _least_height(pane), timeout=5_000)
+    qtbot.wait(100)
+    left = view.widget(0)
+    parts = [left.widget(i) for i in range(left.count())]
+    for part, size in zip(parts, left.sizes()):
+        assert size >= least_size(part).height() and part.height() == size, (size, part.height(), least_size(part))
+    assert parts[0].geometry().bottom() < parts[1].geometry().top()
+    assert pane.banner.height() >= pane.banner.label.heightForWidth(pane.banner.label.width())
+    header = view.fragment_header
+    assert header.visibleRegion().boundingRect().height() == header.height() > 0
+    table = view.step_table
+    assert table.viewport().height() >= TABLE_ROWS * _row_height(table) - 1
+    assert _reachable(page.area, view.request_view, qtbot)
+    window.session.pool.wait(20_000)

@@ -265,3 +265,43 @@ def test_the_observations_fact_names_the_observed_time_as_every_date_is(
         store.close()
     assert "observed up to 2026-09-14 18:20:00 ·" in label, label
     assert "T18:20" not in label
+
+
+def _words_in_order(short: str, whole: str) -> bool:
+    """Every word of ``short`` is a word of ``whole``, in the same order (nothing added, nothing reworded)."""
+    words = iter(whole.replace("(", " ").replace(")", " ").replace(",", " ").split())
+    return all(any(w == x for x in words) for w in short.split())
+
+
+def test_each_reasons_short_forms_are_its_own_words_shorter_each_time() -> None:
+    """Replay's narrow context table draws a reason in its longest short form that fits (at a 900 px window it read
+    "observed by ob…"): each form is the whole label's own words in its order, shorter than the form before it,
+    and a reason with no short form is drawn whole (or cut) as before."""
+    from studio.logic.replay_layout import REASON_LABELS, REASON_SHORT, reason_forms
+
+    assert set(REASON_SHORT) <= set(REASON_LABELS)
+    for reason, label in REASON_LABELS.items():
+        forms = reason_forms(reason)
+        widths = [len(label), *(len(f) for f in forms)]
+        assert widths == sorted(widths, reverse=True) and len(set(widths)) == len(widths), (reason, forms)
+        for form in forms:
+            assert form and _words_in_order(form, label), (reason, form, label)
+    assert reason_forms("observed") == ("observed",) and reason_forms("new-message") == ("new",)
+    assert reason_forms("something-newer") == ()
+    assert not _words_in_order("working memory edited", "working memory changed")  # (the check can fail)
+
+
+def test_a_stored_records_short_label_is_its_ids_tail_whole() -> None:
+    """The Stored column is as wide as one short id: an observation's "record …303fa4c0" read "record …303f…",
+    the part that tells records apart cut. Its short form is the id's tail, whole; a message's label has none."""
+    from dataclasses import replace
+
+    from studio.logic.replay_layout import StepRow
+
+    record = "01a25000-5c93-7069-8e38-174eac303fa4c0"[:36]
+    row = StepRow(1, "system", "observational-memory", (), 7, "<observations>", "<observations>", None, "entered",
+                  "observed", None, "#C65D7B", observation_record=record)
+    assert row.stored_label == f"record …{record[-8:]}" and row.stored_forms == (f"…{record[-8:]}",)
+    assert row.why == "observed by observational memory" and row.why_forms == ("observed",)
+    message = replace(row, observation_record=None, stored_ids=(record, "m-2"), reason=None)
+    assert message.stored_label == f"…{record[-8:]} +1" and message.stored_forms == () and message.why_forms == ()
