@@ -27,7 +27,8 @@ from core.llm import LoopbackServer, ScriptedModel, ScriptedReply, tool_call
 @contextmanager
 def serve_model(folder: Path, env: dict[str, str], *flags: str) -> Iterator[tuple[openai.OpenAI, list[str], str]]:
     """`memory-studio serve --model llamacpp/chat --port 0 <flags>` running on ``folder``/memory.db: the official
-    client on it, the lines it printed when it was ready, and its URL."""
+    client on it, the two lines it printed when it was ready (the rest of what it printed is added to them once it
+    has stopped), and its URL."""
     require_serve_extra()
     environment = {**os.environ, **env}
     environment.pop("MEMORY_STUDIO_GATEWAY_TOKEN", None)
@@ -47,6 +48,8 @@ def serve_model(folder: Path, env: dict[str, str], *flags: str) -> Iterator[tupl
         proc.terminate()
         proc.wait(60)
         assert proc.stdout is not None
+        if "lines" in locals():
+            lines.extend(proc.stdout.read().splitlines(keepends=True))
         proc.stdout.close()
         log.close()
 
@@ -123,6 +126,49 @@ def test_observational_memory_observes_with_its_own_model_and_the_next_turn_read
         assert all(r["model"] == "chat" for r in upstream.chat_requests())
         ask(client, "Where are my bees?", "bees")
         assert "keeps bees on her roof in Lyon" in system_text(upstream.chat_requests()[-1])
+
+
+def test_the_start_says_that_requests_naming_no_user_share_its_per_user_memory(tmp_path):
+    # `serve --model ... --working-memory` keeps one working memory per user; a chat front end that sends no user
+    # id (the openai client sends none unless told) gives all its users the default resource's. The server says
+    # so when it starts, and that without a token any client may use any resource's memory (before, it said
+    # "(no token)" and nothing of the sharing: DEPLOYMENT's notices section was the only place that did).
+    filled = "# User\n- Name: Ada, allergic to peanuts\n"
+
+    def reply(messages: list[dict[str, Any]], tools: Any) -> Any:
+        if messages[-1]["role"] == "user" and "I'm Ada" in messages[-1]["content"]:
+            return ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": filled}),))
+        return "Noted."
+
+    with LoopbackServer(ScriptedModel(reply)) as upstream, serve_model(
+            tmp_path, {"LLAMACPP_BASE_URL": upstream.base_url}, "--working-memory", "--semantic-recall",
+            "thread") as (client, lines, url):
+        assert "(no token: any client may use any resource's memory)" in lines[0]
+        # What it says: two clients naming no user, in threads of their own, share one working memory...
+        for text, who in (("Hi, I'm Ada.", None), ("What do you know about me?", None),
+                          ("What do you know about me?", "bob")):
+            client.chat.completions.create(model="assistant", messages=[{"role": "user", "content": text}],
+                                           **({"user": who} if who else {}))
+        second, named = upstream.chat_requests()[-2:]
+        assert "allergic to peanuts" in system_text(second)
+        assert "allergic to peanuts" not in json.dumps(named)  # ...and one that names its user has its own
+    assert lines[2] == ("working memory is per user (resource): a request names its user by metadata.resource_id, "
+                        "x-resource-id, user or a token of one resource; requests naming none all share resource "
+                        "'default' (--default-resource), whoever sends them\n")
+
+
+def test_the_start_says_nothing_of_sharing_when_nothing_is_kept_per_user():
+    from core.gateway.cli import shared_default_resource
+    from core.options import MemoryOptions
+
+    for options in ({}, {"working_memory": {"enabled": True, "scope": "thread"}},
+                    {"semantic_recall": {"enabled": True, "scope": "thread"},
+                     "observational_memory": {"enabled": True, "scope": "thread"}}):
+        assert shared_default_resource(MemoryOptions(**options), "default") is None, options
+    said = shared_default_resource(MemoryOptions(semantic_recall={"enabled": True, "scope": "resource"},
+                                                 observational_memory={"enabled": True, "scope": "resource"}), "anon")
+    assert said is not None and said.startswith("semantic recall and observational memory are per user (resource)")
+    assert "share resource 'anon'" in said
 
 
 def serve_cli(*args: str) -> tuple[int, str]:
