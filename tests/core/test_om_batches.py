@@ -288,11 +288,10 @@ def test_a_backlog_whose_lines_cost_more_than_counted_is_fitted_in_few_requests(
     calls = plan(pending, build=build, tokenizer=tokenizer, max_tokens=10_000, budget=budget, previous_tokens=2_000,
                  limit=1)
     (call,) = calls
+    requests = len(built)
+    assert requests <= 16, f"{requests} requests built for one call"  # a binary search: log2(600) and the rest
     assert 1 < len(call.batch) < 100  # the estimate took several hundred; the window holds a few dozen
     assert call.request_tokens == request_tokens(tokenizer, call.messages) <= budget.prompt_limit
     assert call.tokens == messages_tokens(tokenizer, call.batch)
     # The longest batch that fits, as dropping the newest one at a time found it: one more does not fit.
-    one_more = build_observer_messages(pending[:len(call.batch) + 1], previous_observations="", current_task=None,
-                                       suggested_response=None, tokenizer=tokenizer, previous_tokens=2_000)
-    assert request_tokens(tokenizer, one_more) > budget.prompt_limit
-    assert len(built) <= 16, f"{len(built)} requests built for one call"  # a binary search: log2(600) and the rest
+    assert request_tokens(tokenizer, build(pending[:len(call.batch) + 1], 2_000)) > budget.prompt_limit
