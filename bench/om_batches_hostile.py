@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from itertools import count
 from pathlib import Path
 
 import httpx2
@@ -26,13 +28,17 @@ import httpx2
 from core.llm import LoopbackServer, ScriptedModel
 
 HOSTILE = "a" + "\n" * 300 + "b"
-OBSERVED = "<observations>\nDate: Jan 2, 2025\n* 🔴 (09:00) User sent blank lines.\n</observations>"
+
+
+def observed(calls: Iterator[int]) -> str:
+    """A new observation at each call (one repeating the log would be refused as copying it)."""
+    return f"<observations>\nDate: Jan 2, 2025\n* 🔴 (09:00) User sent blank lines, batch {next(calls)}.\n</observations>"
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as folder, \
             LoopbackServer(ScriptedModel(lambda m, t: "Noted.")) as chat, \
-            LoopbackServer(ScriptedModel(lambda m, t: OBSERVED)) as observer:
+            LoopbackServer(ScriptedModel(lambda m, t, calls=count(1): observed(calls))) as observer:
         env = {**os.environ, "LLAMACPP_BASE_URL": chat.base_url, "VLLM_BASE_URL": observer.base_url,
                "VLLM_CONTEXT_WINDOW": "32768"}
         env.pop("MEMORY_STUDIO_GATEWAY_TOKEN", None)
