@@ -37,9 +37,10 @@ def serve_model(folder: Path, env: dict[str, str], *flags: str) -> Iterator[tupl
         [sys.executable, "-m", "studio.cli", "serve", "--model", "llamacpp/chat", "--db", str(folder / "memory.db"),
          "--port", "0", "--log-level", "warning", *flags],
         cwd=folder, env=environment, stdout=subprocess.PIPE, stderr=log, text=True)
+    lines: list[str] = []
     try:
         assert proc.stdout is not None
-        lines = [proc.stdout.readline(), proc.stdout.readline()]  # printed once the socket listens
+        lines += [proc.stdout.readline(), proc.stdout.readline()]  # printed once the socket listens
         assert "memory-studio gateway: 1 agent(s) (assistant) on http://127.0.0.1:" in lines[0], \
             (folder / "serve.log").read_text()
         url = lines[0].split(" on ", 1)[1].split(" ", 1)[0]
@@ -48,8 +49,7 @@ def serve_model(folder: Path, env: dict[str, str], *flags: str) -> Iterator[tupl
         proc.terminate()
         proc.wait(60)
         assert proc.stdout is not None
-        if "lines" in locals():
-            lines.extend(proc.stdout.read().splitlines(keepends=True))
+        lines += proc.stdout.read().splitlines(keepends=True)
         proc.stdout.close()
         log.close()
 
