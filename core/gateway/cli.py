@@ -267,6 +267,23 @@ def describe_memory(options: Any) -> str:
     return ", ".join(parts)
 
 
+def shared_default_resource(options: Any, default_resource: str) -> str | None:
+    """What a request naming no user shares, when the ``--model`` agent keeps memory per user (working memory,
+    semantic recall or observational memory with scope resource), in a line ``serve`` says when it starts; None
+    when nothing is kept per user (a request naming no thread begins a thread of its own). Every such request is
+    stored under ``--default-resource``: a chat front end that sends no user id gives all its users one memory."""
+    parts = [name for name, part in (("working memory", options.working_memory),
+                                      ("semantic recall", options.semantic_recall),
+                                      ("observational memory", options.observational_memory))
+             if part.enabled and part.scope == "resource"]
+    if not parts:
+        return None
+    kept = " and ".join(parts)
+    return (f"{kept} {'is' if len(parts) == 1 else 'are'} per user (resource): a request names its user by "
+            f"metadata.resource_id, x-resource-id, user or a token of one resource; requests naming none all share "
+            f"resource {default_resource!r} (--default-resource), whoever sends them")
+
+
 def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     require_serve_extra()
     from core.gateway.app import check_settings, create_app
@@ -323,8 +340,12 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   f"every resource's memory. Set {TOKEN_ENV}, or give each user a token (--tokens-file).\n")
 
     def ready(url: str) -> None:
-        auth = "no token" if not token else "token required" if policy.tokens is None else \
-            f"token required, {len(policy.tokens.entries)} token(s) from {policy.tokens.path}"
+        if not token:
+            auth = "no token: any client may use any resource's memory"
+        elif policy.tokens is None:
+            auth = "token required"
+        else:
+            auth = f"token required, {len(policy.tokens.entries)} token(s) from {policy.tokens.path}"
         out.write(f"memory-studio gateway: {len(agents)} agent(s) ({', '.join(agents)}) on {url} ({auth})\n")
         if args.model:
             from core.memory import Memory
@@ -332,6 +353,9 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             (agent,) = agents.values()
             assert isinstance(agent.memory, Memory)  # (model_agent gives it one)
             out.write(f"memory of {agent.name!r}: {describe_memory(agent.memory.options)}\n")
+            shared = shared_default_resource(agent.memory.options, args.default_resource)
+            if shared is not None:
+                out.write(f"{shared}\n")
         out.flush()
 
     serve(app, host=args.host, port=args.port, log_level=args.log_level, on_ready=ready, sock=sock)

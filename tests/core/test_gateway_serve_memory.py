@@ -29,7 +29,8 @@ from core.observational.observer import OBSERVER_SYSTEM_PROMPT
 @contextmanager
 def serve_model(folder: Path, env: dict[str, str], *flags: str) -> Iterator[tuple[openai.OpenAI, list[str], str]]:
     """`memory-studio serve --model llamacpp/chat --port 0 <flags>` running on ``folder``/memory.db: the official
-    client on it, the lines it printed when it was ready, and its URL."""
+    client on it, the two lines it printed when it was ready (the rest of what it printed is added to them once it
+    has stopped), and its URL."""
     require_serve_extra()
     environment = {**os.environ, **env}
     environment.pop("MEMORY_STUDIO_GATEWAY_TOKEN", None)
@@ -38,9 +39,10 @@ def serve_model(folder: Path, env: dict[str, str], *flags: str) -> Iterator[tupl
         [sys.executable, "-m", "studio.cli", "serve", "--model", "llamacpp/chat", "--db", str(folder / "memory.db"),
          "--port", "0", "--log-level", "warning", *flags],
         cwd=folder, env=environment, stdout=subprocess.PIPE, stderr=log, text=True)
+    lines: list[str] = []
     try:
         assert proc.stdout is not None
-        lines = [proc.stdout.readline(), proc.stdout.readline()]  # printed once the socket listens
+        lines += [proc.stdout.readline(), proc.stdout.readline()]  # printed once the socket listens
         assert "memory-studio gateway: 1 agent(s) (assistant) on http://127.0.0.1:" in lines[0], \
             (folder / "serve.log").read_text()
         url = lines[0].split(" on ", 1)[1].split(" ", 1)[0]
@@ -49,6 +51,7 @@ def serve_model(folder: Path, env: dict[str, str], *flags: str) -> Iterator[tupl
         proc.terminate()
         proc.wait(60)
         assert proc.stdout is not None
+        lines += proc.stdout.read().splitlines(keepends=True)
         proc.stdout.close()
         log.close()
 
@@ -198,6 +201,49 @@ def test_om_max_output_tokens_caps_the_observer_and_a_reply_cut_at_it_says_to_ra
         observer_calls = [r for r in upstream.chat_requests() if is_observer(r["messages"])]
         assert observer_calls and all(r["max_tokens"] == 300 for r in observer_calls)
         assert all(r["max_tokens"] == 100 for r in upstream.chat_requests() if not is_observer(r["messages"]))
+
+
+def test_the_start_says_that_requests_naming_no_user_share_its_per_user_memory(tmp_path):
+    # `serve --model ... --working-memory` keeps one working memory per user; a chat front end that sends no user
+    # id (the openai client sends none unless told) gives all its users the default resource's. The server says
+    # so when it starts, and that without a token any client may use any resource's memory (before, it said
+    # "(no token)" and nothing of the sharing: DEPLOYMENT's notices section was the only place that did).
+    filled = "# User\n- Name: Ada, allergic to peanuts\n"
+
+    def reply(messages: list[dict[str, Any]], tools: Any) -> Any:
+        if messages[-1]["role"] == "user" and "I'm Ada" in messages[-1]["content"]:
+            return ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": filled}),))
+        return "Noted."
+
+    with LoopbackServer(ScriptedModel(reply)) as upstream, serve_model(
+            tmp_path, {"LLAMACPP_BASE_URL": upstream.base_url}, "--working-memory", "--semantic-recall",
+            "thread") as (client, lines, url):
+        assert "(no token: any client may use any resource's memory)" in lines[0]
+        # What it says: two clients naming no user, in threads of their own, share one working memory...
+        for text, who in (("Hi, I'm Ada.", None), ("What do you know about me?", None),
+                          ("What do you know about me?", "bob")):
+            client.chat.completions.create(model="assistant", messages=[{"role": "user", "content": text}],
+                                           **({"user": who} if who else {}))
+        second, named = upstream.chat_requests()[-2:]
+        assert "allergic to peanuts" in system_text(second)
+        assert "allergic to peanuts" not in json.dumps(named)  # ...and one that names its user has its own
+    assert lines[2] == ("working memory is per user (resource): a request names its user by metadata.resource_id, "
+                        "x-resource-id, user or a token of one resource; requests naming none all share resource "
+                        "'default' (--default-resource), whoever sends them\n")
+
+
+def test_the_start_says_nothing_of_sharing_when_nothing_is_kept_per_user():
+    from core.gateway.cli import shared_default_resource
+    from core.options import MemoryOptions
+
+    for options in ({}, {"working_memory": {"enabled": True, "scope": "thread"}},
+                    {"semantic_recall": {"enabled": True, "scope": "thread"},
+                     "observational_memory": {"enabled": True, "scope": "thread"}}):
+        assert shared_default_resource(MemoryOptions(**options), "default") is None, options
+    said = shared_default_resource(MemoryOptions(semantic_recall={"enabled": True, "scope": "resource"},
+                                                 observational_memory={"enabled": True, "scope": "resource"}), "anon")
+    assert said is not None and said.startswith("semantic recall and observational memory are per user (resource)")
+    assert "share resource 'anon'" in said
 
 
 def serve_cli(*args: str) -> tuple[int, str]:

@@ -263,3 +263,35 @@ def test_the_background_observer_takes_at_most_max_tokens_per_batch_a_call(db_pa
     stored = h.stored()
     assert [i for c in chunks for i in c.message_ids] == [m.id for m in stored[:2 * len(chunks)]]
     assert h.histories()[0] == format_history(stored[:2])
+
+
+def test_a_backlog_whose_lines_cost_more_than_counted_is_fitted_in_few_requests() -> None:
+    # A client's message of blank lines counts a few tokens (a run of newlines is one) but costs one
+    # indented history line each: the estimate is far short, and the batch must shrink a lot to fit. It
+    # shrank one message a request (each built and counted whole): 600 such messages cost 2.6 s of CPU
+    # for one 8k-window observer call, 2,000 cost 9 s at 32k (found by session 34's trust walk).
+    from core.observational.batches import plan
+    from core.observational.observer import build_observer_messages
+    from core.tokens import default_tokenizer
+
+    tokenizer = default_tokenizer()
+    built: list[int] = []
+
+    def build(batch: Any, tail: int | None) -> list[dict[str, Any]]:
+        built.append(len(batch))
+        return build_observer_messages(batch, previous_observations="", current_task=None, suggested_response=None,
+                                       tokenizer=tokenizer, previous_tokens=tail)
+
+    pending = [Message.user("a" + "\n" * 300 + "b", thread_id="t1", resource_id="u1",
+                            created_at=START + timedelta(seconds=i)) for i in range(600)]
+    budget = PromptBudget.for_model(8_192, max_tokens=512, model_id="observer")
+    calls = plan(pending, build=build, tokenizer=tokenizer, max_tokens=10_000, budget=budget, previous_tokens=2_000,
+                 limit=1)
+    (call,) = calls
+    requests = len(built)
+    assert requests <= 16, f"{requests} requests built for one call"  # a binary search: log2(600) and the rest
+    assert 1 < len(call.batch) < 100  # the estimate took several hundred; the window holds a few dozen
+    assert call.request_tokens == request_tokens(tokenizer, call.messages) <= budget.prompt_limit
+    assert call.tokens == messages_tokens(tokenizer, call.batch)
+    # The longest batch that fits, as dropping the newest one at a time found it: one more does not fit.
+    assert request_tokens(tokenizer, build(pending[:len(call.batch) + 1], 2_000)) > budget.prompt_limit
