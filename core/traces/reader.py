@@ -400,6 +400,7 @@ def _summary(
         thread_id=root.thread_id or thread_id,
         resource_id=root.resource_id or resource_id,
         models=models,
+        failed_itself=root.error is not None,
     )
 
 

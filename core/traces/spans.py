@@ -234,6 +234,9 @@ class TraceSummary:
     thread_id: str | None
     resource_id: str | None
     models: tuple[ModelUsage, ...] = ()  # the totals above, split by model
+    #: The root span has an error of its own. With status "error" and not this, the run itself finished and only
+    #: spans under it failed (an agent turn that answered while its background observer's call failed).
+    failed_itself: bool = False
 
 
 @dataclass(frozen=True)

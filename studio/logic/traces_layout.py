@@ -55,7 +55,23 @@ NEVER_FINISHED = "never finished"
 
 
 def status_text(summary: TraceSummary) -> str:
+    """The run's status in a word or two: a run that ended without an error of its own while spans under it failed
+    reads "ok, N err", not "error" (a turn that answered while its observer's call failed read as a failed turn;
+    the tooltip says it in words, ``status_tip``)."""
+    if summary.status == "error" and not summary.failed_itself:
+        return f"ok, {summary.error_count:,} err"
     return STATUS_TEXT.get(summary.status, summary.status)
+
+
+def status_tip(summary: TraceSummary) -> str:
+    """The status column's tooltip: what the status means for this run."""
+    if summary.status == "error" and not summary.failed_itself:
+        spans = "span" if summary.error_count == 1 else "spans"
+        return (f"The run itself ended without an error; {summary.error_count:,} {spans} under it failed (open the "
+                "trace: failed spans are marked). The Status filter's \"error\" lists it.")
+    if summary.status == "error":
+        return "The run failed: its own span has an error (open the trace for it)."
+    return status_text(summary)
 
 
 def trace_duration_text(summary: TraceSummary) -> str:

@@ -55,6 +55,7 @@ from studio.logic.traces_layout import (
     read_error_notice,
     span_facts,
     status_text,
+    status_tip,
     store_notice,
     tokens_tooltip,
     trace_duration_text,
@@ -98,7 +99,7 @@ TAB_MESSAGES, TAB_INPUT, TAB_OUTPUT, TAB_ATTRIBUTES, TAB_ERROR, TAB_SPAN = range
 # -- the pane ---------------------------------------------------------------------------------------
 TRACE_COLUMNS: list[Column[TraceSummary]] = [
     Column("Status", status_text, color=lambda t: STATUS_COLORS.get(t.status),
-           foreground=lambda t: ERROR_COLOR if t.status == "error" else None, tooltip=status_text),
+           foreground=lambda t: ERROR_COLOR if t.status == "error" else None, tooltip=status_tip),
     Column("Trace", lambda t: t.name, tooltip=lambda t: f"{t.name}\ntrace {t.trace_id}"),
     Column("Agent", lambda t: t.entity_name or "", tooltip=lambda t: t.entity_name or ""),
     Column("Started", lambda t: format_started(t.started_at), tooltip=lambda t: date_tooltip(t.started_at)),
@@ -115,7 +116,7 @@ COL_COST = 7  # inserted after Tokens, per pane: it reads the pane's price table
 # (a cut cell ends in "…", its tooltip holds the whole); the trace's name, and the span's, take what is left.
 TRACE_SAMPLES = {"Started": "2026-12-05 04:26:43", "Tokens": "00,000"}
 TRACE_SHARES = {"Status": 0.1, "Duration": 0.12, "Spans": 0.08, "Cost": 0.08, "Agent": 0.25, "Thread": 0.37}
-TRACE_FLOORS = {"Status": "running", "Duration": "00.0 ms", "Spans": "00"}
+TRACE_FLOORS = {"Status": "ok, 0 err", "Duration": "00.0 ms", "Spans": "00"}
 TRACE_CAPS = {"Status": "never finished", "Duration": "never finished", "Spans": "000 (00 err)", "Cost": "$0.0000+",
               "Agent": "an-agent-name-of-some-length", "Thread": "a-thread-id-of-some-length-000000"}
 TRACE_LEAST = "agent run: '…"
@@ -236,7 +237,8 @@ class TracesPane(QWidget):
         self.trace_table.setShowGrid(False)
         self.trace_table.setWordWrap(False)
         self.trace_fit = FitToPane(self.trace_table, TRACE_SAMPLES, TRACE_SHARES, last="Trace", caps=TRACE_CAPS,
-                                   floors=TRACE_FLOORS, rest_sample=TRACE_LEAST, pad=12, last_share=TRACE_SHARE)
+                                   floors=TRACE_FLOORS, rest_sample=TRACE_LEAST, pad=12, last_share=TRACE_SHARE,
+                                   decorated=("Status",))  # (its colour swatch: "running" read "runn…")
         keep_rows_in_sight(self.trace_table)
         ul.addWidget(self.trace_table)
         more = QHBoxLayout()

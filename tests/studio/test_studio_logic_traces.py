@@ -271,3 +271,35 @@ def test_a_failed_list_read_says_what_happened_and_what_to_do() -> None:
     broken = read_error_notice("not a valid DuckDB database file", broken=True, location=None, retry_s=2)
     assert "holds traces only (no conversation)" in broken.text and "Check that" not in broken.text
     assert "next in 2 s" in broken.text
+
+
+def test_a_run_that_ended_itself_while_spans_under_it_failed_is_not_called_failed(tmp_path: Path) -> None:
+    """Walked with a real llama.cpp (s34-walk9): a turn that answered while its background observer's call failed
+    read "error" in the Traces list, as a turn that failed did. Both stay under the Status filter's "error"; the
+    list says which: "ok, 1 err" for the first, "error" for a run whose own span failed."""
+    from core.traces.store import DuckDBObservabilityStore
+    from studio.logic.traces_layout import status_text, status_tip
+
+    now = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=5)  # (within the retention)
+
+    def run(trace: str, *, own: bool, inner: int) -> list[SpanRecord]:
+        root = SpanRecord(trace_id=trace, span_id=f"{trace}-r", name=f"agent run {trace}", span_type="agent_run",
+                          started_at=now, ended_at=now + timedelta(seconds=2),
+                          error={"message": "the model failed"} if own else None)
+        children = [SpanRecord(trace_id=trace, span_id=f"{trace}-c{i}", parent_span_id=root.span_id,
+                               name="memory: observe", span_type="memory_operation", started_at=now,
+                               ended_at=now + timedelta(seconds=1), error={"message": "observer call failed"})
+                    for i in range(inner)]
+        return [root, *children]
+
+    store = DuckDBObservabilityStore(tmp_path / "observability.duckdb")
+    store.write_spans([*run("answered", own=False, inner=1), *run("failed", own=True, inner=0),
+                       *run("both", own=True, inner=2), *run("fine", own=False, inner=0)])
+    listed = {t.trace_id: t for t in store.list_traces()}
+    store.close()
+    answered, failed, both, fine = (listed[k] for k in ("answered", "failed", "both", "fine"))
+    assert [t.status for t in (answered, failed, both, fine)] == ["error", "error", "error", "ok"]
+    assert [t.failed_itself for t in (answered, failed, both, fine)] == [False, True, True, False]
+    assert [status_text(t) for t in (answered, failed, both, fine)] == ["ok, 1 err", "error", "error", "ok"]
+    assert status_tip(answered).startswith("The run itself ended without an error; 1 span under it failed")
+    assert status_tip(failed).startswith("The run failed: its own span has an error")
