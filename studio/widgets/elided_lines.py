@@ -14,6 +14,8 @@ from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QSize, Qt
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QApplication, QListView, QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
+from studio.widgets.item_text import text_room
+
 
 LINE_SEPARATOR = "\u2028"  # what Qt turns a row's "\n" into (``initStyleOption``), and draws as a line break
 
@@ -26,10 +28,7 @@ class ElidedLinesDelegate(QStyledItemDelegate):
         return self._elided(opt)
 
     def _elided(self, opt: QStyleOptionViewItem) -> list[str]:
-        widget = opt.widget
-        style = widget.style() if widget is not None else QApplication.style()
-        room = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, opt, widget).width()
-        room -= 2 * (style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, widget) + 1)  # Qt's margin
+        room = text_room(opt)
         metrics = opt.fontMetrics
         text: str = opt.text.replace("\n", LINE_SEPARATOR)
         return [metrics.elidedText(line, Qt.TextElideMode.ElideRight, max(room, 0))

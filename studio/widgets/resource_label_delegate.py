@@ -9,10 +9,11 @@ other row is drawn as the view draws it; the tooltip keeps the whole label and t
 from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex
-from PySide6.QtWidgets import QApplication, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
+from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
 from studio.logic.thread_labels import fit_resource_label, is_delegation
 from studio.models.resource_tree import ResourceTreeModel, TreeRoles
+from studio.widgets.item_text import text_room
 
 
 class ResourceLabelDelegate(QStyledItemDelegate):
@@ -28,14 +29,8 @@ class ResourceLabelDelegate(QStyledItemDelegate):
         known = self._model.delegations
         if not isinstance(resource_id, str) or not is_delegation(resource_id, known):
             return
-        widget = option.widget
-        style = widget.style() if widget is not None else QApplication.style()
-        text_rect = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, widget)
-        # (the style draws the text inside a margin on either side of that rectangle)
-        margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, widget) + 1
         metrics = option.fontMetrics  # (the row's italic font, set above)
-        option.text = fit_resource_label(resource_id, text_rect.width() - 2 * margin,
-                                         metrics.horizontalAdvance, known)
+        option.text = fit_resource_label(resource_id, text_room(option), metrics.horizontalAdvance, known)
 
 
 __all__ = ["ResourceLabelDelegate"]

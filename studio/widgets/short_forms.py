@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex
-from PySide6.QtWidgets import QAbstractItemView, QApplication, QStyle, QStyledItemDelegate, QStyleOptionViewItem
+from PySide6.QtWidgets import QAbstractItemView, QStyledItemDelegate, QStyleOptionViewItem
 
+from studio.widgets.item_text import text_room
 from studio.widgets.record_table import SHORT_ROLE
 
 _Index = QModelIndex | QPersistentModelIndex
@@ -32,11 +33,7 @@ class ShortFormDelegate(QStyledItemDelegate):
         forms = index.data(SHORT_ROLE)
         if not forms or not option.text:
             return
-        widget = option.widget
-        style = widget.style() if widget is not None else QApplication.style()
-        room = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, widget).width()
-        room -= 2 * (style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, widget) + 1)  # Qt's margin
-        option.text = fitting_form((option.text, *forms), room, option.fontMetrics.horizontalAdvance)
+        option.text = fitting_form((option.text, *forms), text_room(option), option.fontMetrics.horizontalAdvance)
 
     def shown_text(self, view: QAbstractItemView, index: _Index) -> str:
         """The text drawn in ``index``'s cell of ``view`` (before Qt cuts what still does not fit with "…")."""
