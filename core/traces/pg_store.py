@@ -350,12 +350,12 @@ class PgSpanStore(SpanReader):
                     spans += int(result.rowcount or 0)
         except StoreBusy:
             return PruneResult(bytes_before=before, bytes_after=self.size_bytes(), busy=True)
-        why_not = "not due"
+        compacted, not_compacted = False, ""
         if compact and (doomed or (target is not None and before > target)):
-            done = self._vacuum_full(budget_s)
-            why_not = "the table was busy" if done is None else done
-        return PruneResult(len(doomed), spans, before, self.size_bytes(), not why_not,
-                           not_compacted="" if why_not == "not due" else why_not)
+            why_not = self._vacuum_full(budget_s)
+            compacted = why_not == ""
+            not_compacted = "the table was busy" if why_not is None else why_not
+        return PruneResult(len(doomed), spans, before, self.size_bytes(), compacted, not_compacted=not_compacted)
 
     def _over_size(self, conn: sa.Connection, columns: tuple[str, ...], target: float) -> set[str]:
         stored = " + ".join(f"coalesce(pg_column_size({_quote(c)}), 0)" for c in columns)

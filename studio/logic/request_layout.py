@@ -282,7 +282,5 @@ def _status(call: CallReplay | None, info: ReplayInfo | None) -> str:
 
 
 __all__ = ["COPY_BYTES", "COPY_JSON", "COPY_READABLE", "ESTIMATE", "NOT_RECORDED", "OBSERVER_CALL", "PARTIAL",
-           "TOOLS_AS_SENT",
-           "TOOLS_NOT_RECORDED", "TOOLS_OF_MEMORY", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view",
-           "observer_call_view", "tool_rows",
-           "usage_rows"]
+           "SERVER", "TOOLS_AS_SENT", "TOOLS_NOT_RECORDED", "TOOLS_OF_MEMORY", "RequestView", "ToolRow", "UsageRow",
+           "call_view", "observer_call_view", "tool_rows", "usage_rows"]
