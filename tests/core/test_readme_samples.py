@@ -255,6 +255,64 @@ def test_the_deployment_agents_module_serves_the_openai_client_sample(tmp_path: 
     assert texts == ["My order has not arrived.", "It left the depot today.", "Any news?", "It arrives tomorrow."]
 
 
+def test_the_opentelemetry_sample_writes_its_traces_beside_the_database_wherever_it_starts(tmp_path: Path) -> None:
+    # DEPLOYMENT.md's "compose exporters yourself" sample, in a module of a project, started from another folder (a
+    # service manager's working directory). It wrote `.temp/observability.duckdb` under that folder, where neither
+    # the Studio nor `memory-studio traces` look. Adapted: the collector's address (an OTLP receiver here), and the
+    # model and a turn added around it (the sample leaves `model` to the reader).
+    from tests.core.test_traces_otel import Receiver
+
+    sample = code_blocks(doc_section("docs/DEPLOYMENT.md", "OpenTelemetry export"), "python")[0]
+    project, elsewhere = tmp_path / "myapp", tmp_path / "service-cwd"
+    (project / "app").mkdir(parents=True)
+    elsewhere.mkdir()
+    (project / "pyproject.toml").write_text('[project]\nname = "myapp"\nversion = "0"\n')
+    receiver = Receiver()
+    try:
+        assert sample.count('"http://collector:4318"') == 1
+        script = project / "app" / "traced.py"
+        script.write_text("from core.llm import ScriptedModel\nmodel = ScriptedModel(['Hello Ada.'])\n"
+                          + sample.replace('"http://collector:4318"', repr(receiver.url))
+                          + "agent.generate('Hi, I am Ada', memory={'resource': 'ada', 'thread': 't1'})\n"
+                            "assert tracer.flush(30)\nstore.close()\n")
+        env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_DB" and not k.startswith("OTEL_")}
+        env["PYTHONPATH"] = str(ROOT)
+        done = subprocess.run([sys.executable, str(script)], cwd=elsewhere, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        sent = {span.trace_id.hex() for _resource, span in receiver.spans()}
+    finally:
+        receiver.close()
+    assert not (elsewhere / ".temp").exists()
+    import duckdb
+
+    beside = project / ".temp" / "observability.duckdb"  # where `memory-studio where` says the traces are
+    with duckdb.connect(str(beside), read_only=True) as con:
+        written = {row[0] for row in con.execute('SELECT DISTINCT "traceId" FROM mastra_ai_spans').fetchall()}
+    assert len(written) == 1 and written == sent
+
+
+#: Python blocks of the docs no test runs, and why: each other block is run above, as a user runs it.
+NOT_RUN = {("README.md", "Running on PostgreSQL"): "one call's fragment (`messages=[...]`) in a paragraph"}
+RUN = {("README.md", "The engine in 20 lines"), ("README.md", "With the OpenAI Agents SDK"),
+       ("README.md", "Porting from Mastra"), ("docs/DEPLOYMENT.md", "Serving agents: `memory-studio serve`"),
+       ("docs/DEPLOYMENT.md", "OpenAI-compatible chat"), ("docs/DEPLOYMENT.md", "OpenTelemetry export")}
+
+
+def test_every_python_sample_of_the_docs_is_run_by_a_test() -> None:
+    # The OpenTelemetry sample was never run, so its path relative to the working directory went unseen.
+    found = set()
+    for doc in ("README.md", "docs/DEPLOYMENT.md"):
+        heading = ""
+        for line in (ROOT / doc).read_text(encoding="utf-8").split("\n"):
+            match = re.match(r"#+ (.*)$", line)
+            if match:
+                heading = match.group(1)
+            elif line.startswith("```python"):
+                found.add((doc, heading))
+    assert found - set(NOT_RUN) == RUN
+
+
 def command_parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
     """Every `memory-studio` subcommand's parser (``("tokens", "new")``…), filled as when it is the one run."""
     top = build_parser()
