@@ -156,9 +156,8 @@ class PgTestServer:
                     conn.execute(f'GRANT {grant} TO "{name}"')
             yield url.replace("postgres:@", f"{name}:@", 1)
         finally:
-            with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{name}"')
-                conn.execute(f'REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM "{name}"')
+            with psycopg.connect(url, autocommit=True) as conn:  # its grants in every schema, what it made
+                conn.execute(f'DROP OWNED BY "{name}"')
             with self.admin() as conn:
                 conn.execute(f'DROP ROLE IF EXISTS "{name}"')
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -307,6 +308,78 @@ def test_a_role_that_may_only_read_is_told_what_to_grant(pg_server: Any, pg_url:
                 Memory(store).save_messages([Message.user("hi", thread_id="t1", resource_id="ada")])
             assert caught.value.__cause__ is None and caught.value.__suppress_context__
             assert [s.message_count for s in store.memory.thread_summaries("ada")] == [1]  # reading works
+
+
+def _do_what_it_says(url: str, advice: str) -> list[str]:
+    """Run, as the database's owner, every GRANT the advice asks for (as a DBA pastes them); returns them."""
+    import psycopg
+
+    statements = re.findall(r"GRANT [^;]+;", advice)
+    assert statements, advice
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+    return statements
+
+
+@pytest.mark.parametrize("schema", ["public", "memory"])
+def test_a_role_without_grants_is_told_the_grants_of_the_schema_in_use_and_they_are_enough(
+        pg_server: Any, pg_url: str, schema: str) -> None:
+    """The advice named `SCHEMA public` whatever schema held the memory (the README's `search_path=memory,public`),
+    so the grants it gave did nothing; in a schema of its own the role (no USAGE on it) got the server's "no schema
+    has been selected to create in" with the migration's SQL. Each advice, done as written, must let the command
+    work."""
+    from core import Memory, Message
+
+    sep = "&" if "?" in pg_url else "?"
+    url = pg_url if schema == "public" else f"{pg_url}{sep}options=-c%20search_path%3D{schema},public"
+    with open_store(url) as store:
+        memory = Memory(store)
+        memory.save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada")])
+        memory.save_messages([Message.user("I like tea", thread_id="t2", resource_id="bob")])
+    role = f"helper{os.getpid()}_{next(_ids)}"
+    with pg_server.role(url, role) as role_url:
+        code, _out, err = _cli("forget", "--resource", "ada", "--yes", "--db", role_url)
+        assert code == 1, err
+        assert f"IN SCHEMA {schema} " in err and (schema == "public" or "SCHEMA public" not in err), err
+        assert "[SQL:" not in err and "Traceback" not in err, err
+        assert f'GRANT USAGE ON SCHEMA {schema} TO "{role}";' in _do_what_it_says(pg_url, err)
+        code, out, err = _cli("forget", "--resource", "ada", "--yes", "--db", role_url)
+        assert code == 0, out + err
+    with open_store(url, read_only=True) as store:
+        assert store.memory.thread_summaries("ada") == [] and len(store.memory.thread_summaries("bob")) == 1
+
+
+@pytest.mark.parametrize("route", ["the owner starts it", "create on the schema"])
+@pytest.mark.parametrize("schema", ["public", "memory"])
+def test_a_first_start_by_a_role_that_may_not_create_tables_says_how_either_way(
+        pg_server: Any, pg_url: str, schema: str, route: str) -> None:
+    """PostgreSQL 15+: only the database's owner may create in `public`. A first start as another role was told
+    to grant it SELECT, INSERT… on the tables, which do not exist yet: done, the start failed the same way."""
+    import psycopg
+
+    sep = "&" if "?" in pg_url else "?"
+    url = pg_url if schema == "public" else f"{pg_url}{sep}options=-c%20search_path%3D{schema},public"
+    if schema != "public":  # made by the DBA, usable by every role, as `public` is
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+            conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO PUBLIC")
+    role = f"starter{os.getpid()}_{next(_ids)}"
+    with pg_server.role(url, role) as role_url:
+        code, _out, err = _cli("migrate", "--db", role_url)
+        assert code == 1 and f"may not create tables in the schema '{schema}'" in err, err
+        assert "[SQL:" not in err and "Traceback" not in err and "SELECT, INSERT" in err, err
+        if route == "the owner starts it":  # then grants this role the tables it made
+            code, out, err2 = _cli("migrate", "--db", url)
+            assert code == 0, out + err2
+            _do_what_it_says(pg_url, err.split("(who then grants this role the tables: ", 1)[1].split(")", 1)[0])
+        else:
+            asked = _do_what_it_says(pg_url, err.rsplit("ask the owner to run: ", 1)[1])
+            assert asked == [f'GRANT USAGE, CREATE ON SCHEMA {schema} TO "{role}";']
+            code, out, err2 = _cli("migrate", "--db", role_url)
+            assert code == 0 and "applied: 0001_mastra_memory_tables" in out, out + err2
+        code, out, err2 = _cli("demo", "--db", role_url)
+        assert code == 0, out + err2
 
 
 def test_a_database_that_takes_no_writes_says_so(pg_url: str) -> None:

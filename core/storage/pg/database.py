@@ -34,7 +34,7 @@ from core.storage.capabilities import POSTGRES, Capabilities
 from core.storage.database import (Database, DatabaseOpenError, ReadOnlyError, StorageError, StorageUnavailableError,
                                    no_memory_tables)
 from core.storage.errors import SchemaError
-from core.storage.pg import adapt
+from core.storage.pg import adapt, grants
 from core.storage.pg.location import PgLocation
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,10 @@ class PgDatabase(Database):
             # Before the engine's first connection: SQLAlchemy reads the default schema once, on it.
             with self._connect() as raw:
                 new_schema = _ensure_first_schema(raw, location.display, read_only=read_only)
+                row = raw.execute("SHOW search_path").fetchone()
+                self.schema = grants.memory_schema(raw, first_schema(str(row[0] if row else "")))
+            if not self.schema.usable:
+                raise DatabaseOpenError(grants.unusable_schema(location, self.schema))
             with self.engine.connect() as conn:
                 self.is_empty = new_schema or not catalog.has_user_tables(conn)
                 self.owned = self.is_empty or catalog.has_table(conn, migrations.MIGRATIONS_TABLE)
@@ -188,7 +192,7 @@ class PgDatabase(Database):
         if ours is None and self.read_only and not self.is_mastra:  # a writer migrated it when it opened
             ours = _no_memory_tables(self.location.display, exc, empty=self.is_empty)
         if ours is None:
-            ours = _permission_denied(self.location, exc, opened_read_only=self.read_only)
+            ours = _permission_denied(self.location, exc, self.schema, opened_read_only=self.read_only)
         if ours is not None:
             raise ours from None
 
@@ -539,8 +543,8 @@ def _what_to_do(first: str) -> str:
     return "Try again once the server is back; connections are re-made automatically."
 
 
-def _permission_denied(location: PgLocation, exc: BaseException, *, opened_read_only: bool = False
-                       ) -> StorageError | None:
+def _permission_denied(location: PgLocation, exc: BaseException, schema: grants.MemorySchema, *,
+                       opened_read_only: bool = False) -> StorageError | None:
     """The server refused a statement for a reason of its set-up, not of the statement: the role may not
     read or write a table (42501; enabling pgvector is left to ``explain_extension_error``), the
     database takes no writes (25006), or the role's ``statement_timeout`` cancelled it (57014). Say
@@ -565,11 +569,12 @@ def _permission_denied(location: PgLocation, exc: BaseException, *, opened_read_
             "statement_timeout = '60s'), then try again; nothing of the call was committed.")
     if not isinstance(orig, psycopg.errors.InsufficientPrivilege) or "extension" in str(orig):
         return None
+    if "permission denied for schema" in first:  # making a table: a first start, a migration, a new dimension
+        return StorageError(grants.may_not_create(location, schema, first))
     return StorageError(
         f"{location.display}: the role {role!r} may not do this ({first}). Use a role that may write the memory "
-        f"tables (the one that created them), or ask the database's owner to grant them: GRANT SELECT, INSERT, "
-        f"UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO \"{role}\"; GRANT USAGE ON ALL SEQUENCES IN SCHEMA "
-        f"public TO \"{role}\";")
+        f"tables (the one that created them), or ask the database's owner to grant them: "
+        f"{grants.table_grants(schema, role)}")
 
 
 def _no_memory_tables(display: str, exc: BaseException, *, empty: bool) -> SchemaError | None:

@@ -1,0 +1,86 @@
+"""What a database's owner is told to grant a role that may not use the memory: one home for the advice, naming
+the schema the memory is in (the first of the session's ``search_path``, ``public`` by default), never ``public``
+when it is another.
+
+PostgreSQL 15+ no longer lets every role create in ``public`` (only the database's owner, through
+``pg_database_owner``), and a schema other than ``public`` gives no role ``USAGE`` until granted: so a role that
+did not create the memory needs ``USAGE`` on its schema (``public`` has it for every role unless revoked) and the
+table and sequence grants; a role that makes the memory's tables (a first start, a later version's migrations)
+needs ``CREATE`` on it too, or the command is run once by the owner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from core.storage.pg.location import PgLocation
+
+
+def quote_role(role: str) -> str:
+    """A role's name in a statement (always quoted, as a role may be named like a keyword)."""
+    return '"' + role.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class MemorySchema:
+    """The schema the memory's tables are in (or are made in), and what the session's role may do there."""
+
+    name: str
+    sql: str  # its name as a statement writes it (the server's ``quote_ident``)
+    usable: bool  # USAGE: its tables can be named at all
+    creatable: bool  # CREATE: tables can be made in it (a first start, a migration, a new vector dimension)
+
+
+def memory_schema(conn: psycopg.Connection[Any], first: str | None) -> MemorySchema:
+    """Read on a fresh connection at open: ``first`` is the schema the ``search_path`` names first (None: it
+    starts with ``"$user"`` or names none; then the schema the server picks, else ``public``). A schema the role
+    has no ``USAGE`` on is skipped by the server (``current_schema()`` passes over it), so it is asked by name."""
+    name = first
+    if name is None:
+        row = conn.execute("SELECT current_schema()").fetchone()
+        name = str(row[0]) if row and row[0] else "public"
+    row = conn.execute(
+        "SELECT quote_ident(%s), has_schema_privilege(n.oid, 'USAGE'), has_schema_privilege(n.oid, 'CREATE') "
+        "FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = %s", (name, name)).fetchone()
+    assert row is not None
+    if row[1] is None:  # not made yet (a read-only open of a search_path whose first schema is missing)
+        return MemorySchema(name, str(row[0]), True, True)
+    return MemorySchema(name, str(row[0]), bool(row[1]), bool(row[2]))
+
+
+def role_of(location: PgLocation) -> str:
+    from urllib.parse import unquote, urlsplit
+
+    return unquote(urlsplit(location.url).username or "") or "this role"
+
+
+def table_grants(schema: MemorySchema, role: str) -> str:
+    """The statements that let ``role`` read and write the memory's tables in ``schema`` (made by another role)."""
+    who = quote_role(role) if role != "this role" else "<this role>"
+    usage = f"GRANT USAGE ON SCHEMA {schema.sql} TO {who}; "
+    return (f"{usage}GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema.sql} TO {who}; "
+            f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema.sql} TO {who};")
+
+
+def unusable_schema(location: PgLocation, schema: MemorySchema) -> str:
+    """Why a database whose memory schema the role may not use is refused at open (before the server's own
+    "no schema has been selected to create in" and a driver traceback with the migration's SQL)."""
+    role = role_of(location)
+    return (f"{location.display}: the memory's tables are in the schema {schema.name!r}, and the role {role!r} "
+            f"may not use it (no USAGE privilege), so it can neither read nor write them. Ask the database's "
+            f"owner to run: {table_grants(schema, role)}")
+
+
+def may_not_create(location: PgLocation, schema: MemorySchema, first: str) -> str:
+    """Why a role could not make the memory's tables in ``schema`` (``first``: the server's words)."""
+    role = role_of(location)
+    who = quote_role(role) if role != "this role" else "<this role>"
+    return (f"{location.display}: the role {role!r} may not create tables in the schema {schema.name!r} ({first}), "
+            f"and the memory's tables are made there (at the first start, and by a newer version's migrations); "
+            f"since PostgreSQL 15 only the database's owner may create in the schema public unless granted. Run "
+            f"this command once as the database's owner (who then grants this role the tables: "
+            f"{table_grants(schema, role)}), or ask the owner to run: GRANT USAGE, CREATE ON SCHEMA {schema.sql} "
+            f"TO {who};")
