@@ -86,8 +86,9 @@ PLACES: list[Place] = [
     Place("observations", "mastra_observational_memory",
           (('"lookupKey"', "om_keys"), ('"resourceId"', "resources"), ('"threadId"', "threads"))),
     Place("keyword index", _FTS, (("rowid", "fts_rows"),), needs="fts5"),
-    # (libSQL keeps each doc in its FTS5 row since ``0031_recall_keyword_rows``; ``_DOCS`` is a view there)
-    Place("keyword docs", _DOCS, (("message_id", "messages"), ("thread_id", "threads"), ("resource_id", "resources")),
+    # (libSQL keeps each doc in its FTS5 row since ``0031_recall_keyword_rows``; ``_DOCS`` is a view there.
+    # Postgres's docs table is named as libSQL's FTS5 rows: the same place to a user.)
+    Place("keyword index", _DOCS, (("message_id", "messages"), ("thread_id", "threads"), ("resource_id", "resources")),
           needs="tsvector"),
     Place("vectors", _VECTORS,
           (("{json:message_id}", "messages"), ("vector_id", "messages"), ("{json:thread_id}", "threads"),
@@ -326,14 +327,18 @@ def _apply(conn: sa.Connection, table: str, conditions: Sequence[tuple[str, str]
 
 
 def _forget_log(conn: sa.Connection, targets: Targets, dry_run: bool) -> int:
-    """The change log's rows naming the targets' messages or threads (the deletes of this forget wrote
-    some too). Every process's readers are then told to start over, as after a prune (the log no longer
-    says what changed): what they keep of the resource is dropped at their next read."""
+    """The change log's rows naming the targets' messages or threads, counted as they were before this forget:
+    the deletes above logged some too (this transaction's ``xid``), which go as well but are not counted, so the
+    report says what the preview (``dry_run``) said (it counted 21 rows, the forget then "removed" 23). Every
+    process's readers are then told to start over, as after a prune (the log no longer says what changed): what
+    they keep of the resource is dropped at their next read."""
     where = "message_ids && CAST(? AS text[]) OR thread_ids && CAST(? AS text[])"
     params = (list(targets.messages), list(targets.threads))
     if dry_run:
         return int(conn.exec_driver_sql(f"SELECT count(*) FROM {_LOG} WHERE {where}", params).scalar() or 0)
-    removed = int(conn.exec_driver_sql(f"DELETE FROM {_LOG} WHERE {where}", params).rowcount or 0)
+    removed = int(conn.exec_driver_sql(
+        f"WITH gone AS (DELETE FROM {_LOG} WHERE {where} RETURNING xid) "
+        "SELECT count(*) FILTER (WHERE xid <> pg_current_xact_id()) FROM gone", params).scalar() or 0)
     table, key = _LOG_PRUNED
     conn.exec_driver_sql(
         f"INSERT INTO {table} (key, value) VALUES (?, pg_current_xact_id()::text::bigint + 1) "
