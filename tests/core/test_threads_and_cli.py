@@ -201,6 +201,57 @@ def test_cli_reindex_embeds_what_recall_missed(db_path):
     assert out == f"Nothing new: 0 indexed, all 2 message(s) already have a current vector from {default_embedder().model_id}.\n"
 
 
+def _queued(store) -> int:
+    from core.recall.tables import QUEUE_TABLE
+
+    with store.db.read() as conn:
+        return int(conn.exec_driver_sql(f"SELECT count(*) FROM {QUEUE_TABLE}").scalar() or 0)
+
+
+def test_the_demo_leaves_nothing_for_the_recall_index_to_do(db_path):
+    # `memory-studio demo` left 14 messages (the notes agents', recall off) to the recall index's next writer: on
+    # Postgres 14 rows in its queue, on libSQL rows past the watermark; every search of the new demo database then
+    # said "some recent message changes are not keyword-indexed yet", and Sam's messages were not keyword-found.
+    code, out, err = run_cli("demo", "--db", str(db_path))
+    assert code == 0, err
+    code, out, err = run_cli("prompt", "--db", str(db_path), "--resource", "ada", "--thread", "ada-groceries",
+                             "--read-only", "--json", "peanuts")
+    assert code == 0, err
+    assert "not keyword-indexed" not in out and "semantic-recall" in out
+    from core.recall.models import store_embedder
+    from core.recall import RecallIndex
+
+    with core.open_store(db_path, read_only=True) as s:
+        index = RecallIndex.for_store(s, store_embedder(s))
+        assert index.backlog() == (None, set(), set())
+        assert _queued(s) == 0
+        found = index.search("staging mail server", resource_id="sam", top_k=3, mode="keyword")
+        assert found.reason is None and found.hits and all(h.thread_id == "sam-standup" for h in found.hits)
+
+
+def test_turns_with_recall_leave_no_queued_change_and_turns_without_leave_theirs_for_the_next(db_path):
+    # On Postgres a trigger queues every message a save writes; a save with recall keys its own in the same
+    # transaction and takes its queue rows out, so a fleet's turns leave nothing for searches to read around. A
+    # save without recall leaves its messages to the next recall write, which keys them.
+    from core.agent import Agent
+    from core.embedding import default_embedder
+    from core.llm import ScriptedModel
+
+    with core.open_store(db_path) as s:
+        recalled = Memory(s, MemoryOptions(semantic_recall=True), embedder=default_embedder())
+        agent = Agent("chef", instructions="Cook.", model=ScriptedModel(["Noted.", "Tea.", "No."]), memory=recalled)
+        agent.generate("I am allergic to peanuts", memory={"resource": "ada", "thread": "t1"})
+        agent.generate("I like tea", memory={"resource": "ada", "thread": "t1"})
+        assert _queued(s) == 0 and recalled.recall_index.backlog() == (None, set(), set())
+        Memory(s).save_messages([Message.user("Remind me about the dentist", thread_id="t2", resource_id="ada")])
+        reason, _gone, _updated = recalled.recall_index.backlog()
+        assert reason is not None and "not keyword-indexed yet" in reason
+        agent.generate("Anything else?", memory={"resource": "ada", "thread": "t1"})
+        assert _queued(s) == 0 and recalled.recall_index.backlog() == (None, set(), set())
+        hits = recalled.search("dentist", resource_id="ada", mode="keyword", top_k=1)
+        assert hits and hits[0].thread_id == "t2"
+
+
 def test_cli_models_status():
     from core.embedding.provision import USE_M3_Q
 
