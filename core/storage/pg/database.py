@@ -22,7 +22,6 @@ import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, ClassVar, Iterator, Sequence
-from urllib.parse import unquote, urlsplit
 
 import psycopg
 import sqlalchemy as sa
@@ -325,7 +324,7 @@ def not_vacuumable(conn: sa.Connection, tables: Sequence[str]) -> list[tuple[str
 def vacuum_refused(location: PgLocation, refused: Sequence[tuple[str, str, str]], command: str = "the vacuum") -> str:
     """Why nothing was rewritten: the tables this role may not vacuum, who owns them, what to do (run
     ``command`` as the owner, or ask for MAINTAIN)."""
-    role = unquote(urlsplit(location.url).username or "") or "this role"
+    role = grants.role_of(location)
     more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
     names = ", ".join(name for name, _, _ in refused[:3]) + more
     owners = ", ".join(repr(o) for o in dict.fromkeys(owner for _, owner, _ in refused))
@@ -335,7 +334,7 @@ def vacuum_refused(location: PgLocation, refused: Sequence[tuple[str, str, str]]
             f"only their owner ({owners}), a superuser or (PostgreSQL 17+) a role granted MAINTAIN on them may "
             f"rewrite a table. Nothing was rewritten, and the deleted rows' bytes are still in the server's files. "
             f"Run {command} as {owners}, or ask the owner to grant it (PostgreSQL 17+): GRANT MAINTAIN ON {on} "
-            f"TO \"{role}\";")
+            f"TO {grants.quote_role(role)};")
 
 
 def _table_holders(conn: sa.Connection, table: str) -> tuple[frozenset[int], str]:
@@ -554,7 +553,7 @@ def _permission_denied(location: PgLocation, exc: BaseException, schema: grants.
     if not isinstance(orig, psycopg.Error):
         return None
     first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
-    role = unquote(urlsplit(location.url).username or "") or "this role"
+    role = grants.role_of(location)
     if isinstance(orig, psycopg.errors.ReadOnlySqlTransaction) and opened_read_only:  # our own setting
         return ReadOnlyError(f"{location.display} is open read-only. Allow writes first (Studio: File > Allow Writes).")
     if isinstance(orig, psycopg.errors.ReadOnlySqlTransaction):  # 25006: a standby, or read-only by setting

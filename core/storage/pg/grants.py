@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 
@@ -31,7 +32,6 @@ class MemorySchema:
     name: str
     sql: str  # its name as a statement writes it (the server's ``quote_ident``)
     usable: bool  # USAGE: its tables can be named at all
-    creatable: bool  # CREATE: tables can be made in it (a first start, a migration, a new vector dimension)
 
 
 def memory_schema(conn: psycopg.Connection[Any], first: str | None) -> MemorySchema:
@@ -43,17 +43,16 @@ def memory_schema(conn: psycopg.Connection[Any], first: str | None) -> MemorySch
         row = conn.execute("SELECT current_schema()").fetchone()
         name = str(row[0]) if row and row[0] else "public"
     row = conn.execute(
-        "SELECT quote_ident(%s), has_schema_privilege(n.oid, 'USAGE'), has_schema_privilege(n.oid, 'CREATE') "
+        "SELECT quote_ident(%s), has_schema_privilege(n.oid, 'USAGE') "
         "FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = %s", (name, name)).fetchone()
     assert row is not None
     if row[1] is None:  # not made yet (a read-only open of a search_path whose first schema is missing)
-        return MemorySchema(name, str(row[0]), True, True)
-    return MemorySchema(name, str(row[0]), bool(row[1]), bool(row[2]))
+        return MemorySchema(name, str(row[0]), True)
+    return MemorySchema(name, str(row[0]), bool(row[1]))
 
 
 def role_of(location: PgLocation) -> str:
-    from urllib.parse import unquote, urlsplit
-
+    """The role the URL signs in as, as the advice names it."""
     return unquote(urlsplit(location.url).username or "") or "this role"
 
 
@@ -79,8 +78,9 @@ def may_not_create(location: PgLocation, schema: MemorySchema, first: str) -> st
     role = role_of(location)
     who = quote_role(role) if role != "this role" else "<this role>"
     return (f"{location.display}: the role {role!r} may not create tables in the schema {schema.name!r} ({first}), "
-            f"and the memory's tables are made there (at the first start, and by a newer version's migrations); "
-            f"since PostgreSQL 15 only the database's owner may create in the schema public unless granted. Run "
+            f"and the memory's tables are made there (at the first start, and by a newer version's migrations)"
+            + ("; since PostgreSQL 15 only the database's owner may create in the schema public unless granted"
+               if schema.name == "public" else "") + ". Run "
             f"this command once as the database's owner (who then grants this role the tables: "
             f"{table_grants(schema, role)}), or ask the owner to run: GRANT USAGE, CREATE ON SCHEMA {schema.sql} "
             f"TO {who};")
