@@ -22,6 +22,7 @@ from studio.logic.diffing import DiffLine, line_diff
 from studio.logic.edit_marks import changed_since
 from studio.logic.prompt_layout import (
     ROLE_LABELS,
+    ids_per_input,
     input_stored_ids,
     message_ids,
     observation_record_of,
@@ -214,9 +215,8 @@ def with_left_input_ids(changes: Sequence[FragmentChange], previous_inputs: Sequ
     out = list(changes)
     if not left or not previous_inputs:
         return out
-    one_each = len(left) == len(previous_inputs)
-    for n, i in enumerate(left):
-        out[i] = replace(out[i], stored_ids=(previous_inputs[n],) if one_each else tuple(previous_inputs))
+    for i, ids in zip(left, ids_per_input(len(left), previous_inputs)):
+        out[i] = replace(out[i], stored_ids=ids)
     return out
 
 
