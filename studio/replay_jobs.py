@@ -28,7 +28,7 @@ from core.storage.memory_store import Thread
 from core.traces.spans import TraceFilters
 from core.working_memory import WorkingMemoryService
 from studio.logic.dates import format_datetime
-from studio.logic.replay_layout import turn_index_for
+from studio.logic.replay_layout import input_ids, turn_index_for, with_left_input_ids
 from studio.logic.request_layout import RequestView, call_view
 from studio.logic.short_ids import short_id
 
@@ -197,7 +197,8 @@ class ReplayThread:
         received = self.prompt(index, "record")
         now = self.prompt(index, "now")
         previous = self.prompt(index - 1, "record") if index > 0 else None
-        changes = prompt_diff(previous, received) if previous is not None else []
+        changes = with_left_input_ids(prompt_diff(previous, received), input_ids(self.turns[index - 1])) \
+            if previous is not None else []
         now_changes = [] if messages_hash(received.messages) == messages_hash(now.messages) and \
             received.tools == now.tools else prompt_diff(received, now)
         with self._rebuilding:

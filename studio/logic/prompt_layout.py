@@ -320,9 +320,13 @@ def input_stored_ids(prompt: AssembledPrompt, inputs: Sequence[str]) -> dict[int
     frags = [f for f in prompt.fragments if f.source == "input" and not f.stored_ids]
     if not frags or not inputs:
         return {}
-    if len(frags) == len(inputs):
-        return {f.index: (i,) for f, i in zip(frags, inputs)}
-    return {f.index: tuple(inputs) for f in frags}
+    return {f.index: ids for f, ids in zip(frags, ids_per_input(len(frags), inputs))}
+
+
+def ids_per_input(count: int, inputs: Sequence[str]) -> list[tuple[str, ...]]:
+    """The stored messages each of a turn's ``count`` input fragments holds: one each when there are as many
+    as ``inputs`` (its stored input messages, oldest first), else all of them each."""
+    return [(i,) for i in inputs] if count == len(inputs) else [tuple(inputs)] * count
 
 
 def recorded_input_ids(record: "TurnRecord | None", input_id: str | None) -> tuple[str, ...]:

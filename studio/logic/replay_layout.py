@@ -9,7 +9,7 @@ Everything is reshaped from the engine's own records (``AssembledPrompt``, ``Tur
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping, Sequence
 
 from core import AssembledPrompt
@@ -22,6 +22,7 @@ from studio.logic.diffing import DiffLine, line_diff
 from studio.logic.edit_marks import changed_since
 from studio.logic.prompt_layout import (
     ROLE_LABELS,
+    ids_per_input,
     input_stored_ids,
     message_ids,
     observation_record_of,
@@ -203,6 +204,20 @@ class StepRow:
 def input_ids(turn: Turn) -> tuple[str, ...]:
     """The stored messages a turn sent as its input, oldest first (a turn may send several)."""
     return recorded_input_ids(turn.record, turn.input_message_id)
+
+
+def with_left_input_ids(changes: Sequence[FragmentChange], previous_inputs: Sequence[str]) -> list[FragmentChange]:
+    """``changes`` since the previous turn, its input fragments that left naming the stored messages they held
+    (``previous_inputs``, that turn's ``input_ids``). The engine's input fragments carry no stored ids (a new
+    input is not stored yet), so the previous turn's input, when it is not in this turn's prompt (two turns on
+    one thread at once, observational memory after it observed, no history), read "Not from a stored message"."""
+    left = [i for i, c in enumerate(changes) if c.kind == "left" and c.source == "input" and not c.stored_ids]
+    out = list(changes)
+    if not left or not previous_inputs:
+        return out
+    for i, ids in zip(left, ids_per_input(len(left), previous_inputs)):
+        out[i] = replace(out[i], stored_ids=ids)
+    return out
 
 
 def input_caption(prompt: AssembledPrompt, turn: Turn, limit: int = 220) -> str:

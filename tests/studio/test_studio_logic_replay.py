@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from types import SimpleNamespace
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -305,3 +306,48 @@ def test_a_stored_records_short_label_is_its_ids_tail_whole() -> None:
     assert row.why == "observed by observational memory" and row.why_forms == ("observed",)
     message = replace(row, observation_record=None, stored_ids=(record, "m-2"), reason=None)
     assert message.stored_label == f"…{record[-8:]} +1" and message.stored_forms == () and message.why_forms == ()
+
+
+def test_a_turn_beside_another_names_the_stored_message_of_the_input_that_left(tmp_path: Path) -> None:
+    """Two turns on one thread at once (found by s35-llm5 with `memory-studio serve` on a real llama.cpp: two
+    clients sent to thread e2 together): neither prompt holds the other's input, so Replay's second turn lists
+    the first turn's input as left. It is a stored message; the row read "Not from a stored message" with no
+    Stored id, since the engine's input fragments carry no ids (the turn's record names them)."""
+    import threading
+
+    from core import Agent
+    from core.llm.scripted import ScriptedModel
+
+    store = open_store(tmp_path / "together.db")
+    memory = Memory(store, MemoryOptions(last_messages=10), name="pair")
+    both_asked = threading.Barrier(2, timeout=30)
+
+    def answer(messages: list[dict[str, object]], _tools: object) -> str:
+        both_asked.wait()  # each call is made after both prompts were assembled, as the server saw them
+        return f"Answer to {messages[-1]['content']}"
+
+    # (a model each: a scripted model answers one call at a time, a server with two slots does not)
+    agents = [Agent("pair", instructions="Be brief.", model=ScriptedModel(answer, name="pair"), memory=memory)
+              for _ in range(2)]
+    where = {"resource": "erin", "thread": "e2"}
+    runs = [threading.Thread(target=agent.generate, args=(text,), kwargs={"memory": where})
+            for agent, text in zip(agents, ("Parallel one: say A.", "Parallel two: say B."))]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(60)
+    source = ReplayThread.open(store, lambda o, n: Memory(store, o, name=n), "e2")
+    try:
+        assert len(source.turns) == 2
+        first, second = source.turns
+        step = source.step(1)
+        (left,) = [c for c in step.changes if c.kind == "left"]
+        assert left.source == "input" and left.stored_ids == (first.input_message_id,)
+        assert left.text_before == first.input_text
+        rows = step_rows(step.received, step.changes, (second.input_message_id,))
+        assert [r.stored_ids for r in rows if r.change == "left"] == [(first.input_message_id,)]
+        assert [r.stored_ids for r in rows if r.source == "input" and r.change != "left"] == \
+            [(second.input_message_id,)]
+        assert step.call_changes[0] == step.changes  # (the call picker's first call shows the same)
+    finally:
+        store.close()
