@@ -196,6 +196,7 @@ class ObservationalMemory(BaseProcessor):
             else:
                 turn = self._observe(ctx, job, turn, input_tokens, now)
         turn = self._reflection(ctx, job, turn, now, may_write)
+        self._note_unrecovered(ctx, turn, now)
         self._inject(ctx, turn, now)
 
     # -- buffering ---------------------------------------------------------------------------------
@@ -317,6 +318,24 @@ class ObservationalMemory(BaseProcessor):
                              f"{backoff.retry_at} (failure {backoff.failures}); the messages stay raw meanwhile",
                              f"{what}RetryAt": backoff.retry_at})
         return True
+
+    def _note_unrecovered(self, ctx: ProcessorContext, turn: _Turn, now: datetime) -> None:
+        """An observer failure no observation has succeeded since (the row keeps its back-off until one does), when
+        the turn has not said so already: a background observer's failure was told only by a turn that reached
+        ``message_tokens`` inside the back-off, so a client (the gateway's ``observation_failed`` notice) and the
+        Prompt Inspector heard of it for at most 30 s, or not at all below the threshold."""
+        if "observationError" in ctx.notes.get(self.id, {}):
+            return
+        backoff = buffer_store.current_backoff(turn.record, "observer")
+        if backoff is None:
+            return
+        if backoff.active(now):
+            self._backing_off(ctx, turn, "observer", now)
+            return
+        times = "once" if backoff.failures == 1 else f"{backoff.failures} times in a row"
+        ctx.note(self.id, observationError=f"the observer failed ({backoff.error}; {times}) and no observation has "
+                 f"succeeded since; its back-off ended at {backoff.retry_at}, so the next observation tries again; "
+                 "the messages it did not observe stay raw meanwhile")
 
     def _note_observe_first(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, input_tokens: int, *,
                             waits: bool) -> None:
