@@ -371,7 +371,9 @@ class ObservationalMemory(BaseProcessor):
                 "firstRequest": {"messages": first.messages, "tokens": first.request_tokens,
                                  "messageTokens": first.tokens, "window": job.window,
                                  "temperature": opts.observer_temperature, "maxTokens": opts.max_output_tokens,
-                                 "maxTokensPerBatch": opts.max_tokens_per_batch} if first is not None else None})
+                                 "maxTokensPerBatch": opts.max_tokens_per_batch,
+                                 **({"leftOut": first.left_out} if first.left_out else {})}
+                if first is not None else None})
 
     # -- observing ---------------------------------------------------------------------------------
     def _observe(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, input_tokens: int, now: datetime,
@@ -462,6 +464,8 @@ class ObservationalMemory(BaseProcessor):
         after = {m.id for m in pending[len(batch):]}
         batches = done + 1 + sum(1 for last in planned if last in after)
         call_attrs = {"batch": done + 1, "batches": batches} if batches > 1 else {}
+        if call.left_out:  # a single message over the observer's window, cut to fit (``batches._cut_to_fit``)
+            call_attrs["leftOut"] = call.left_out
         with ctx.tracer.start_span("memory: observe", "memory_operation", thread_id=req.thread_id,
                                    resource_id=req.resource_id,
                                    attributes={"operationType": "observe", "messages": len(batch),

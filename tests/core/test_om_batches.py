@@ -178,24 +178,51 @@ def test_a_model_with_a_small_context_window_gets_calls_that_fit_it(db_path: Pat
     assert record is not None and record.active_observations.count("User described batch") == len(histories)
 
 
-def test_a_single_message_over_the_window_goes_alone_and_the_error_says_why(db_path: Path | str) -> None:
-    # The oldest unobserved message alone is over the observer's window: it is sent alone (the server decides),
-    # and the server's refusal says that a single message is over the window the calls are cut to.
-    big = Message.user(text("huge", 4_000), thread_id="t1", resource_id="u1", created_at=START - timedelta(hours=1))
-    with LoopbackServer(ScriptedModel(counting(), name="server")) as server:
+def test_a_single_message_over_the_window_is_cut_to_fit_and_stays_whole_in_history(db_path: Path | str) -> None:
+    # The oldest unobserved message alone is over the observer's window. It was sent whole, and a server with that
+    # context refused it on every retry: the thread was never observed past it. Now the observer sees its beginning
+    # and its end with a line saying how much it does not see; the stored message stays as it is.
+    words = " ".join(f"w{i}" for i in range(2_500))  # ~3,600 tokens: over a 1,600-token window
+    big = Message.user(f"START of the pasted log. {words} END: so why does the build fail?", thread_id="t1",
+                       resource_id="u1", created_at=START - timedelta(hours=1))
+    with LoopbackServer(ScriptedModel(counting(), name="server"), context_size=1_600) as server:
         model = OpenAICompatibleModel("observer", base_url=server.base_url, environ={}, keyring_service=None,
                                       retry=RetryPolicy(max_retries=0), context_window=1_600)
         h = Backlog(db_path, model, before=(big,))
-        server.fail_next(1, 400, message="request (1900 tokens) exceeds the available context size (1600 tokens), "
-                                         "try increasing it")
+        preview = h.turn("go on", live=False)
+        prompt = h.turn("go on")
+        received = server.chat_requests()
+    notes = prompt.notes["observational-memory"]
+    assert "observationError" not in notes
+    history = received[0]["messages"][2]["content"]
+    assert "START of the pasted log." in history and "so why does the build fail?" in history  # its beginning, end
+    left_out = notes["observed"][0]["leftOut"]
+    assert f"[… {left_out:,} characters of this message are left out here: the whole message is over the " \
+        "observer's 1,600-token context window. It is kept as it is in the conversation's history.]" in history
+    assert 0 < left_out < len(big.text) and len(history) < len(big.text)
+    # Every call fitted the server's context (none refused); the big message was observed, and every other one.
+    assert len(received) >= 2 and all(request_tokens(TOKENIZER, r["messages"]) <= 1_600 for r in received)
+    assert load_current(h.store, "t1") is not None
+    stored = h.stored()
+    assert stored[0].id == big.id and stored[0].text == big.text  # kept whole in history
+    # The Prompt Inspector's observer call is that request, byte for byte, and says how much it leaves out.
+    first = preview.notes["observational-memory"]["observeFirst"]["firstRequest"]
+    assert first["messages"] == received[0]["messages"] and first["leftOut"] == left_out
+
+
+def test_instructions_alone_over_the_window_are_refused_and_the_error_says_why(db_path: Path | str) -> None:
+    # The observer's instructions alone are over the window the model says: nothing can be cut to fit, the request
+    # goes as it is and the server's refusal says what was over.
+    with LoopbackServer(ScriptedModel(counting(), name="server"), context_size=900) as server:
+        model = OpenAICompatibleModel("observer", base_url=server.base_url, environ={}, keyring_service=None,
+                                      retry=RetryPolicy(max_retries=0), context_window=900)
+        h = Backlog(db_path, model)
         prompt = h.turn("go on")
         received = server.chat_requests()
     assert len(received) == 1
-    history = received[0]["messages"][2]["content"]
-    assert history == format_history([h.stored()[0]]) and "huge huge" in history
     error = prompt.notes["observational-memory"]["observationError"]
-    assert "the observer's calls are cut to fit openai-compatible/observer's 1,600-token context window" in error
-    assert "over it with a single message of" in error and "--ctx-size" in error
+    assert "the observer's calls are cut to fit openai-compatible/observer's 900-token context window" in error
+    assert "its instructions with the observations' tail and hints alone" in error and "--ctx-size" in error
     assert "the messages stay raw" in error
 
 
