@@ -234,9 +234,9 @@ def test_a_background_reflection_gives_way_too_and_is_kept_once(tmp_path: Path) 
         store, memory, agent, model = setup(tmp_path, server, exporter, observation_tokens=60,
                                             reflection_block_after=100_000)
         # The turns that fill the log ask another model: a turn submits the background reflection before its own
-        # call, so the reflector's call could start first and give way to that turn's call, and under load it did
-        # (its retry was then answered, and no held call was left for the turn below). Only that turn asks the
-        # reflector's server, once its call is held.
+        # call, so the reflector's call could start first and give way to that turn's call (its retry then answered,
+        # no held call was left for the turn below: seen with the turn's call delayed, the likely cause of a failure
+        # under load). Only that turn asks the reflector's server, once its call is held.
         filler = Agent("helper", instructions="Help.", model=ScriptedModel(lambda m, t: "Reply " + "x " * 28,
                                                                            name="filler"),
                        memory=memory, tracer=Tracer(exporter))
