@@ -6,7 +6,9 @@ embeddings from a deterministic word-hashing function. It records every request 
 told to fail or stall upcoming requests, which is how retries and timeouts are tested
 without sleeping. With ``slots=1`` it answers one chat completion at a time, as llama.cpp with
 ``n_parallel=1`` does: the others queue, and a held request whose client hangs up frees its slot (as a
-real server stops generating). It binds 127.0.0.1 only; there is deliberately no host parameter.
+real server stops generating). With ``context_size`` it refuses a chat request whose messages count more tokens
+than that (HTTP 400, in llama.cpp's words), as a server started with a small ``--ctx-size`` does. It binds
+127.0.0.1 only; there is deliberately no host parameter.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 from core.llm.base import ChatModel, ModelError
 from core.llm.scripted import Responder, ScriptedModel, ScriptStep
 from core.llm.wire import completion_from_result, stream_chunks_from_result
+from core.tokens import MESSAGE_OVERHEAD, EstimatingTokenizer
 
 LOOPBACK_HOST = "127.0.0.1"
 _POLL = 0.02  # how often a held request looks for a slot, a release or its client's hang-up
@@ -86,9 +89,12 @@ class LoopbackServer:
         model_names: Sequence[str] = ("loopback-chat", "loopback-embed"),
         require_api_key: str | None = None,
         slots: int | None = None,
+        context_size: int | None = None,
     ) -> None:
         """``slots``: how many chat completions are answered at once (None: no limit); the others wait
-        for a slot in the order they came."""
+        for a slot in the order they came. ``context_size``: the tokens a chat request's messages may count
+        (``core.tokens.EstimatingTokenizer``, each message's text and framing, as the engine's
+        ``request_tokens`` counts them), None: no limit."""
         self.model: ChatModel
         if model is None:
             self.model = ScriptedModel([], name="loopback")
@@ -107,6 +113,7 @@ class LoopbackServer:
         self._released.set()
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(slots) if slots is not None else None
+        self.context_size = context_size
         #: Chat requests held (stalled or queued for a slot) whose client hung up before they were answered.
         self.abandoned: list[RecordedRequest] = []
         self._httpd: ThreadingHTTPServer | None = None
@@ -225,6 +232,13 @@ class LoopbackServer:
                                             "owned_by": "loopback"} for name in self.model_names]}
 
 
+def _prompt_tokens(messages: Sequence[Any]) -> int:
+    """A chat request's tokens as the engine counts a prompt (``EstimatingTokenizer``: its text and framing)."""
+    tokenizer = EstimatingTokenizer()
+    return sum(tokenizer.count(str(m.get("content") or "")) + MESSAGE_OVERHEAD for m in messages
+               if isinstance(m, dict))
+
+
 def _error_body(message: str, kind: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
@@ -312,6 +326,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _chat(self, body: dict[str, Any]) -> None:
         owner = self.owner
+        if owner.context_size is not None:
+            counted = _prompt_tokens(body.get("messages") or [])
+            if counted > owner.context_size:
+                self._json(400, {"error": {
+                    "code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": counted,
+                    "n_ctx": owner.context_size,
+                    "message": f"request ({counted} tokens) exceeds the available context size "
+                               f"({owner.context_size} tokens), try increasing it"}})
+                return
         try:
             result = owner.model.generate(list(body.get("messages") or []), tools=body.get("tools"),
                                           temperature=body.get("temperature"),

@@ -6,8 +6,11 @@ alone. When the observer's context window is known (a ``PromptBudget`` from ``co
 the whole request must also fit its ``prompt_limit`` (the window less the reply kept free and the
 tokenizer slack): the instructions, the tail of the observations so far, the thread's hints and the
 history message. The tail is then cut to at most half of what the rest of the request leaves (or
-``previous_observer_tokens``, when smaller), so the messages always keep room; a single message
-that does not fit even so goes alone, and the server's refusal says so (``jobs._context_not_fitted``).
+``previous_observer_tokens``, when smaller), so the messages always keep room. A single message that
+does not fit even so goes alone, cut to fit (``_cut_to_fit``: its beginning and its end, with a line in
+its middle saying how much the observer does not see); the stored message stays whole. Only when the
+instructions alone are over the window is the request over it, and the server's refusal says so
+(``jobs._context_not_fitted``).
 
 ``plan`` cuts the whole backlog from the state given; a caller sends its first call, stores the
 result, and plans again from the stored state (the log and hints the next call is built from).
@@ -18,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from core.observational.tokens import count_text, messages_tokens
+from core.observational.tokens import count_text, messages_tokens, observer_text
 from core.tokens import MESSAGE_OVERHEAD
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,6 +46,8 @@ class ObserverCall:
     messages: list[dict[str, Any]]
     tokens: int  # ``batch``'s unobserved-message tokens (``messages_tokens``)
     request_tokens: int  # the request as the engine's tokenizer counts it (each message with its framing)
+    # Characters of a single message over the observer's window that its request leaves out (``_cut_to_fit``).
+    left_out: int = 0
 
 
 def request_tokens(tokenizer: "Tokenizer", messages: Sequence[dict[str, Any]]) -> int:
@@ -77,7 +82,10 @@ def plan(pending: Sequence["Message"], *, build: BuildRequest, tokenizer: "Token
             # request was quadratic: 2,000 messages of blank lines took seconds of CPU per observer call).
             batch, request, counted = _longest_fitting(batch, tail, build, tokenizer, budget.prompt_limit)
             used = messages_tokens(tokenizer, batch)
-        calls.append(ObserverCall(tuple(batch), request, used, counted))
+        left_out = 0
+        if budget is not None and counted > budget.prompt_limit:  # a single message over the window
+            request, counted, left_out = _cut_to_fit(batch[0], tail, build, tokenizer, budget)
+        calls.append(ObserverCall(tuple(batch), request, used, counted, left_out))
         at += len(batch)
     return calls
 
@@ -102,6 +110,53 @@ def _longest_fitting(batch: list["Message"], tail: int | None, build: BuildReque
         request = build(batch[:fits], tail)
         found = request, request_tokens(tokenizer, request)
     return batch[:fits], found[0], found[1]
+
+
+def _cut_to_fit(msg: "Message", tail: int | None, build: BuildRequest, tokenizer: "Tokenizer",
+                budget: "PromptBudget") -> tuple[list[dict[str, Any]], int, int]:
+    """The request of ``msg`` alone (over ``budget``'s limit whole) with the message's text cut to fit: its first
+    two thirds and last third of what fits kept (a pasted document's question is often at its end), and a line in
+    their place saying how many characters the observer does not see and that the message is kept whole. The most
+    characters that fit, by a binary search started from the text's own characters per token. Returns the request,
+    its tokens and the characters left out (all of them when the instructions alone are over the limit)."""
+    text = observer_text(msg) or "[empty message]"
+    limit = budget.prompt_limit
+
+    def attempt(kept: int) -> tuple[list[dict[str, Any]], int]:
+        head, end = _at_space(text, kept - kept // 3, back=True), _at_space(text, len(text) - kept // 3, back=False)
+        shown = (f"{text[:head]}\n[… {end - head:,} characters of this message are left out here: the whole message "
+                 f"is over the observer's {budget.context_window:,}-token context window. It is kept as it is in the "
+                 f"conversation's history.]\n{text[end:]}").strip()
+        request = build([msg.copy(content={"format": 2, "parts": [{"type": "text", "text": shown}]})], tail)
+        return request, request_tokens(tokenizer, request)
+
+    fits, over = 0, len(text)  # ``over`` is known not to fit (the whole message); ``fits`` is taken either way
+    found: tuple[list[dict[str, Any]], int] | None = None
+    bare = request_tokens(tokenizer, build([], tail))
+    per_token = len(text) / max(1, count_text(tokenizer, text))
+    # The first try: a little over what fits, most often, so the search runs over short texts from there on.
+    guess: int | None = min(over - 1, int(max(0, limit - bare) * per_token * 1.25) + 16)
+    while over - fits > 1:
+        mid = guess if guess is not None and fits < guess < over else (fits + over) // 2
+        guess = None
+        request, counted = attempt(mid)
+        if counted <= limit:
+            fits, found = mid, (request, counted)
+        else:
+            over = mid
+    if found is None:
+        found = attempt(fits)
+    head, end = _at_space(text, fits - fits // 3, back=True), _at_space(text, len(text) - fits // 3, back=False)
+    return found[0], found[1], end - head
+
+
+def _at_space(text: str, at: int, *, back: bool) -> int:
+    """``at`` moved to the nearest whitespace within a few characters (back for where the kept beginning ends,
+    forward for where the kept end starts), so a cut falls between words; ``at`` itself when there is none."""
+    if at <= 0 or at >= len(text) or text[at - 1].isspace() or text[at].isspace():
+        return at
+    near = text.rfind(" ", max(0, at - 40), at) if back else text.find(" ", at, at + 40)
+    return at if near < 0 else near if back else near + 1
 
 
 def _tail_tokens(build: BuildRequest, tokenizer: "Tokenizer", budget: "PromptBudget | None",

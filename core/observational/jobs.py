@@ -392,7 +392,8 @@ def _buffer_once(job: OMJob, token: CancelToken, *, max_tokens: int) -> Any:
     with job.tracer.start_span("memory: buffer observations", "memory_operation", job.parent,
                                thread_id=job.thread_id, resource_id=job.resource_id,
                                attributes={"operationType": "buffer-observation", "messages": len(batch),
-                                           "tokens": used, "background": True}) as span:
+                                           "tokens": used, "background": True,
+                                           **({"leftOut": call.left_out} if call.left_out else {})}) as span:
         buffer_store.set_buffering(job.store, job.key, observation=True)
         try:
             parsed, problem = job.observe(call)

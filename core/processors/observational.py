@@ -196,6 +196,7 @@ class ObservationalMemory(BaseProcessor):
             else:
                 turn = self._observe(ctx, job, turn, input_tokens, now)
         turn = self._reflection(ctx, job, turn, now, may_write)
+        self._note_unrecovered(ctx, turn, now)
         self._inject(ctx, turn, now)
 
     # -- buffering ---------------------------------------------------------------------------------
@@ -318,6 +319,24 @@ class ObservationalMemory(BaseProcessor):
                              f"{what}RetryAt": backoff.retry_at})
         return True
 
+    def _note_unrecovered(self, ctx: ProcessorContext, turn: _Turn, now: datetime) -> None:
+        """An observer failure no observation has succeeded since (the row keeps its back-off until one does), when
+        the turn has not said so already: a background observer's failure was told only by a turn that reached
+        ``message_tokens`` inside the back-off, so a client (the gateway's ``observation_failed`` notice) and the
+        Prompt Inspector heard of it for at most 30 s, or not at all below the threshold."""
+        if "observationError" in ctx.notes.get(self.id, {}):
+            return
+        backoff = buffer_store.current_backoff(turn.record, "observer")
+        if backoff is None:
+            return
+        if backoff.active(now):
+            self._backing_off(ctx, turn, "observer", now)
+            return
+        times = "once" if backoff.failures == 1 else f"{backoff.failures} times in a row"
+        ctx.note(self.id, observationError=f"the observer failed ({backoff.error}; {times}) and no observation has "
+                 f"succeeded since; its back-off ended at {backoff.retry_at}, so the next observation tries again; "
+                 "the messages it did not observe stay raw meanwhile")
+
     def _note_observe_first(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, input_tokens: int, *,
                             waits: bool) -> None:
         """A preview of a turn that calls the observer before its own model call: the preview makes no
@@ -352,7 +371,9 @@ class ObservationalMemory(BaseProcessor):
                 "firstRequest": {"messages": first.messages, "tokens": first.request_tokens,
                                  "messageTokens": first.tokens, "window": job.window,
                                  "temperature": opts.observer_temperature, "maxTokens": opts.max_output_tokens,
-                                 "maxTokensPerBatch": opts.max_tokens_per_batch} if first is not None else None})
+                                 "maxTokensPerBatch": opts.max_tokens_per_batch,
+                                 **({"leftOut": first.left_out} if first.left_out else {})}
+                if first is not None else None})
 
     # -- observing ---------------------------------------------------------------------------------
     def _observe(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, input_tokens: int, now: datetime,
@@ -387,12 +408,14 @@ class ObservationalMemory(BaseProcessor):
         each call's result and cursor are stored before the next call is planned from what is stored then, so a
         failure keeps what was observed and the retry starts after it. Whether every batch was observed."""
         done, last_first = 0, None
+        planned: list[str] = []  # the last message of each call as planned before the thread's first (its numbering)
         while pending := self._thread_unobserved(ctx, turn, thread_id):
             if pending[0].id == last_first:
                 return turn, False  # (stored, yet the same messages are unobserved: never observe them twice)
             last_first = pending[0].id
             made = len(observed)
-            turn = self._observe_batch(ctx, job, turn, thread_id, pending, input_tokens, now, blocked, observed, done)
+            turn = self._observe_batch(ctx, job, turn, thread_id, pending, input_tokens, now, blocked, observed, done,
+                                       planned)
             if len(observed) == made:
                 return turn, False
             done += 1
@@ -406,22 +429,25 @@ class ObservationalMemory(BaseProcessor):
             om_store.thread_metadata(ctx.store, thread_id))
 
     def _plan(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str,
-              pending: list[Message]) -> list[ObserverCall]:
+              pending: list[Message], limit: int | None = None) -> list[ObserverCall]:
         """The observer calls that observe ``pending`` of ``thread_id`` from the log and hints of ``turn``: what
         ``_observe_batch`` sends first, and what a preview shows (one path, so the two agree)."""
         hints = self._thread_hints(ctx, turn, thread_id)
         return job.plan(pending, previous=turn.record.active_observations if turn.record else "",
-                        current_task=hints.current_task, suggested_response=hints.suggested_response)
+                        current_task=hints.current_task, suggested_response=hints.suggested_response, limit=limit)
 
     def _observe_batch(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str, pending: list[Message],
                        input_tokens: int, now: datetime, blocked: bool, observed: list[dict[str, Any]],
-                       done: int) -> _Turn:
-        """Observe the first batch of ``pending`` (``done`` batches of the thread observed before it this turn)."""
+                       done: int, planned: list[str]) -> _Turn:
+        """Observe the first batch of ``pending`` (``done`` batches of the thread observed before it this turn).
+        The thread's first call plans the whole backlog, for the calls' numbering (``planned``: the last message of
+        each); each later call plans only itself, from the log the one before stored: the same batch as planning
+        the whole rest again would start with, without that planning (quadratic in the number of batches)."""
         req = ctx.request
         opts = self._options(ctx)
         record = turn.record
         try:
-            calls = self._plan(ctx, job, turn, thread_id, pending)
+            calls = self._plan(ctx, job, turn, thread_id, pending, limit=1 if planned else None)
         except ContextWindowError as exc:  # max_output_tokens leaves no room in the observer's window
             retry_at = job.failed("observer", str(exc), record, now)
             ctx.note(self.id, observationError=f"{exc}; the messages stay raw and the observer is tried again "
@@ -430,14 +456,22 @@ class ObservationalMemory(BaseProcessor):
         call = calls[0]
         batch = list(call.batch)
         batch_tokens = call.tokens
-        # Which call of the thread's this is, when there are several (planned from the log as it is now).
-        numbered = {"batch": done + 1, "batches": done + len(calls)} if done or len(calls) > 1 else {}
+        if not planned:
+            planned.extend(c.batch[-1].id for c in calls)
+        # Which call of the thread's this is, when there are several: the planned calls that end after this one are
+        # still to come (the same count as planning the rest again when the calls go as planned: always, without a
+        # window; with one, a log that grew may shift where a later call ends).
+        after = {m.id for m in pending[len(batch):]}
+        batches = done + 1 + sum(1 for last in planned if last in after)
+        call_attrs = {"batch": done + 1, "batches": batches} if batches > 1 else {}
+        if call.left_out:  # a single message over the observer's window, cut to fit (``batches._cut_to_fit``)
+            call_attrs["leftOut"] = call.left_out
         with ctx.tracer.start_span("memory: observe", "memory_operation", thread_id=req.thread_id,
                                    resource_id=req.resource_id,
                                    attributes={"operationType": "observe", "messages": len(batch),
                                                "tokens": batch_tokens, "blocked": blocked,
                                                "observedThread": thread_id,
-                                               **numbered}) as span:
+                                               **call_attrs}) as span:
             parsed, problem = job.observe(call)
             if parsed is None:
                 assert problem is not None
@@ -473,7 +507,7 @@ class ObservationalMemory(BaseProcessor):
             span.set_output({"observedMessages": len(batch), "observationTokens": obs.observation_tokens})
             observed.append({"messages": len(batch), "tokens": batch_tokens,
                              "observationTokens": obs.observation_tokens, "thread": thread_id,
-                             **numbered})
+                             **call_attrs})
         if parsed.thread_title and ctx.request.options.generate_title.enabled and job.observer is not None:
             from core.titles import title_from_observer
 

@@ -242,6 +242,9 @@ def observer_call_view(prompt: AssembledPrompt) -> RequestView | None:
                 if more else "no other batch."),
              f"Fitted to the observer's {int(window):,}-token context window." if window else
              "No context window is known for the observer, so only max_tokens_per_batch cuts its calls.",
+             *([f"Its one message is over that window on its own: the observer is sent its beginning and its end, "
+                f"{int(request['leftOut']):,} characters between them left out (a line in the message says so); the "
+                "stored message stays whole."] if request.get("leftOut") else []),
              "The messages are exactly what the observer will receive; the model, its endpoint and other settings "
              "are the observer's, chosen when the turn sends it."]
     return RequestView(

@@ -215,6 +215,42 @@ def test_a_turn_past_the_threshold_says_the_background_observer_is_backing_off(d
     store.close()
 
 
+def test_a_background_observers_failure_is_told_until_an_observation_succeeds(db_path: Path | str) -> None:
+    """A background observer's failure was told only by a turn past message_tokens inside its 30 s back-off: below
+    the threshold, or once the back-off had ended, a turn (and so a gateway client's notices) said nothing though
+    the observer had failed and the messages stayed raw. Now every turn says so until an observation succeeds."""
+    from core.gateway.notices import om_notices
+
+    gate = Gate([], hold=False, fail=1)
+    clock = FixedClock(T0, step_ms=10)
+    store, memory, agent, _ = make(db_path, gate, clock=clock)  # buffers from 40 tokens, activates at 200
+    turn(agent, 0)  # ~66 tokens stored: the background observer starts, and fails
+    assert memory.wait_idle(30) and gate.calls == 1
+    notes = om_notes(turn(agent, 1))
+    assert notes["unobservedTokens"] < 200  # below the threshold: before, nothing was said
+    assert "the observer is down" in notes["observationError"] and "backing off until" in notes["observationError"]
+    (notice,) = om_notices([{"observational-memory": notes}])
+    assert notice["code"] == "observation_failed" and notice["retry_at"] == notes["observationRetryAt"]
+    assert memory.wait_idle(30) and gate.calls == 1  # backing off: not asked again
+    # Past the back-off, before the observer is tried again: still said (before, nothing), without a retry time.
+    late = FixedClock(T0 + timedelta(minutes=5), step_ms=10)
+    memory.clock = late
+    memory.working_memory_service.clock = late
+    notes = om_notes(turn(agent, 2))
+    assert "the observer is down" in notes["observationError"] and "no observation has succeeded since" in \
+        notes["observationError"] and "observationRetryAt" not in notes
+    (notice,) = om_notices([{"observational-memory": notes}])
+    assert notice["code"] == "observation_failed" and "retry_at" not in notice
+    # That turn started the background observer again; it succeeded: the next turn says nothing of a failure.
+    assert memory.wait_idle(30) and gate.calls >= 2
+    record = load_current(store, thread_id="t")
+    assert record is not None and record.buffered and "observerBackoff" not in record.studio
+    notes = om_notes(turn(agent, 3))
+    assert "observationError" not in notes and om_notices([{"observational-memory": notes}]) == []
+    memory.wait_idle(30)
+    store.close()
+
+
 def test_reflection_is_buffered_and_swapped_in_without_waiting(db_path: Path | str) -> None:
     events: list[str] = []
     gate = Gate(events, hold=False)

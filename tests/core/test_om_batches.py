@@ -178,24 +178,51 @@ def test_a_model_with_a_small_context_window_gets_calls_that_fit_it(db_path: Pat
     assert record is not None and record.active_observations.count("User described batch") == len(histories)
 
 
-def test_a_single_message_over_the_window_goes_alone_and_the_error_says_why(db_path: Path | str) -> None:
-    # The oldest unobserved message alone is over the observer's window: it is sent alone (the server decides),
-    # and the server's refusal says that a single message is over the window the calls are cut to.
-    big = Message.user(text("huge", 4_000), thread_id="t1", resource_id="u1", created_at=START - timedelta(hours=1))
-    with LoopbackServer(ScriptedModel(counting(), name="server")) as server:
+def test_a_single_message_over_the_window_is_cut_to_fit_and_stays_whole_in_history(db_path: Path | str) -> None:
+    # The oldest unobserved message alone is over the observer's window. It was sent whole, and a server with that
+    # context refused it on every retry: the thread was never observed past it. Now the observer sees its beginning
+    # and its end with a line saying how much it does not see; the stored message stays as it is.
+    words = " ".join(f"w{i}" for i in range(2_500))  # ~3,600 tokens: over a 1,600-token window
+    big = Message.user(f"START of the pasted log. {words} END: so why does the build fail?", thread_id="t1",
+                       resource_id="u1", created_at=START - timedelta(hours=1))
+    with LoopbackServer(ScriptedModel(counting(), name="server"), context_size=1_600) as server:
         model = OpenAICompatibleModel("observer", base_url=server.base_url, environ={}, keyring_service=None,
                                       retry=RetryPolicy(max_retries=0), context_window=1_600)
         h = Backlog(db_path, model, before=(big,))
-        server.fail_next(1, 400, message="request (1900 tokens) exceeds the available context size (1600 tokens), "
-                                         "try increasing it")
+        preview = h.turn("go on", live=False)
+        prompt = h.turn("go on")
+        received = server.chat_requests()
+    notes = prompt.notes["observational-memory"]
+    assert "observationError" not in notes
+    history = received[0]["messages"][2]["content"]
+    assert "START of the pasted log." in history and "so why does the build fail?" in history  # its beginning, end
+    left_out = notes["observed"][0]["leftOut"]
+    assert f"[… {left_out:,} characters of this message are left out here: the whole message is over the " \
+        "observer's 1,600-token context window. It is kept as it is in the conversation's history.]" in history
+    assert 0 < left_out < len(big.text) and len(history) < len(big.text)
+    # Every call fitted the server's context (none refused); the big message was observed, and every other one.
+    assert len(received) >= 2 and all(request_tokens(TOKENIZER, r["messages"]) <= 1_600 for r in received)
+    assert load_current(h.store, "t1") is not None
+    stored = h.stored()
+    assert stored[0].id == big.id and stored[0].text == big.text  # kept whole in history
+    # The Prompt Inspector's observer call is that request, byte for byte, and says how much it leaves out.
+    first = preview.notes["observational-memory"]["observeFirst"]["firstRequest"]
+    assert first["messages"] == received[0]["messages"] and first["leftOut"] == left_out
+
+
+def test_instructions_alone_over_the_window_are_refused_and_the_error_says_why(db_path: Path | str) -> None:
+    # The observer's instructions alone are over the window the model says: nothing can be cut to fit, the request
+    # goes as it is and the server's refusal says what was over.
+    with LoopbackServer(ScriptedModel(counting(), name="server"), context_size=900) as server:
+        model = OpenAICompatibleModel("observer", base_url=server.base_url, environ={}, keyring_service=None,
+                                      retry=RetryPolicy(max_retries=0), context_window=900)
+        h = Backlog(db_path, model)
         prompt = h.turn("go on")
         received = server.chat_requests()
     assert len(received) == 1
-    history = received[0]["messages"][2]["content"]
-    assert history == format_history([h.stored()[0]]) and "huge huge" in history
     error = prompt.notes["observational-memory"]["observationError"]
-    assert "the observer's calls are cut to fit openai-compatible/observer's 1,600-token context window" in error
-    assert "over it with a single message of" in error and "--ctx-size" in error
+    assert "the observer's calls are cut to fit openai-compatible/observer's 900-token context window" in error
+    assert "its instructions with the observations' tail and hints alone" in error and "--ctx-size" in error
     assert "the messages stay raw" in error
 
 
@@ -295,3 +322,81 @@ def test_a_backlog_whose_lines_cost_more_than_counted_is_fitted_in_few_requests(
     assert call.tokens == messages_tokens(tokenizer, call.batch)
     # The longest batch that fits, as dropping the newest one at a time found it: one more does not fit.
     assert request_tokens(tokenizer, build(pending[:len(call.batch) + 1], 2_000)) > budget.prompt_limit
+
+
+def test_each_call_is_the_one_planning_the_whole_rest_again_would_start_with(db_path: Path | str) -> None:
+    # A turn planned the whole remaining backlog again before each call (quadratic in the calls of a long backlog);
+    # now each call after the first plans only itself. The calls must stay the ones the old way made: at every
+    # call, the whole rest is planned here as the old turn did (from the log and hints the call before stored) and
+    # its first call must be the request received, byte for byte. Random backlogs (some messages of blank lines,
+    # which cost more as history lines than their count), random caps, half of them fitted to a context window.
+    import random
+
+    from core.observational.batches import plan
+    from core.observational.observer import build_observer_messages
+    from core.observational.store import thread_hints, thread_metadata, unobserved_messages
+
+    rng = random.Random(35)
+    store: Store = open_store(db_path)
+    defaults = ObservationalMemoryOptions()
+    mismatches: list[str] = []
+    calls_made = 0
+    for case in range(16):
+        thread = f"case-{case}"
+        window = rng.choice([None, rng.randrange(1_400, 4_000)])
+        cap = rng.randrange(150, 900)
+        state: dict[str, Any] = {"calls": 0}
+
+        def old_first_call(thread: str = thread, window: int | None = window, cap: int = cap) -> list[dict[str, Any]]:
+            record = load_current(store, thread)
+            hints = thread_hints(thread_metadata(store, thread))
+            pending = unobserved_messages(store, thread_id=thread, resource_id="u1", record=record, hints=hints)
+
+            def build(batch: Any, tail: int | None) -> list[dict[str, Any]]:
+                return build_observer_messages(
+                    batch, previous_observations=record.active_observations if record else "",
+                    current_task=hints.current_task, suggested_response=hints.suggested_response,
+                    tokenizer=TOKENIZER, previous_tokens=tail)
+
+            budget = PromptBudget.for_model(window, max_tokens=defaults.max_output_tokens, model_id="observer") \
+                if window is not None else None
+            return plan(pending, build=build, tokenizer=TOKENIZER, max_tokens=cap, budget=budget,
+                        previous_tokens=defaults.previous_observer_tokens)[0].messages
+
+        def reply(messages: list[dict[str, Any]], _tools: Any, state: dict[str, Any] = state,
+                  old_first_call: Any = old_first_call, case: int = case) -> str:
+            state["calls"] += 1
+            n = state["calls"]
+            if messages != old_first_call():
+                mismatches.append(f"case {case}, call {n}")
+            return (f"<observations>\nDate: Jan 2, 2025\n* 🔴 (09:00) Case {case} part {n}: "
+                    + "notes " * rng.randrange(1, 60) + f"\n</observations>\n\n<current-task>\nPart {n}.\n"
+                    "</current-task>")
+
+        observer = ScriptedModel(reply, name="observer", context_window=window)
+        clock = FixedClock(START, step_ms=1_000)
+        om = {"enabled": True, "message_tokens": 1_000_000, "observation_tokens": 1_000_000, "buffer_tokens": False,
+              "max_tokens_per_batch": cap}
+
+        def memory(om: dict[str, Any] = om, observer: Any = observer, clock: Any = clock) -> Memory:
+            return Memory(store, MemoryOptions(last_messages=4, observational_memory=dict(om)),
+                          observer_model=observer, tokenizer=TOKENIZER, clock=clock)
+
+        memory().save_messages([
+            (Message.user if i % 2 == 0 else Message.assistant)(
+                "a" + "\n" * rng.randrange(20, 200) + "b" if rng.random() < 0.15 else text(f"m{i}", rng.randrange(40, 900)),
+                thread_id=thread, resource_id="u1", created_at=START + timedelta(seconds=10 * i))
+            for i in range(rng.randrange(25, 60))])
+        om["message_tokens"] = 50
+        mem = memory()
+        ctx = mem.new_context(mem.request_context(thread_id=thread, resource_id="u1"))
+        ctx.live = True
+        mem.prepare_input(ctx, input="go on", instructions="You are a helper.")
+        notes = mem.run_input(ctx).notes["observational-memory"]
+        assert "observationError" not in notes, notes
+        assert not unobserved_messages(store, thread_id=thread, resource_id="u1", record=load_current(store, thread),
+                                       hints=thread_hints(thread_metadata(store, thread)))
+        calls_made += state["calls"]
+    store.close()
+    assert not mismatches
+    assert calls_made > 150  # many calls compared (each case several)

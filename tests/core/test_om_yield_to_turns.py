@@ -233,10 +233,17 @@ def test_a_background_reflection_gives_way_too_and_is_kept_once(tmp_path: Path) 
         # (No turn here reaches reflection_block_after: a turn past it waits for the reflection on purpose.)
         store, memory, agent, model = setup(tmp_path, server, exporter, observation_tokens=60,
                                             reflection_block_after=100_000)
+        # The turns that fill the log ask another model: a turn submits the background reflection before its own
+        # call, so the reflector's call could start first and give way to that turn's call (its retry then answered,
+        # no held call was left for the turn below: seen with the turn's call delayed, the likely cause of a failure
+        # under load). Only that turn asks the reflector's server, once its call is held.
+        filler = Agent("helper", instructions="Help.", model=ScriptedModel(lambda m, t: "Reply " + "x " * 28,
+                                                                           name="filler"),
+                       memory=memory, tracer=Tracer(exporter))
         try:
             loopback.stall_next(1, matching=is_reflector)  # the first reflector call is held by the server
             for i in range(20):
-                ask(agent, i)
+                ask(filler, i)
                 wait_for(lambda: any(map(is_reflector, loopback.chat_requests())) or not memory.background.busy(),
                          "the background work settled or the reflector's request reached the server")
                 if any(map(is_reflector, loopback.chat_requests())):

@@ -235,3 +235,31 @@ def test_a_backlog_over_max_tokens_per_batch_shows_the_first_observer_call_as_se
     assert len(observer.requests) == len(batches)
     assert json.dumps(observer.requests[0].messages, ensure_ascii=False) == \
         json.dumps(shown.request["messages"], ensure_ascii=False)
+
+
+def test_the_observer_call_of_a_message_over_the_window_says_what_it_leaves_out(tmp_path: Path) -> None:
+    # One unobserved message over the observer's window on its own: the observer call the Request view shows is the
+    # request the turn sends (its beginning and end, a line saying how much is left out), and its notes say so.
+    from core.tokens import EstimatingTokenizer
+    from studio.logic.request_layout import observer_call_view
+
+    store = open_store(tmp_path / "memory.db")
+    try:
+        memory = Memory(store, MemoryOptions(observational_memory={"enabled": True, "buffer_tokens": False,
+                                                                   "message_tokens": 100}),
+                        observer_model=ScriptedModel(["unused"], name="observer", context_window=2_000),
+                        tokenizer=EstimatingTokenizer())
+        words = " ".join(f"line{i}" for i in range(3_000))
+        memory.save_messages([Message.user(f"Here is the build log: {words} -- so why does it fail?", thread_id=THREAD,
+                                           resource_id=RESOURCE)])
+        prompt = memory.assemble(thread_id=THREAD, resource_id=RESOURCE, input=[Message.user(NEXT)])
+    finally:
+        store.close()
+    left_out = prompt.notes["observational-memory"]["observeFirst"]["firstRequest"]["leftOut"]
+    view = observer_call_view(prompt)
+    assert view is not None and left_out > 0
+    history = view.request["messages"][2]["content"]
+    assert "Here is the build log:" in history and "so why does it fail?" in history
+    assert f"[… {left_out:,} characters of this message are left out here" in history
+    assert any(f"{left_out:,} characters between them left out" in note and "the stored message stays whole" in note
+               for note in view.notes)
