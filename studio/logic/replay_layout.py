@@ -63,7 +63,9 @@ REASON_SHORT: dict[str, tuple[str, ...]] = {
     "recalled-for-input": ("recalled for input", "recalled"),
     "observed": ("observed",),
     "token-budget": ("trimmed by token budget", "trimmed"),
-    "working-memory-changed": ("memory changed", "changed"),  # (as against "edited by hand": the agent's own)
+    # (as against "edited by hand": the agent's own). Not "changed" alone: its row's Change column says "~ changed"
+    # already, and at a 1,100 px window the reason read only that, not what changed (found by s35-walk11).
+    "working-memory-changed": ("memory changed",),
     "working-memory-edited": ("edited by hand",),
     "new-message": ("new",),
     "message-edited": ("message edited", "edited"),
