@@ -132,7 +132,7 @@ def test_alike_thread_titles_are_told_apart_in_the_tree(qtbot: Any, make_session
     pane.refresh()
     qtbot.waitUntil(lambda: "Birthday party · t-party" in {r[1] for r in pane.thread_rows()}, timeout=10_000)
     # (the other untitled one, alone now, reads when it started: ``untitled_starts``)
-    assert {"Birthday party · t-none-1", f"(untitled) · started {format_datetime(same)[:16]}"} <= {
+    assert {"Birthday party · t-none-1", f"(untitled) · {format_datetime(same)[:16]}"} <= {
         r[1] for r in pane.thread_rows()}
 
 
@@ -626,13 +626,15 @@ def test_threads_whose_ids_share_a_head_are_told_apart_in_the_tree(qtbot: Any, m
 
 
 @pytest.mark.parametrize("theme", [None, "dark", "light"])
-def test_untitled_threads_the_chat_made_read_apart_by_when_they_started(
+def test_untitled_threads_served_read_apart_by_when_they_started(
         qtbot: Any, make_session: Any, small_db: Path, qapp: Any, theme: str | None) -> None:
-    """Untitled threads the Studio's chat makes ("thread_" and a time-ordered UUID's head) read
-    "(untitled) · …0193a1b2c3…", "(untitled) · …0193a1b4f0…" in the tree: hex that differs in a digit or two
-    (found by s35-walk11). Each reads when it started, whole in the tree's column; its id is in the tooltip, and
-    looking wrote nothing."""
-    from core.messages import new_id
+    """Untitled threads ``memory-studio serve`` makes ("thread_" and 16 hex digits; an agent without title
+    generation, Mastra's default) read "(untitled) · …3fa2b1c4d5…", "(untitled) · …9c0e7d1a2b…" in the tree: hex
+    (found by s35-walk11). Each reads when it started, whole in the tree's column and no wider than a title's least
+    room (the Latest column stays beside it); its id is in the tooltip, and looking wrote nothing."""
+    import uuid
+
+    from studio.panes.resources import TITLE_LEAST_CHARS
     from studio.theme import apply_theme
 
     from .conftest import file_state
@@ -641,7 +643,7 @@ def test_untitled_threads_the_chat_made_read_apart_by_when_they_started(
     writer = open_store(small_db)
     made = []
     for delay in (timedelta(0), timedelta(minutes=3), timedelta(minutes=3, seconds=10)):
-        tid = f"thread_{new_id().replace('-', '')[:16]}"  # (as the chat pane names a new thread)
+        tid = f"thread_{uuid.uuid4().hex[:16]}"  # (as core.gateway.turns names a new thread)
         writer.memory.create_thread(thread_id=tid, resource_id="walker", created_at=t0 + delay)
         made.append((tid, t0 + delay))
     writer.close()
@@ -653,9 +655,9 @@ def test_untitled_threads_the_chat_made_read_apart_by_when_they_started(
         pane.resize(380, 600)
         qtbot.waitUntil(lambda: sum(r[0] == "walker" for r in pane.thread_rows()) == 3, timeout=10_000)
         labels = {r[1] for r in pane.thread_rows() if r[0] == "walker"}
-        assert labels == {f"(untitled) · started {format_datetime(made[0][1])[:16]}",
-                          f"(untitled) · started {format_datetime(made[1][1])}",  # (one minute: to the second)
-                          f"(untitled) · started {format_datetime(made[2][1])}"}
+        assert labels == {f"(untitled) · {format_datetime(made[0][1])[:16]}",
+                          f"(untitled) · {format_datetime(made[1][1])}",  # (one minute: to the second)
+                          f"(untitled) · {format_datetime(made[2][1])}"}
         tree, proxy = pane.tree, pane.tree.model()
         tree.expandAll()
         metrics = tree.fontMetrics()
@@ -666,6 +668,7 @@ def test_untitled_threads_the_chat_made_read_apart_by_when_they_started(
             shown = index.data()
             room = tree.visualRect(index).width()
             assert metrics.horizontalAdvance(shown) + 8 <= room, (shown, room)  # (whole: not cut to "(untit…")
+            assert metrics.horizontalAdvance(shown) <= metrics.horizontalAdvance("x") * TITLE_LEAST_CHARS, shown
             assert index.data(TreeRoles.THREAD_ID) in (index.data(Qt.ItemDataRole.ToolTipRole) or "")
     pane.session.pool.wait(10_000)
     assert file_state(small_db) == before

@@ -155,8 +155,8 @@ def test_ids_and_names_shown_as_labels_are_escaped_too() -> None:
 
 
 def test_untitled_threads_are_named_by_when_they_started_to_the_minute_or_second_else_by_id() -> None:
-    """Untitled threads the Studio's chat made ("thread_0193a1b2c3d47abc") read "(untitled) · …0193a1b2c3…" and
-    "(untitled) · …0193a1b4f0…": told apart, but alike to a user (found by s35-walk11). When each started names
+    """Untitled threads with program-made ids ("thread_3fa2b1c4d5e6f7a8", as ``memory-studio serve`` makes them) read
+    "(untitled) · …3fa2b1c4d5…": told apart, but alike to a user (found by s35-walk11). When each started names
     it: to the minute, to the second where two started in one minute, by its id where two started in one second."""
     t0 = datetime(2026, 12, 7, 9, 15, 42, tzinfo=timezone.utc)
     threads = [("a", None, t0), ("b", "", t0 + timedelta(hours=2)), ("c", "  ", t0 + timedelta(hours=2, seconds=5)),
@@ -164,10 +164,10 @@ def test_untitled_threads_are_named_by_when_they_started_to_the_minute_or_second
                ("f", "Titled", t0 + timedelta(days=3)), ("g", None, None)]
     starts = untitled_starts(threads)
     minute = format_datetime(t0)[:16]
-    assert starts["a"] == f"started {minute}" and len(starts["a"]) == len("started 2026-12-07 09:15")
-    assert starts["b"] == f"started {format_datetime(t0 + timedelta(hours=2))}"  # (one minute: to the second)
-    assert starts["c"] == f"started {format_datetime(t0 + timedelta(hours=2, seconds=5))}"
+    assert starts["a"] == minute and len(starts["a"]) == len("2026-12-07 09:15")
+    assert starts["b"] == format_datetime(t0 + timedelta(hours=2))  # (one minute: to the second)
+    assert starts["c"] == format_datetime(t0 + timedelta(hours=2, seconds=5))
     assert set(starts) == {"a", "b", "c"}  # one second (d, e), a title (f), no time (g): none
-    assert thread_label(None, "a", frozenset(), "", starts.get("a")) == f"(untitled) · started {minute}"
+    assert thread_label(None, "a", frozenset(), "", starts.get("a")) == f"(untitled) · {minute}"
     assert thread_label(None, "thread_d", frozenset(), "thread_", starts.get("d")) == "(untitled) · …d"
-    assert thread_label("Titled", "f", frozenset(), "", "started x") == "Titled"  # (a title of its own: as before)
+    assert thread_label("Titled", "f", frozenset(), "", "2026-12-07 09:15") == "Titled"  # (a title of its own: as before)
