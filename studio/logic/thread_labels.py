@@ -107,13 +107,13 @@ def _id_part(thread_id: str, prefix: str) -> str:
 def untitled_starts(threads: Iterable[tuple[str, str | None, datetime | None]]) -> dict[str, str]:
     """When each untitled thread of a resource (``threads``: its threads' id, title and creation time) started, as
     the tree names it: "2026-12-07 12:55", to the second where two untitled threads started in one minute (no word
-    before it: "(untitled) · 2026-12-07 12:55" keeps within the tree's ``TITLE_LEAST_CHARS``, so Latest stays beside it).
-    A thread whose start another untitled one shares to the second, or is unknown, is not in it (its id names it).
-    Ids of threads made by a program tell them apart but say nothing to a user: ``memory-studio serve`` makes
-    "thread_3fa2b1c4d5e6f7a8", a client a UUID, so the untitled threads of a resource (an agent without title
-    generation, Mastra's default) read "(untitled) · …3fa2b1c4d5…", "(untitled) · …9c0e…" (found by s35-walk11).
-    Mastra's playground names an untitled thread by its id as well; when it started is what a user remembers of
-    it. Read from the thread's row: nothing is written (looking never changes data)."""
+    before it: "(untitled) · 2026-12-07 12:55" keeps within the tree's ``TITLE_LEAST_CHARS``, so Latest stays
+    beside it). A thread whose start another untitled one shares to the second, or is unknown, is not in it (its id
+    names it). Ids of threads made by a program tell them apart but say nothing to a user: ``memory-studio
+    serve`` makes "thread_3fa2b1c4d5e6f7a8", a client a UUID, so the untitled threads of a resource (an agent
+    without title generation, Mastra's default) read "(untitled) · …3fa2b1c4d5…", "(untitled) · …9c0e…" (found
+    by s35-walk11). Mastra's playground names an untitled thread by its id as well; when it started is what a user
+    remembers of it. Read from the thread's row: nothing is written (looking never changes data)."""
     shown = [(tid, format_datetime(created)) for tid, title, created in threads
              if not (title or "").strip() and created is not None]
     minutes = Counter(when[:16] for _, when in shown)
