@@ -398,13 +398,9 @@ class TurnView(QSplitter):
         stored = max(((r.stored_label, *r.stored_forms)[-1] for r in rows), key=metrics.horizontalAdvance,
                      default=STEP_SAMPLES["Stored"])
         stored = max(stored, STEP_SAMPLES["Stored"], key=metrics.horizontalAdvance)
-        # (the reason's floor: at least the widest of the rows' shortest reasons, so each reads whole in one of its
-        # forms where the table's floors fit: "memory changed" read "memory chan…" at a 1,100 px window)
-        why_floor = max(STEP_FLOORS["Why"], why, key=metrics.horizontalAdvance)
         fit, short = self._fit, [("Why", telling), ("Text", STEP_TEXT_SHORT), ("Why", why)]
-        wanted = (floor, why_floor, short, stored)
-        if (fit.floors.get("Source"), fit.floors.get("Why"), fit.short_floors, fit.samples.get("Stored")) != wanted:
-            fit.floors["Source"], fit.floors["Why"], fit.short_floors, fit.samples["Stored"] = wanted
+        if (fit.floors.get("Source"), fit.short_floors, fit.samples.get("Stored")) != (floor, short, stored):
+            fit.floors["Source"], fit.short_floors, fit.samples["Stored"] = floor, short, stored
             fit.fit()
 
     def clear(self) -> None:
