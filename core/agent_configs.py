@@ -98,6 +98,19 @@ class AgentConfig:
             return None
         return tuple(str(name) for name in tools if isinstance(name, str))
 
+    def ignored_options(self) -> tuple[str, ...]:
+        """The option names in its registration this engine does not know, and so does not use (``memory_options``
+        drops them), as dotted paths: ``a_future_section``, ``observational_memory.a_future_knob``. A newer
+        engine's agent wrote them; they stay in its row as written (nothing here rewrites a registration)."""
+        known, ignored = MemoryOptions.__dataclass_fields__, []
+        for key, value in self.options.items():
+            if key not in known:
+                ignored.append(key)
+            elif key in _SECTIONS and isinstance(value, Mapping):
+                fields = _SECTIONS[key].__dataclass_fields__
+                ignored.extend(f"{key}.{name}" for name in value if name not in fields)
+        return tuple(ignored)
+
     def memory_options(self) -> MemoryOptions:
         """The agent's options as a ``MemoryOptions``. Keys an engine of a newer version wrote and this one does
         not know are dropped, at the top and inside each section (``observational_memory.max_tokens_per_batch``

@@ -120,6 +120,17 @@ class Endpoint:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def variables_provider(self, environ: Mapping[str, str] | None = None) -> tuple[str, bool]:
+        """The provider whose variables (``<PROVIDER>_CONTEXT_WINDOW``) its model reads, and whether it was inferred:
+        its ``provider``, else the one provider whose base URL its base URL is (``provider_for_url``): a model saved
+        before endpoints named their provider, or entered by hand with a provider's URL (found by s35-walk11: such a
+        model read no ``LLAMACPP_CONTEXT_WINDOW``, so a turn could overflow a 4,096-token llama.cpp server). ("",
+        False): none. Nothing is saved by asking: the preferences change only when the user saves them."""
+        if self.provider:
+            return self.provider, False
+        inferred = provider_for_url(self.base_url, environ)
+        return inferred, bool(inferred)
+
     @property
     def key_where(self) -> str:
         if self.key_source == "env":
@@ -127,6 +138,47 @@ class Endpoint:
         if self.key_source == "keyring":
             return f"OS keyring ({DEFAULT_KEYRING_SERVICE!r}, user {self.key_name!r})"
         return "no key"
+
+
+_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _url_key(url: str) -> tuple[str, str, int | None, str] | None:
+    """What two base URLs are compared by: scheme, host (the loopback names as one), port (the scheme's by default)
+    and path without its last "/"; None for no URL."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return None
+    host = (parts.hostname or "").lower()
+    if not parts.scheme or not host:
+        return None
+    return parts.scheme.lower(), "localhost" if host in _LOOPBACK_HOSTS else host, port, parts.path.rstrip("/")
+
+
+def provider_for_url(base_url: str, environ: Mapping[str, str] | None = None) -> str:
+    """The provider (``core.llm.providers.PROVIDERS``) whose base URL ``base_url`` is, its default one or the one its
+    ``<PROVIDER>_BASE_URL`` gives; "" where none is, or more than one (no guess)."""
+    from core.llm.providers import PROVIDERS
+
+    key = _url_key(base_url)
+    if key is None:
+        return ""
+    found = [p.name for p in PROVIDERS.values() if key in (_url_key(p.base_url), _url_key(p.endpoint(environ)))]
+    return found[0] if len(found) == 1 else ""
+
+
+def provider_note(ep: Endpoint, environ: Mapping[str, str] | None = None) -> str:
+    """What Preferences says of the variables ``ep``'s model reads (``Endpoint.variables_provider``)."""
+    from core.llm.providers import PROVIDERS
+
+    name, inferred = ep.variables_provider(environ)
+    provider = PROVIDERS.get(name)
+    if provider is None:
+        return "None: its base URL is no provider's, so no <PROVIDER>_CONTEXT_WINDOW is read; Fill In names one."
+    how = " (inferred from its base URL)" if inferred else ""
+    return f"{provider.label or provider.name}{how}: {provider.context_window_env} is read as its context size."
 
 
 def endpoint_from_model_string(text: str, *, name: str | None = None,
@@ -243,7 +295,7 @@ class ModelChoice:
         if ep is None:
             return offline_model()
         # The provider's variables, read as for a model named provider/model (a bad value: ConfigurationError).
-        provider = PROVIDERS.get(ep.provider)
+        provider = PROVIDERS.get(ep.variables_provider(environ)[0])
         keywords = provider.model_keywords(environ) if provider is not None else {}
         return OpenAICompatibleModel(
             ep.model, base_url=ep.base_url, timeout=ep.timeout, environ=environ,

@@ -11,8 +11,22 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.agent_configs import ConfigVersion
+from core.agent_configs import AgentConfig, ConfigVersion
 from core.working_memory_schema import WorkingMemoryError, check_schema
+from studio.logic.thread_labels import shown_title
+
+
+def ignored_options_note(agent: AgentConfig | None) -> str:
+    """What the Studio says of the options ``agent`` registered that this version does not know
+    (``AgentConfig.ignored_options``: an agent of a newer version wrote them, one host of a fleet upgraded before
+    the Studio): which ones, that the Studio's previews, replays and chats run without them, and that they are not
+    lost. "" when there are none."""
+    names = agent.ignored_options() if agent is not None else ()
+    if agent is None or not names:
+        return ""
+    return (f"Agent '{shown_title(agent.name)}' registered option(s) this version of Memory Studio does not "
+            f"understand: {', '.join(shown_title(n) for n in names)}. The Studio works without them here (upgrade "
+            "it to use them); the agent's registration keeps them, and the agent itself runs with them.")
 
 
 @dataclass

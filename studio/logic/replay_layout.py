@@ -64,7 +64,10 @@ REASON_SHORT: dict[str, tuple[str, ...]] = {
     "recalled-for-input": ("recalled for input", "recalled"),
     "observed": ("observed",),
     "token-budget": ("trimmed by token budget", "trimmed"),
-    "working-memory-changed": ("memory changed", "changed"),  # (as against "edited by hand": the agent's own)
+    # (as against "edited by hand": the agent's own). Not "changed" as its shortest: its row's Change column says
+    # "~ changed" already, and at a 1,100 px window the reason read only that, not what changed (found by
+    # s35-walk11); "memory" fits where "changed" did (Role kept at 1,100 px), and says what.
+    "working-memory-changed": ("memory changed", "memory"),
     "working-memory-edited": ("edited by hand",),
     "new-message": ("new",),
     "message-edited": ("message edited", "edited"),

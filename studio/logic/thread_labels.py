@@ -32,10 +32,13 @@ label is fitted to its cell (``fit_resource_label``) so who delegated and to whi
 from __future__ import annotations
 
 import re
+from collections import Counter
+from datetime import datetime
 from types import MappingProxyType
 from typing import Callable, Iterable, Mapping
 
 from core.scopes import DELEGATION_PREFIX, delegation_parent
+from studio.logic.dates import format_datetime
 from studio.logic.short_ids import short_id
 
 UNTITLED = "(untitled)"
@@ -101,12 +104,38 @@ def _id_part(thread_id: str, prefix: str) -> str:
     return short_id(shown_title(thread_id))
 
 
-def thread_label(title: str | None, thread_id: str, repeated: frozenset[str], shared_prefix: str = "") -> str:
+def untitled_starts(threads: Iterable[tuple[str, str | None, datetime | None]]) -> dict[str, str]:
+    """When each untitled thread of a resource (``threads``: its threads' id, title and creation time) started, as
+    the tree names it: "2026-12-07 12:55", to the second where two untitled threads started in one minute (no word
+    before it: "(untitled) · 2026-12-07 12:55" keeps within the tree's ``TITLE_LEAST_CHARS``, so Latest stays
+    beside it). A thread whose start another untitled one shares to the second, or is unknown, is not in it (its id
+    names it). Ids of threads made by a program tell them apart but say nothing to a user: ``memory-studio
+    serve`` makes "thread_3fa2b1c4d5e6f7a8", a client a UUID, so the untitled threads of a resource (an agent
+    without title generation, Mastra's default) read "(untitled) · …3fa2b1c4d5…", "(untitled) · …9c0e…" (found
+    by s35-walk11). Mastra's playground names an untitled thread by its id as well; when it started is what a user
+    remembers of it. Read from the thread's row: nothing is written (looking never changes data)."""
+    shown = [(tid, format_datetime(created)) for tid, title, created in threads
+             if not (title or "").strip() and created is not None]
+    minutes = Counter(when[:16] for _, when in shown)
+    seconds = Counter(when for _, when in shown)
+    starts: dict[str, str] = {}
+    for tid, when in shown:
+        if minutes[when[:16]] == 1:
+            starts[tid] = when[:16]
+        elif seconds[when] == 1:
+            starts[tid] = when
+    return starts
+
+
+def thread_label(title: str | None, thread_id: str, repeated: frozenset[str], shared_prefix: str = "",
+                 started: str | None = None) -> str:
     """The tree's text for a thread: its title, with its short id after it when the title alone does not
-    tell it from the other threads of its resource (no title, or one of the ``repeated`` ones); the head
-    the resource's thread ids share (``shared_prefix``, from ``shared_id_prefix``) is left out of it."""
+    tell it from the other threads of its resource (one of the ``repeated`` ones); the head the resource's
+    thread ids share (``shared_prefix``, from ``shared_id_prefix``) is left out of it. An untitled thread
+    reads "(untitled)" and when it started (``started``, from ``untitled_starts``; its tooltip says "started"), else
+    its short id."""
     if not (title or "").strip():
-        return f"{UNTITLED}{SEPARATOR}{_id_part(thread_id, shared_prefix)}"
+        return f"{UNTITLED}{SEPARATOR}{started or _id_part(thread_id, shared_prefix)}"
     if title_key(title) in repeated:
         return f"{shown_title(str(title))}{SEPARATOR}{_id_part(thread_id, shared_prefix)}"
     return shown_title(str(title))

@@ -249,6 +249,12 @@ def format_spans(summary: TraceSummary) -> str:
     return str(summary.span_count)
 
 
+def spans_short(summary: TraceSummary) -> tuple[str, ...]:
+    """The Spans cell's shorter form where "12 (1 err)" does not fit (a narrow window cut it to "12 (1 …"): the
+    count alone, whole; the Status column ("ok, 1 err") and the cell's tooltip say the errors."""
+    return (str(summary.span_count),) if summary.error_count else ()
+
+
 def pretty_json(value: Any) -> str:
     if value is None:
         return ""

@@ -36,6 +36,7 @@ from studio.logic.thread_labels import (
     shared_id_prefix,
     shown_title,
     thread_label,
+    untitled_starts,
 )
 from studio.reads import TreeData
 from studio.widgets.plain_tip import plain_tip
@@ -78,6 +79,8 @@ class _ResourceNode:
     repeated: frozenset[str] | None = None
     # The head its threads' ids share (``thread_labels.shared_id_prefix``), left out of the ids shown.
     id_prefix: str | None = None
+    # When its untitled threads started, as their labels say it (``thread_labels.untitled_starts``).
+    starts: dict[str, str] | None = None
 
     def repeated_titles(self) -> frozenset[str]:
         if self.repeated is None:
@@ -88,6 +91,16 @@ class _ResourceNode:
         if self.id_prefix is None:
             self.id_prefix = shared_id_prefix(s.thread.id for s in self.threads)
         return self.id_prefix
+
+    def untitled_starts(self) -> dict[str, str]:
+        if self.starts is None:
+            self.starts = untitled_starts((s.thread.id, s.thread.title, s.thread.created_at) for s in self.threads)
+        return self.starts
+
+    def label(self, s: ThreadSummary) -> str:
+        """``s``'s text in the tree (``thread_labels.thread_label``)."""
+        return thread_label(s.thread.title, s.thread.id, self.repeated_titles(), self.shared_id_prefix(),
+                            self.untitled_starts().get(s.thread.id))
 
     @property
     def id(self) -> str:
@@ -143,9 +156,8 @@ class ResourceTreeModel(QAbstractItemModel):
         """Every thread row's label (column 0 as shown), resource by resource: what ``data`` gives, without a model
         index and a call through Qt for each row (the list's title width reads them at every load)."""
         for node in self._nodes:
-            repeated, prefix = node.repeated_titles(), node.shared_id_prefix()
             for s in node.threads:
-                yield thread_label(s.thread.title, s.thread.id, repeated, prefix)
+                yield node.label(s)
 
     def _node(self, resource_id: str) -> _ResourceNode | None:
         return next((n for n in self._nodes if n.id == resource_id), None)
@@ -258,13 +270,14 @@ class ResourceTreeModel(QAbstractItemModel):
         kept = [fresh[s.thread.id] for s in node.threads]
         changed = {new.thread.id for old, new in zip(node.threads, kept) if old != new}
         node.threads = kept
-        node.repeated = node.id_prefix = None  # (a sibling's title may have changed what this one needs to show)
+        # (a sibling's title may have changed what this one needs to show)
+        node.repeated = node.id_prefix = node.starts = None
         if added:
             start = len(node.threads)
             self.beginInsertRows(parent, start, start + len(added) - 1)
             new = [fresh[tid] for tid in added]
             node.threads.extend(new[i] for i in recency_order([_thread_key(s) for s in new]))
-            node.repeated = node.id_prefix = None
+            node.repeated = node.id_prefix = node.starts = None
             self.endInsertRows()
         return changed
 
@@ -354,7 +367,7 @@ class ResourceTreeModel(QAbstractItemModel):
         title = s.thread.title or UNTITLED
         if role == Qt.ItemDataRole.DisplayRole:
             if col == 0:
-                return thread_label(s.thread.title, s.thread.id, node.repeated_titles(), node.shared_id_prefix())
+                return node.label(s)
             return f"{s.message_count:,}" if col == 1 else _short_time(s.last_activity or s.thread.updated_at)
         if role == TreeRoles.KIND:
             return "thread"
@@ -371,6 +384,7 @@ class ResourceTreeModel(QAbstractItemModel):
 
             fork = fork_source(s.thread.metadata)
             return plain_tip(f"{shown_title(title)}\nthread {shown_title(s.thread.id)}\n{s.message_count:,} messages\n"
+                             f"started: {date_tooltip(s.thread.created_at)}\n"
                              f"last activity: {date_tooltip(s.last_activity or s.thread.updated_at)}"
                              + (f"\n{fork}" if fork else ""))
         if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:

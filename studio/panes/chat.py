@@ -45,6 +45,7 @@ from studio.chat_runner import AgentRun, ChatRequest, ModelOption, TurnOutcome
 from studio.commands import Command, CommandRegistry
 from studio.logic import chat_layout as lay
 from studio.logic.prompt_layout import EmbedderHolder
+from studio.logic.memory_config import ignored_options_note
 from studio.logic.thread_labels import delegation_refusal, header_tip, resource_label, shown_title
 from studio.reads import last_messages
 from studio.selection import Selection
@@ -363,7 +364,8 @@ class ChatPane(QWidget):
                 f"Agent '{agent.name}' did not record its instructions; type them here (not saved)")
         try:
             opts = agent.memory_options() if agent is not None else MemoryOptions()
-            self.memory_label.setText(lay.memory_summary(opts))
+            ignored = ignored_options_note(agent)  # (a newer version's options: the chat runs without them)
+            self.memory_label.setText(lay.memory_summary(opts) + (f"\n{ignored}" if ignored else ""))
         except Exception as exc:  # noqa: BLE001 - a configuration from a newer engine
             self.memory_label.setText(f"Memory: this agent's registered options cannot be read ({exc}).")
         run = self.run()

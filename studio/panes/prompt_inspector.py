@@ -57,6 +57,7 @@ from studio.logic.prompt_layout import (
     turn_input_ids,
 )
 from studio.logic.dates import format_datetime
+from studio.logic.memory_config import ignored_options_note
 from studio.logic.replay_layout import call_labels
 from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows
 from studio.logic.short_ids import short_id
@@ -621,10 +622,13 @@ class PromptInspectorPane(QWidget):
         prompt = preview.prompt
         self._shown = prompt
         self.banner.hide()
+        # (options a newer version's agent registered, which this one leaves out: said with the other notes)
+        ignored = ignored_options_note(self._start.agent if self._start is not None else None)
+        notes = [*preview.notes, *([ignored] if ignored else [])]
         if preview.notice:  # first, as a warning: the next turn will not send this exact prompt
-            self.banner.show_message(" ".join([preview.notice, *preview.notes]), "warning")
-        elif preview.notes:
-            self.banner.show_message(" ".join(preview.notes), "info")
+            self.banner.show_message(" ".join([preview.notice, *notes]), "warning")
+        elif notes:
+            self.banner.show_message(" ".join(notes), "info")
         self.fragment_model.set_rows(fragment_rows(prompt, turn_input_ids(prompt, preview.turn)))
         self.skip_model.set_rows(skipped_rows(prompt))
         self._fill_calls(preview)
@@ -637,7 +641,7 @@ class PromptInspectorPane(QWidget):
                 + ("" if preview.request.as_recorded else " The options or instructions here differ from the "
                    "agent's, so this is what the turn would have sent with them.")
                 + (f" Stored messages it used: {edited_note(replay.changed_since)}." if replay.changed_since else "")
-                + self._ran_with_note(preview),
+                + self._ran_with_note(preview) + (f" {ignored}" if ignored else ""),
                 "info" if replay.exact or replay.what_if else "warning")
         self.processors_label.setText("Ran, in order: " + " → ".join(prompt.processors) if prompt.processors
                                       else "No memory processors ran.")

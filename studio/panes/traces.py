@@ -54,6 +54,7 @@ from studio.logic.traces_layout import (
     pretty_json,
     read_error_notice,
     span_facts,
+    spans_short,
     status_text,
     status_tip,
     store_notice,
@@ -77,6 +78,7 @@ from studio.widgets.pane_header import alive_only, caption, elastic, pane_header
 from studio.widgets.price_editor import PriceEditor
 from studio.widgets.record_table import LEAST_ROWS, RIGHT, Column, RecordTableModel, RowTableView, keep_rows_in_sight
 from studio.widgets.scroll_fit import least_height_at_width, stack_when_narrow
+from studio.widgets.short_forms import draw_short_forms
 from studio.widgets.timeline import (
     ROW_ROLE,
     SpanTreeModel,
@@ -104,7 +106,7 @@ TRACE_COLUMNS: list[Column[TraceSummary]] = [
     Column("Agent", lambda t: t.entity_name or "", tooltip=lambda t: t.entity_name or ""),
     Column("Started", lambda t: format_started(t.started_at), tooltip=lambda t: date_tooltip(t.started_at)),
     Column("Duration", trace_duration_text, RIGHT, tooltip=trace_duration_text),
-    Column("Spans", format_spans, RIGHT, tooltip=format_spans),
+    Column("Spans", format_spans, RIGHT, tooltip=format_spans, short=spans_short),
     Column("Tokens", format_tokens, RIGHT, tooltip=tokens_tooltip),
     Column("Thread", lambda t: t.thread_id or "",
            tooltip=lambda t: f"{t.thread_id or '(no thread)'}\nresource {t.resource_id or '?'}"),
@@ -240,6 +242,7 @@ class TracesPane(QWidget):
                                    floors=TRACE_FLOORS, rest_sample=TRACE_LEAST, pad=12, last_share=TRACE_SHARE,
                                    decorated=("Status",))  # (its colour swatch: "running" read "runn…")
         keep_rows_in_sight(self.trace_table)
+        draw_short_forms(self.trace_table)  # (a run's "12 (1 err)" spans read "12 (1 …" in a narrow list: "12")
         ul.addWidget(self.trace_table)
         more = QHBoxLayout()
         self.count_label = elastic(ElidedLabel(""))

@@ -35,6 +35,7 @@ from core.agent_configs import AgentConfig, save_override
 from core.tokens import default_tokenizer
 from studio.commands import Command, CommandRegistry
 from studio.logic.dates import date_tooltip, format_datetime
+from studio.logic.memory_config import ignored_options_note
 from studio.logic.thread_labels import header_tip
 from studio.logic.wm_editing import (
     DraftCheck,
@@ -366,7 +367,13 @@ class WorkingMemoryPane(QWidget):
         split.setChildrenCollapsible(False)  # (a part is never dragged away to nothing)
         split.addWidget(self._titled("Registered agents and the memory configuration each runs with",
                                      self.agent_table))
-        split.addWidget(self._titled("Resolved configuration (as the agent registered it)", self.agent_config_view))
+        # (the options of a newer version's agent this one leaves out: ``memory_config.ignored_options_note``)
+        self.agent_ignored = elastic(QLabel(""), wrap=True)
+        self.agent_ignored.setObjectName("agentIgnoredOptions")
+        self.agent_ignored.setTextFormat(Qt.TextFormat.PlainText)
+        self.agent_ignored.hide()
+        split.addWidget(self._titled("Resolved configuration (as the agent registered it)", self.agent_config_view,
+                                     above=self.agent_ignored))
         split.setSizes([200, 400])
         layout.addWidget(split)
         self.agent_table.selectionModel().selectionChanged.connect(self._agent_row_selected)
@@ -622,6 +629,9 @@ class WorkingMemoryPane(QWidget):
         agent = self.agent_model.row_at(idx[0].row()) if idx else None
         if agent is not None:
             self.agent_config_view.load(json.dumps(agent.config, ensure_ascii=False, indent=2))
+        note = ignored_options_note(agent)
+        self.agent_ignored.setText(note)
+        self.agent_ignored.setVisible(bool(note))
 
     # -- editing ---------------------------------------------------------------------------------
     def unsaved_edits(self) -> int:

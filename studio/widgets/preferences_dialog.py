@@ -45,6 +45,7 @@ from studio.preferences import (
     check_connection,
     endpoint_from_model_string,
     key_status,
+    provider_note,
     save_key,
     validate,
 )
@@ -211,6 +212,14 @@ class PreferencesDialog(QDialog):
         form.addRow("", self.key_row)
         form.addRow("", self.keyring_note)
         form.addRow("Timeout", self.timeout_spin)
+        # Which provider's variables the model reads (``preferences.provider_note``): a model saved before endpoints
+        # named their provider read none, silently (its <PROVIDER>_CONTEXT_WINDOW unread).
+        self.provider_note = QLabel("")
+        self.provider_note.setObjectName("providerNote")
+        self.provider_note.setWordWrap(True)
+        self.provider_note.setTextFormat(Qt.TextFormat.PlainText)
+        self.provider_note.setStyleSheet(_DIM)
+        form.addRow("Variables", self.provider_note)
         for edit in (self.name_edit, self.url_edit, self.model_edit, self.key_name_edit):
             edit.textEdited.connect(self._form_edited)
         self.source_combo.currentIndexChanged.connect(self._form_edited)
@@ -278,6 +287,7 @@ class PreferencesDialog(QDialog):
         self.key_name_edit.setText(ep.key_name)
         self.timeout_spin.setValue(ep.timeout)
         self.hosting_combo.setCurrentIndex(max(0, [v for _t, v in SELF_HOSTED_CHOICES].index(ep.self_hosted)))
+        self.provider_note.setText(provider_note(ep))
         self._syncing = False
         self._update_key_widgets()
 
@@ -329,6 +339,7 @@ class PreferencesDialog(QDialog):
             self.default = new.name
         item = self.list.item(row)
         item.setText((new.name or "(unnamed)") + ("  (default)" if new.name == self.default else ""))
+        self.provider_note.setText(provider_note(new))  # (a base URL typed: inferred again)
         self.problems.setText("")
         if (new.key_source, new.key_name) != (old.key_source, old.key_name):
             self._update_key_widgets()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from studio.models.messages_model import MessageRoles
 from studio.models.resource_tree import TreeRoles
 from studio.panes.messages import MessagesPane
 from studio.panes.resources import ResourcesPane
+from studio.logic.dates import format_datetime
 from studio.selection import Selection
 
 from .conftest import at, seed_many, theme_restored
@@ -112,8 +114,9 @@ def test_alike_thread_titles_are_told_apart_in_the_tree(qtbot: Any, make_session
     end), and a title that does not name its thread (none, or a sibling's) gets the id's short form."""
     uuid = "0195f3c2-7a1b-7c3d-8e4f-a1b2c3d4e5f6"
     writer = open_store(small_db)
+    same = datetime(2026, 12, 7, 9, 0, 0, tzinfo=timezone.utc)  # (untitled, started in one second: their ids)
     for tid, title in (("t-sync-1", "Weekly sync"), (uuid, "weekly  sync"), ("t-none-1", None), ("t-none-2", None)):
-        writer.memory.create_thread(thread_id=tid, resource_id="ada", title=title)
+        writer.memory.create_thread(thread_id=tid, resource_id="ada", title=title, created_at=same)
     writer.close()
     pane = _resources(qtbot, make_session(small_db))
     qtbot.waitUntil(lambda: len(pane.thread_rows()) == 7, timeout=10_000)
@@ -128,7 +131,9 @@ def test_alike_thread_titles_are_told_apart_in_the_tree(qtbot: Any, make_session
     writer.close()
     pane.refresh()
     qtbot.waitUntil(lambda: "Birthday party · t-party" in {r[1] for r in pane.thread_rows()}, timeout=10_000)
-    assert {"Birthday party · t-none-1", "(untitled) · t-none-2"} <= {r[1] for r in pane.thread_rows()}
+    # (the other untitled one, alone now, reads when it started: ``untitled_starts``)
+    assert {"Birthday party · t-none-1", f"(untitled) · {format_datetime(same)[:16]}"} <= {
+        r[1] for r in pane.thread_rows()}
 
 
 def _messages(qtbot: Any, session: Any) -> MessagesPane:
@@ -610,12 +615,63 @@ def test_threads_whose_ids_share_a_head_are_told_apart_in_the_tree(qtbot: Any, m
     ids = [f"customer-029-6ea9ab1b-t{n}" for n in (2, 5, 11)]
     for tid in ids:
         writer.memory.create_thread(thread_id=tid, resource_id="customer-029-6ea9ab1b", title="Standup")
-    writer.memory.create_thread(thread_id="customer-029-6ea9ab1b-t3", resource_id="customer-029-6ea9ab1b")
+    for n in (3, 4):  # (untitled, started in one second: named by their ids)
+        writer.memory.create_thread(thread_id=f"customer-029-6ea9ab1b-t{n}", resource_id="customer-029-6ea9ab1b",
+                                    created_at=datetime(2026, 12, 7, 9, 0, 0, tzinfo=timezone.utc))
     writer.close()
     pane = _resources(qtbot, make_session(small_db))
     qtbot.waitUntil(lambda: any(r[0] == "customer-029-6ea9ab1b" for r in pane.thread_rows()), timeout=10_000)
     labels = sorted(r[1] for r in pane.thread_rows() if r[0] == "customer-029-6ea9ab1b")
-    assert labels == ["(untitled) · …t3", "Standup · …t11", "Standup · …t2", "Standup · …t5"]
+    assert labels == ["(untitled) · …t3", "(untitled) · …t4", "Standup · …t11", "Standup · …t2", "Standup · …t5"]
+
+
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
+def test_untitled_threads_served_read_apart_by_when_they_started(
+        qtbot: Any, make_session: Any, small_db: Path, qapp: Any, theme: str | None) -> None:
+    """Untitled threads ``memory-studio serve`` makes ("thread_" and 16 hex digits; an agent without title
+    generation, Mastra's default) read "(untitled) · …3fa2b1c4d5…", "(untitled) · …9c0e7d1a2b…" in the tree: hex
+    (found by s35-walk11). Each reads when it started, whole in the tree's column and no wider than a title's least
+    room (the Latest column stays beside it); its id is in the tooltip, and looking wrote nothing."""
+    import uuid
+
+    from studio.panes.resources import TITLE_LEAST_CHARS
+    from studio.theme import apply_theme
+
+    from .conftest import file_state
+
+    t0 = datetime(2026, 12, 7, 9, 15, 42, tzinfo=timezone.utc)
+    writer = open_store(small_db)
+    made = []
+    for delay in (timedelta(0), timedelta(minutes=3), timedelta(minutes=3, seconds=10)):
+        tid = f"thread_{uuid.uuid4().hex[:16]}"  # (as core.gateway.turns names a new thread)
+        writer.memory.create_thread(thread_id=tid, resource_id="walker", created_at=t0 + delay)
+        made.append((tid, t0 + delay))
+    writer.close()
+    before = file_state(small_db)
+    with theme_restored(qapp):
+        if theme is not None:
+            apply_theme(qapp, theme)
+        pane = _resources(qtbot, make_session(small_db))
+        pane.resize(380, 600)
+        qtbot.waitUntil(lambda: sum(r[0] == "walker" for r in pane.thread_rows()) == 3, timeout=10_000)
+        labels = {r[1] for r in pane.thread_rows() if r[0] == "walker"}
+        assert labels == {f"(untitled) · {format_datetime(made[0][1])[:16]}",
+                          f"(untitled) · {format_datetime(made[1][1])}",  # (one minute: to the second)
+                          f"(untitled) · {format_datetime(made[2][1])}"}
+        tree, proxy = pane.tree, pane.tree.model()
+        tree.expandAll()
+        metrics = tree.fontMetrics()
+        parent = next(proxy.index(r, 0) for r in range(proxy.rowCount())
+                      if proxy.index(r, 0).data(TreeRoles.RESOURCE_ID) == "walker")
+        for row in range(proxy.rowCount(parent)):
+            index = proxy.index(row, 0, parent)
+            shown = index.data()
+            room = tree.visualRect(index).width()
+            assert metrics.horizontalAdvance(shown) + 8 <= room, (shown, room)  # (whole: not cut to "(untit…")
+            assert metrics.horizontalAdvance(shown) <= metrics.horizontalAdvance("x") * TITLE_LEAST_CHARS, shown
+            assert index.data(TreeRoles.THREAD_ID) in (index.data(Qt.ItemDataRole.ToolTipRole) or "")
+    pane.session.pool.wait(10_000)
+    assert file_state(small_db) == before
 
 
 def test_an_empty_database_says_it_has_no_threads_and_how_one_starts(qtbot: Any, make_session: Any,

@@ -19,6 +19,7 @@ from studio.preferences import (
     Preferences,
     check_connection,
     key_status,
+    provider_note,
     validate,
 )
 from studio.widgets.preferences_dialog import PreferencesDialog
@@ -353,3 +354,72 @@ def test_a_provider_edited_by_hand_into_the_settings_is_read_as_none(caplog: pyt
     assert ep.provider == "" and ep.model == "llama3.1"
     assert "names the provider 'llama-cpp'" in caplog.text and "llamacpp" in caplog.text
     assert ollama(provider=["x"]).provider == ""
+
+
+def test_models_saved_before_endpoints_named_their_provider_read_the_one_their_base_url_is(
+        qtbot: Any, tmp_path: Path, qapp: Any, no_leaked_widgets: None) -> None:
+    """A preferences file of an earlier version has no "provider" in its models: a llama.cpp server's model read no
+    LLAMACPP_CONTEXT_WINDOW, said nowhere, so the Chat could send a 4,096-token server a longer prompt (found by
+    s35-walk11). Where the base URL is one provider's (its default, or its <PROVIDER>_BASE_URL), that provider's
+    variables are read, and Preferences says so; where it is none's, Preferences says plainly that none is read.
+    Reading the file changes nothing in it."""
+    import json
+
+    path = tmp_path / "old-prefs.ini"
+    old = QSettings(str(path), QSettings.Format.IniFormat)
+    old.setValue("models/endpoints", json.dumps([  # (the shape before "provider": no such key)
+        {"name": "Local llama", "base_url": "http://127.0.0.1:8080/v1/", "model": "smollm2", "key_source": "none",
+         "key_name": "", "timeout": 60.0, "self_hosted": None},
+        {"name": "Work box", "base_url": "http://box.lan:9000/v1", "model": "qwen", "key_source": "none",
+         "key_name": "", "timeout": 60.0, "self_hosted": None},
+        {"name": "Box vLLM", "base_url": "http://box.lan:8000/v1", "model": "qwen", "key_source": "none",
+         "key_name": "", "timeout": 60.0, "self_hosted": None}]))
+    old.setValue("models/default", "Local llama")
+    old.sync()
+    before = path.read_bytes()
+    prefs = Preferences(QSettings(str(path), QSettings.Format.IniFormat))
+    local, unknown, moved = (prefs.model(n) for n in ("Local llama", "Work box", "Box vLLM"))
+    assert local is not None and unknown is not None and moved is not None
+    assert local.endpoint is not None and local.endpoint.provider == ""  # (as saved)
+    assert local.endpoint.variables_provider({}) == ("llamacpp", True)
+    environ = {"LLAMACPP_CONTEXT_WINDOW": "4096", "VLLM_BASE_URL": "http://box.lan:8000/v1",
+               "VLLM_CONTEXT_WINDOW": "32768"}
+    for choice, window, env in ((local, 4096, "LLAMACPP_CONTEXT_WINDOW"), (unknown, None, None),
+                                (moved, 32768, "VLLM_CONTEXT_WINDOW")):  # (vLLM's base URL by its variable)
+        model = choice.build(environ=environ)
+        try:
+            assert (model.context_window, model.context_window_env) == (window, env), choice.name
+        finally:
+            model.close()
+    assert "LLAMACPP_CONTEXT_WINDOW is read" in provider_note(local.endpoint, {})
+    assert "inferred" in provider_note(local.endpoint, {})
+    assert provider_note(unknown.endpoint, {}).startswith("None: its base URL is no provider's")  # type: ignore[arg-type]
+
+    dialog = PreferencesDialog(prefs)  # the form says it
+    qtbot.addWidget(dialog)
+    dialog.list.setCurrentRow(1)
+    assert dialog.provider_note.text() == provider_note(local.endpoint)
+    dialog.list.setCurrentRow(2)
+    assert dialog.provider_note.text().startswith("None:")
+    dialog.url_edit.setText("http://localhost:11434/v1")  # a provider's URL typed: inferred as it is typed
+    dialog.url_edit.textEdited.emit("http://localhost:11434/v1")
+    assert dialog.provider_note.text().startswith("Ollama (inferred")
+    dialog.reject()
+    assert path.read_bytes() == before  # (nothing written by reading or by a dialog cancelled)
+
+
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
+def test_the_variables_note_reads_whole_in_the_dialog(qtbot: Any, prefs: Preferences, no_leaked_widgets: None,
+                                                      themed: str | None, theme: str | None) -> None:
+    """The note under Timeout (``provider_note``), at the dialog's own size: a longer one was cut at its third line."""
+    prefs.save([Endpoint("Box", "http://box.lan:9000/v1", "qwen", "none", ""),
+                Endpoint("Local", "http://localhost:8080/v1", "smollm2", "none", "")])
+    dialog = PreferencesDialog(prefs)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    note = dialog.provider_note
+    for row in (1, 2):
+        dialog.list.setCurrentRow(row)
+        qtbot.waitUntil(lambda: note.height() >= note.heightForWidth(note.width()) > 0, timeout=5_000)
+        assert note.visibleRegion().boundingRect().height() >= note.heightForWidth(note.width())
+    dialog.reject()

@@ -514,7 +514,9 @@ def test_replays_narrow_context_table_reads_every_reason_and_source_whole(
     """At 900 × 800 and 1,100 × 800 Replay's context table has ~530-680 px: the reason read "observed by ob…"
     beside a whole "observational-memory" (the source needs 185 px, the reason 247, themed; found 2026-12-07 by
     s34-walk8). Each reason is drawn whole in the longest of its exact short forms that fits ("observed"), the
-    source whole; the tooltip and the fragment's details under the table say the whole reason."""
+    source whole; the tooltip and the fragment's details under the table say the whole reason. The working-memory
+    row's reason read "changed" at 1,100 px, beside its Change column's "~ changed" (found by s35-walk11): it says
+    what changed ("memory" at least, as wide as "changed": Role stays at 1,100 px)."""
     from studio.logic.replay_layout import reason_forms
 
     from .test_replay_inspector_columns import _fits, _titles, _whole
@@ -541,6 +543,8 @@ def test_replays_narrow_context_table_reads_every_reason_and_source_whole(
             assert drawn in (rec.why, *reason_forms(rec.reason)), (drawn, rec.why)
             assert metrics.horizontalAdvance(drawn) + 8 <= table.columnWidth(why), (drawn, table.columnWidth(why))
             assert model.index(row, why).data(Qt.ItemDataRole.ToolTipRole) == rec.why
+            if rec.reason == "working-memory-changed":  # (what changed, not "changed": the Change column says that)
+                assert "memory" in drawn, drawn
         assert reasons >= 3
         row = next(i for i, r in enumerate(model.rows()) if r.reason == ("observed" if resource == "sam"
                                                                           else "working-memory-changed"))

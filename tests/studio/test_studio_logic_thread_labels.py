@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from studio.logic.thread_labels import repeated_titles, shared_id_prefix, thread_label
+from datetime import datetime, timedelta, timezone
+
+from studio.logic.dates import format_datetime
+from studio.logic.thread_labels import repeated_titles, shared_id_prefix, thread_label, untitled_starts
 
 UUID = "0195f3c2-7a1b-7c3d-8e4f-a1b2c3d4e5f6"
 
@@ -149,3 +152,22 @@ def test_ids_and_names_shown_as_labels_are_escaped_too() -> None:
     assert header_title(None, "t\u202e1", "ada") == "t\\u202e1"
     assert chunk_source('<thread id="t\u202e1">\n* x\n</thread>', {"t\u202e1": "a\u2067b"}) == \
         "thread t\\u202e1 (a\\u2067b)"
+
+
+def test_untitled_threads_are_named_by_when_they_started_to_the_minute_or_second_else_by_id() -> None:
+    """Untitled threads with program-made ids ("thread_3fa2b1c4d5e6f7a8", as ``memory-studio serve`` makes them) read
+    "(untitled) · …3fa2b1c4d5…": told apart, but alike to a user (found by s35-walk11). When each started names
+    it: to the minute, to the second where two started in one minute, by its id where two started in one second."""
+    t0 = datetime(2026, 12, 7, 9, 15, 42, tzinfo=timezone.utc)
+    threads = [("a", None, t0), ("b", "", t0 + timedelta(hours=2)), ("c", "  ", t0 + timedelta(hours=2, seconds=5)),
+               ("d", None, t0 + timedelta(days=1)), ("e", None, t0 + timedelta(days=1, microseconds=3)),
+               ("f", "Titled", t0 + timedelta(days=3)), ("g", None, None)]
+    starts = untitled_starts(threads)
+    minute = format_datetime(t0)[:16]
+    assert starts["a"] == minute and len(starts["a"]) == len("2026-12-07 09:15")
+    assert starts["b"] == format_datetime(t0 + timedelta(hours=2))  # (one minute: to the second)
+    assert starts["c"] == format_datetime(t0 + timedelta(hours=2, seconds=5))
+    assert set(starts) == {"a", "b", "c"}  # one second (d, e), a title (f), no time (g): none
+    assert thread_label(None, "a", frozenset(), "", starts.get("a")) == f"(untitled) · {minute}"
+    assert thread_label(None, "thread_d", frozenset(), "thread_", starts.get("d")) == "(untitled) · …d"
+    assert thread_label("Titled", "f", frozenset(), "", "2026-12-07 09:15") == "Titled"  # (a title of its own: as before)

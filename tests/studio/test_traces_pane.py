@@ -14,7 +14,7 @@ from typing import Any
 
 import libsql_experimental as libsql
 import pytest
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 
 from core import open_store
 from core.traces.locking import observe_statements
@@ -149,6 +149,37 @@ def test_error_spans_are_marked_and_their_stack_is_shown(no_leaked_widgets, qtbo
     text = pane.error_view.toPlainText()
     assert "RuntimeError: weather API down" in text and 'File "agent.py", line 3' in text
     assert pane.span_title.text().startswith("⚠")
+
+
+@pytest.mark.parametrize("theme", [None, "dark", "light"])
+def test_a_runs_spans_with_errors_read_whole_in_a_narrow_list(no_leaked_widgets, qtbot, make_session, tmp_path,
+                                                              themed, theme):
+    """In a narrow window the Spans cell of a run with a failed span, "2 (1 err)", read "2 (1 …" (found by
+    s35-walk11). Where the whole does not fit, the count alone is drawn, whole (the Status column, "ok, 1 err",
+    and the cell's tooltip say the errors)."""
+    db = tmp_path / "memory.db"
+    open_store(db).close()
+    DuckDBObservabilityStore(tmp_path / "observability.duckdb").write_spans([
+        span("T1", "root", 0, 2, thread_id="t1", resource_id="r1", name="agent run: 'travel'", entity_name="travel"),
+        span("T1", "tool", 0.5, 1.0, "root", "tool_call", name="tool: 'getWeather'",
+             error={"message": "weather API down", "name": "RuntimeError"}),
+    ])
+    pane = open_pane(qtbot, make_session, db)
+    table, col = pane.trace_table, 5
+    index = pane.trace_model.index(0, col)
+    assert index.data() == "2 (1 err)" and index.data(Qt.ItemDataRole.ToolTipRole) == "2 (1 err)"
+    metrics, drawn_at = table.fontMetrics(), {}
+    for width in range(2400, 440, -40):
+        pane.resize(width, 700)
+        qtbot.waitUntil(lambda w=width: pane.width() == w, timeout=WAIT)
+        qtbot.wait(10)  # (the viewport's resize reaches the column fit)
+        if table.isColumnHidden(col):
+            continue
+        drawn = table.itemDelegate().shown_text(table, index)
+        assert drawn in ("2 (1 err)", "2"), (width, drawn)
+        assert metrics.horizontalAdvance(drawn) <= table.columnWidth(col) - 6, (width, drawn, table.columnWidth(col))
+        drawn_at[width] = drawn
+    assert set(drawn_at.values()) == {"2 (1 err)", "2"}, drawn_at  # (both: wide and narrow)
 
 
 def test_paged_list_loads_more_on_request(no_leaked_widgets, qtbot, make_session, tmp_path):
