@@ -269,7 +269,7 @@ class Keeper:
         if ago is not None and held.lease_ms is not None and ago > held.lease_ms / 2000:
             wait = min(frees, MAX_RETRY_AFTER)
             told = (f"A request with this {named} is held by a gateway that seems to have stopped: it last renewed the "
-                    f"key's lease {ago:.0f} s ago and renews it every {held.lease_ms / 3000:.0f} s while the request "
+                    f"key's lease {ago:.0f} s ago and renews it every {held.lease_ms / 3000:.3g} s while the request "
                     f"runs. The key frees in {frees} s: send the request again then, with the same key and body, and "
                     "it runs once.")
         else:
@@ -278,7 +278,9 @@ class Keeper:
                        else "its gateway holds the key's lease")
             told = (f"A request with this {named} is still running ({renewed}). Send it again in {wait} s, with the "
                     f"same key and body, to get its result; if its gateway has stopped, the key frees within {frees} s.")
-        return GatewayError(409, f"{told} {CLIENT_RETRIES} Nothing was run twice.", code="idempotency_key_in_use",
+        if named == HEADER:  # (an MCP tool's argument: its client has no Retry-After)
+            told = f"{told} {CLIENT_RETRIES}"
+        return GatewayError(409, f"{told} Nothing was run twice.", code="idempotency_key_in_use",
                             param=named, retry=True, headers={"Retry-After": str(wait)})
 
     def renew(self, claim: Claim) -> bool:
