@@ -171,7 +171,8 @@ def test_a_gateway_killed_mid_turn_and_restarted_takes_its_key_over_at_once(star
     sender.join(60)
     restarted, _ = start()
     retrying, seen = answers(restarted)  # its default retries
-    reply = retrying.chat.completions.with_raw_response.create(**request)
+    with retrying:
+        reply = retrying.chat.completions.with_raw_response.create(**request)
     assert [r.status_code for r in seen] == [200]  # no 409: the key was taken over at once
     assert reply.headers["x-thread-id"] == chosen_thread and "idempotent-replayed" not in reply.headers
     assert reply.parse().choices[0].message.content.startswith("1 user message(s)")
@@ -220,7 +221,8 @@ def test_a_holder_that_stopped_renewing_is_answered_so_and_the_clients_retries_r
         assert key_rows(db_path) == [("k-frozen", "running", chosen_thread)]  # nothing ran
         # The client with its default retries waits Retry-After, then the key is free and the request runs.
         retrying, seen = answers(other)
-        reply = retrying.chat.completions.with_raw_response.create(**request)
+        with retrying:
+            reply = retrying.chat.completions.with_raw_response.create(**request)
         assert [r.status_code for r in seen][-1] == 200 and len(seen) <= 2
         assert reply.headers["x-thread-id"] == chosen_thread
         assert [role for role, _ in thread_messages(db_path, chosen_thread)] == ["user", "assistant"]
