@@ -67,7 +67,8 @@ def add_serve_parser(sub: Any) -> None:
                         "client's retry with that key gets it instead of running again (default 86400, a day)")
     p.add_argument("--idempotency-lease", type=float, default=60.0, metavar="SECONDS",
                    help="how long a running request holds its Idempotency-Key without renewing it: after a "
-                        "gateway process dies mid-request, a retry may run after this long (default 60)")
+                        "gateway process on another host dies mid-request, a retry may run after this long (one on "
+                        "this host is taken over at once) (default 60)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
 
 

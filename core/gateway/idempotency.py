@@ -17,9 +17,12 @@ then runs the first and answers the others from what it kept (Stripe's semantics
   and a leased key, or both; a request whose key was taken over meanwhile (its lease ran out while it ran)
   writes nothing (409). A repeat with the same request (``request_hash``: the body, without ``stream``/``stream_options``, the route's path and the headers and query parameters
   that choose what is written) gets it back with ``Idempotent-Replayed: true``, and nothing runs;
-- a repeat while the first still runs: 409 ``idempotency_key_in_use`` with ``Retry-After``; a first whose
-  process died leaves a lease that runs out (``IdempotencySettings.lease``), after which a repeat takes
-  the key over (a chat turn then keeps the thread the first one chose; it ran nothing that was stored);
+- a repeat while the first still runs: 409 ``idempotency_key_in_use`` with ``Retry-After``, saying when the first
+  last renewed its lease (``holders.Holder``: the holder's id records its lease and process); a first whose process
+  died leaves a lease that runs out (``IdempotencySettings.lease``), after which a repeat takes the key over (a chat
+  turn then keeps the thread the first one chose; it ran nothing that was stored). Until then a holder that missed
+  its renewals is answered as seeming stopped, ``Retry-After`` when its key frees; one whose process ran on this
+  host and has ended (a gateway killed and restarted) is taken over at once;
 - the same key with another request: 422 ``idempotency_key_reused``;
 - what is kept: a success, and a 4xx found while running (a thread of another resource, a message too
   large, a working-memory ``If-Match`` that failed), which the same request would meet again. A failure
@@ -48,7 +51,6 @@ import logging
 import math
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,6 +58,7 @@ from typing import Any, TypeVar
 
 from core.gateway.access import Caller
 from core.gateway.errors import GatewayError, known
+from core.gateway.holders import Holder
 from core.messages import Message
 from core.processors.base import SavedAwareWrite
 from core.storage import catalog
@@ -73,6 +76,13 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 MAX_KEY_LENGTH = 255
 #: Statuses a repeat should meet again only if it runs again: never kept.
 _NOT_KEPT = frozenset({408, 409, 425, 429})
+#: The longest ``Retry-After`` a 409 sends: the ``openai`` client (``_base_client``'s ``MAX_RETRY_AFTER_DELAY``)
+#: sends nothing again after a longer one, so a key freeing later is asked about again after this.
+MAX_RETRY_AFTER = 120
+#: What the ``openai`` client does with a 409 (``_base_client._should_retry``: 408, 409, 429, 5xx, or
+#: ``x-should-retry: true``; ``DEFAULT_MAX_RETRIES``), said in the 409's message.
+CLIENT_RETRIES = ("The openai client waits Retry-After and sends the request again by itself, at most max_retries "
+                  "times (2 unless set).")
 
 
 @dataclass(frozen=True)
@@ -195,9 +205,10 @@ class Keeper:
               thread_id: str | None, named: str = HEADER) -> Claim | Replay:
         """Take ``key`` for this request, or the kept outcome of its first request; 409 while another
         request holds it, 422 when it was used for another request. ``named``: what the client calls the key
-        (the header, or the MCP tool's argument), for the messages."""
+        (the header, or the MCP tool's argument), for the messages. A holder whose lease ran out, or whose process
+        has provably ended (``Holder.process_gone``: a gateway on this host killed and restarted), is taken over."""
         now = _now_ms()
-        holder = uuid.uuid4().hex
+        holder = Holder.new(self.settings.lease).text
         lease = now + int(self.settings.lease * 1000)
         expires = now + int(self.settings.ttl * 1000)
         found: Any = None
@@ -212,7 +223,7 @@ class Keeper:
             conn.exec_driver_sql(f"DELETE FROM {IDEMPOTENCY_TABLE} WHERE scope = ? AND idem_key = ? AND expires_at <= ?",
                                  (scope, key, now))
             found = conn.exec_driver_sql(
-                f"SELECT request_hash, state, locked_until, outcome, thread_id FROM {IDEMPOTENCY_TABLE} "
+                f"SELECT request_hash, state, locked_until, outcome, thread_id, holder FROM {IDEMPOTENCY_TABLE} "
                 "WHERE scope = ? AND idem_key = ?", (scope, key)).first()
             if found is None:
                 conn.exec_driver_sql(
@@ -221,15 +232,24 @@ class Keeper:
                     (scope, key, digest, resource_id, thread_id, "running", holder, lease, None,
                      iso_now(), expires))
                 return Claim(db, scope, key, holder, thread_id, named=named)
-            stored_hash, state, locked_until, outcome, stored_thread = found
-            if stored_hash == digest and state == "running" and int(locked_until) <= now:
-                # Its holder stopped renewing (its process died): this request takes the key over.
-                conn.exec_driver_sql(
+            stored_hash, state, locked_until, outcome, stored_thread, stored_holder = found
+            held = Holder.parse(stored_holder)
+            expired = int(locked_until) <= now
+            if stored_hash == digest and state == "running" and (expired or held.process_gone()):
+                # Its holder stopped renewing (its process died): this request takes the key over. Only from that
+                # holder: on Postgres a commit of the holder's may have landed since the row was read.
+                took = conn.exec_driver_sql(
                     f"UPDATE {IDEMPOTENCY_TABLE} SET holder = ?, locked_until = ?, expires_at = ? "
-                    "WHERE scope = ? AND idem_key = ?", (holder, lease, expires, scope, key))
-                log.warning("idempotency key taken over after its first request's lease ran out (its process "
-                            "stopped?); the request runs again")
-                return Claim(db, scope, key, holder, stored_thread or thread_id, took_over=True, named=named)
+                    "WHERE scope = ? AND idem_key = ? AND holder = ? AND state = 'running'",
+                    (holder, lease, expires, scope, key, stored_holder)).rowcount
+                if took:
+                    if expired:
+                        log.warning("idempotency key taken over after its first request's lease ran out (its process "
+                                    "stopped?); the request runs again")
+                    else:
+                        log.warning("idempotency key taken over at once: its first request's gateway process on this "
+                                    "host has ended; the request runs again")
+                    return Claim(db, scope, key, holder, stored_thread or thread_id, took_over=True, named=named)
         if stored_hash != digest:
             raise GatewayError(
                 422, f"This {named} was already used for a different request (another body, thread, resource or "
@@ -238,11 +258,30 @@ class Keeper:
                 code="idempotency_key_reused", param=named, retry=False)
         if state == "done":
             return Replay(json.loads(outcome))
-        wait = self.settings.retry_after
-        raise GatewayError(
-            409, f"A request with this {named} is still running. Send it again in {wait} second(s), with the same "
-            "key and body, to get its result (the openai client does so by itself); nothing was run twice.",
-            code="idempotency_key_in_use", param=named, retry=True, headers={"Retry-After": str(wait)})
+        raise self._in_use(named, held, int(locked_until), now)
+
+    def _in_use(self, named: str, held: Holder, locked_until: int, now: int) -> GatewayError:
+        """The 409 for a key another request holds: what this gateway can tell of its holder, and when to come back.
+        A holder that missed its renewals (none for half its lease, renewing every third) seems to have stopped:
+        ``Retry-After`` is when its key frees. Otherwise it is running as far as can be told, and the wait is short."""
+        ago = held.renewed_ago(locked_until, now)
+        frees = max(1, math.ceil((locked_until - now) / 1000))
+        if ago is not None and held.lease_ms is not None and ago > held.lease_ms / 2000:
+            wait = min(frees, MAX_RETRY_AFTER)
+            told = (f"A request with this {named} is held by a gateway that seems to have stopped: it last renewed the "
+                    f"key's lease {ago:.0f} s ago and renews it every {held.lease_ms / 3000:.3g} s while the request "
+                    f"runs. The key frees in {frees} s: send the request again then, with the same key and body, and "
+                    "it runs once.")
+        else:
+            wait = self.settings.retry_after
+            renewed = (f"its gateway renewed the key's lease {ago:.0f} s ago" if ago is not None
+                       else "its gateway holds the key's lease")
+            told = (f"A request with this {named} is still running ({renewed}). Send it again in {wait} s, with the "
+                    f"same key and body, to get its result; if its gateway has stopped, the key frees within {frees} s.")
+        if named == HEADER:  # (an MCP tool's argument: its client has no Retry-After)
+            told = f"{told} {CLIENT_RETRIES}"
+        return GatewayError(409, f"{told} Nothing was run twice.", code="idempotency_key_in_use",
+                            param=named, retry=True, headers={"Retry-After": str(wait)})
 
     def renew(self, claim: Claim) -> bool:
         """Extend the lease of a key this request still holds; False when it lost it."""

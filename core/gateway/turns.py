@@ -53,6 +53,14 @@ log = logging.getLogger(__name__)
 READ_FIELDS = frozenset({"model", "messages", "metadata", "user", "stream", "stream_options", "n"})
 #: How ``ignored_fields`` names a client's system (or developer) message, which the agent's instructions replace.
 SYSTEM_PROMPT_IGNORED = "messages (system prompt)"
+
+
+def earlier_messages_ignored(count: int) -> str:
+    """How ``ignored_fields`` names the ``count`` messages before the new one that are not system prompts: only the
+    new message is taken, the thread's memory supplies the history (comma-free: the header lists names by commas)."""
+    return f"messages ({count} earlier: memory supplies the history)"
+
+
 #: At most this many field names are repeated back (a body may hold any number of keys).
 MAX_IGNORED_SHOWN = 64
 #: Threads of conversation ids live under this prefix, which clients may not use for thread ids.
@@ -173,13 +181,18 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
 
 def ignored_fields(body: Mapping[str, Any]) -> tuple[str, ...]:
     """The fields of a chat-completions body the turn does not use (``READ_FIELDS``), sorted, after
-    ``SYSTEM_PROMPT_IGNORED`` when the messages hold a system or developer message; each name cut
+    ``SYSTEM_PROMPT_IGNORED`` when the messages hold a system or developer message and
+    ``earlier_messages_ignored`` when they hold others before the new one; each name cut
     to ``SHOWN_CHARS`` and at most ``MAX_IGNORED_SHOWN`` of them (then "… and N more"): the answer and the
-    turn's trace say them, so a client that sent ``temperature`` learns it was not the one used."""
+    turn's trace say them, so a client that sent ``temperature`` learns it was not the one used, and one that sent
+    a conversation's earlier messages to a new thread learns they were not stored."""
     names = sorted(clipped(str(k)) for k in body if k not in READ_FIELDS)
     messages = body.get("messages")
-    if isinstance(messages, list) and any(isinstance(m, Mapping) and m.get("role") in ("system", "developer")
-                                          for m in messages[:-1]):
+    earlier = messages[:-1] if isinstance(messages, list) else []
+    prompts = sum(1 for m in earlier if isinstance(m, Mapping) and m.get("role") in ("system", "developer"))
+    if len(earlier) > prompts:  # (a client resending its whole conversation is told each time: they were not used)
+        names.insert(0, earlier_messages_ignored(len(earlier) - prompts))
+    if prompts:
         names.insert(0, SYSTEM_PROMPT_IGNORED)  # the agent's instructions are sent instead
     if len(names) > MAX_IGNORED_SHOWN:
         names = [*names[:MAX_IGNORED_SHOWN], f"… and {len(names) - MAX_IGNORED_SHOWN:,} more"]

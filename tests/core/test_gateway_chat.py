@@ -97,6 +97,35 @@ def test_only_the_new_message_is_taken_so_resent_history_is_not_stored_twice(cli
     assert [role for role, _ in stored(memory, "t1")] == ["user", "assistant", "user", "assistant"]
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_earlier_messages_sent_to_a_new_thread_are_named_as_ignored(client, memory, streamed):
+    """A conversation's earlier messages sent to a new thread are neither stored nor sent to the model: the answer's
+    ``ignored`` list and ``x-memory-ignored`` header say how many were left out and why (they said only the system
+    prompt before), the same for a plain and a streamed reply."""
+    meta = {"thread_id": f"t-new-{streamed}", "resource_id": "ada"}
+    messages = [{"role": "system", "content": "client prompt"}, user("I am Ada"),
+                {"role": "assistant", "content": "Hello Ada"}, user("I like tea"), user("what do I like?")]
+    if streamed:
+        raw = client.chat.completions.with_raw_response.create(model="echo", messages=messages, metadata=meta,
+                                                               temperature=0.2, stream=True)
+        chunks = list(raw.parse())
+        told = next(c.model_extra["memory"] for c in chunks if c.choices and c.choices[0].finish_reason)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        raw = client.chat.completions.with_raw_response.create(model="echo", messages=messages, metadata=meta,
+                                                               temperature=0.2)
+        told = raw.parse().model_extra["memory"]
+        text = raw.parse().choices[0].message.content
+    expected = ["messages (system prompt)", "messages (3 earlier: memory supplies the history)", "temperature"]
+    assert told["ignored"] == expected
+    assert raw.headers["x-memory-ignored"] == ", ".join(expected)
+    assert text == "1 user message(s); last: what do I like?"  # the model saw none of them
+    assert stored(memory, meta["thread_id"]) == [("user", "what do I like?"), ("assistant", text)]
+    # The new message alone: nothing before it to name.
+    alone = client.chat.completions.with_raw_response.create(model="echo", messages=[user("and now?")], metadata=meta)
+    assert alone.parse().model_extra["memory"]["ignored"] == [] and "x-memory-ignored" not in alone.headers
+
+
 def test_thread_and_resource_from_headers_and_conversation_ids(client, memory):
     client.chat.completions.create(model="echo", messages=[user("via headers")],
                                    extra_headers={"x-thread-id": "th", "x-resource-id": "bob"})

@@ -92,7 +92,8 @@ def test_a_key_whose_process_died_is_taken_over_after_its_lease(start, tmp_path)
     dying_proc.send_signal(signal.SIGKILL)
     dying_proc.wait(60)
     waiting.close()
-    # The retry reaches the other process: 409 while the dead one's lease lasts, then it runs, once.
+    # The retry reaches the other process: it runs, once (at once here: the dead process ran on this host, so the other
+    # sees it has ended; one on another host is waited for until its lease runs out: test_gateway_idempotency_crash.py).
     reply = retry_until_taken(other, request, deadline, "the dead process's key was never free")
     # It goes on in the thread the first request chose (which it never answered), stored once.
     assert reply.headers["x-thread-id"] == chosen_thread and "idempotent-replayed" not in reply.headers

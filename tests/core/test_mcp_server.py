@@ -1548,6 +1548,8 @@ def test_remember_keeps_its_key_while_its_save_waits_longer_than_the_lease(pg_ur
         texts = [m.text for m in memory.recall(thread_id="ada-slow", resource_id="ada").messages]
     assert repeats == 1  # the retry never reached the save
     assert isinstance(retry_answer, Exception) and "still running" in str(retry_answer), retry_answer
+    # It names the key as the tool's argument, and not the HTTP client's Retry-After, which MCP has none of.
+    assert "idempotency_key" in str(retry_answer) and "Retry-After" not in str(retry_answer), retry_answer
     assert isinstance(first_answer, dict) and "replayed" not in first_answer, first_answer
     assert again == {**first_answer, "replayed": True}
     assert texts == [call["text"]]
