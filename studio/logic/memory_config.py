@@ -25,9 +25,10 @@ IGNORED_NAME_CHARS = 60
 
 def _option_name(name: str) -> str:
     """One ignored option's name as the note names it: quoted (so a name such as "ok, and every option is used"
-    reads as a name, never as the Studio's words), its controls escaped (``shown_title``), cut where it is long."""
-    quoted = shown_title(json.dumps(name, ensure_ascii=False))
-    return quoted if len(quoted) <= IGNORED_NAME_CHARS else quoted[:IGNORED_NAME_CHARS - 2] + '…"'
+    reads as a name, never as the Studio's words), its controls escaped (``shown_title``), cut where it is long
+    (before it is quoted, so no escape is cut in two)."""
+    cut = name if len(name) <= IGNORED_NAME_CHARS else name[:IGNORED_NAME_CHARS - 1] + "…"
+    return shown_title(json.dumps(cut, ensure_ascii=False))
 
 
 def ignored_options_note(agent: AgentConfig | None) -> str:

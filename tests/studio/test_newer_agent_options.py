@@ -100,12 +100,12 @@ def test_hostile_option_names_are_named_quoted_escaped_and_a_few_whatever_their_
     names = agent.ignored_options()
     assert len(names) == len(hostile) + 1  # (all of them are still known to the engine, each by its name)
     note = ignored_options_note(agent)
-    assert len(note) < 400 + IGNORED_NAMES_SHOWN * IGNORED_NAME_CHARS, len(note)
+    assert len(note) < 400 + IGNORED_NAMES_SHOWN * (IGNORED_NAME_CHARS + 2), len(note)
     assert f"and {len(names) - IGNORED_NAMES_SHOWN:,} more" in note
     assert '"x\\u202eevil\\nline"' in note and "\u202e" not in note and "\n" not in note
     assert '"ok, and the Studio uses every option"' in note  # (a name, in quotes: not the Studio's words)
     assert '"a\\", \\"b"' in note  # (one name, its quotes escaped: not two)
-    assert '"' + "L" * (IGNORED_NAME_CHARS - 3) + '…"' in note and "L" * IGNORED_NAME_CHARS not in note
+    assert '"' + "L" * (IGNORED_NAME_CHARS - 1) + '…"' in note and "L" * IGNORED_NAME_CHARS not in note
     few = AgentConfig("a", {"options": {"a_future_section": {}, "working_memory": {"a_future_knob": 5}}}, None, None)
     assert "more" not in ignored_options_note(few)
     assert '"a_future_section", "working_memory.a_future_knob". The Studio works' in ignored_options_note(few)
