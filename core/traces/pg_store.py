@@ -384,7 +384,8 @@ class PgSpanStore(SpanReader):
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # VACUUM runs outside a transaction
                 refused = not_vacuumable(conn, [SPANS_TABLE])
                 if refused and isinstance(self.db.location, PgLocation):
-                    return vacuum_refused(self.db.location, refused, "`memory-studio traces prune`")
+                    return vacuum_refused(self.db.location, refused, "`memory-studio traces prune`",
+                                          schema=getattr(self.db, "schema", None))
                 conn.exec_driver_sql(f"SET lock_timeout = '{max(int(budget_s * 1000), 1)}ms'")
                 try:
                     conn.exec_driver_sql(f"VACUUM FULL {SPANS_TABLE}")

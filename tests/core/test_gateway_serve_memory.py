@@ -313,3 +313,44 @@ def test_memory_flags_go_with_model_only(tmp_path, monkeypatch):
     assert code == 1, err
     assert ("--last-messages, --working-memory, --semantic-recall, --observational-memory, --om-message-tokens go "
             "with --model only") in err and "set them in gw_some_agents" in err
+
+
+def test_an_observer_failure_that_echoes_a_users_messages_reaches_that_user_only(tmp_path):
+    """An observer failure is noted on every turn until an observation succeeds (s35-om6), with the server's error
+    text, which some servers fill with the request they refused: here the observer echoes the messages it was sent.
+    Each user's notice carries that user's own words (their observational memory's row), never another user's, on
+    any turn, plain or streamed."""
+    from core.llm.base import ModelError
+
+    def echoing(messages: list[dict[str, Any]], tools: Any) -> Any:
+        if is_observer(messages):
+            sent = " ".join(str(m.get("content")) for m in messages[1:])
+            start = max(0, sent.find("Note "))  # (the messages it was sent, as such a server quotes them)
+            raise ModelError(f"cannot parse the request: {sent[start:start + 200]}", model_id="observer")
+        return "Reply " + "x " * 40
+
+    words = " ".join(f"word{i}" for i in range(120))
+    secrets = {"ada": "my locker code is 4711", "bob": "my locker code is 9052"}
+    with LoopbackServer(ScriptedModel(lambda m, t: "Reply " + "x " * 40)) as upstream, \
+            LoopbackServer(ScriptedModel(echoing)) as observer, serve_model(
+                tmp_path, {"LLAMACPP_BASE_URL": upstream.base_url, "VLLM_BASE_URL": observer.base_url},
+                "--observational-memory", "resource", "--om-message-tokens", "200", "--om-model",
+                "vllm/observer") as (client, lines, url):
+        told: dict[str, list[str]] = {"ada": [], "bob": []}
+        for i in range(4):
+            for user in ("ada", "bob"):
+                text = f"Note {i}: {secrets[user]}. {words}"
+                meta = {"thread_id": f"{user}-notes", "resource_id": user}
+                reply = client.chat.completions.create(
+                    model="assistant", messages=[{"role": "user", "content": text}], metadata=meta)
+                told[user] += [n["message"] for n in (reply.model_dump().get("memory") or {}).get("notices", [])
+                               if n["code"] == "observation_failed"]
+                with client.chat.completions.create(model="assistant", stream=True, metadata=meta,
+                                                    messages=[{"role": "user", "content": f"And {i}? {words}"}]) as s:
+                    chunks = [c.model_dump() for c in s]
+                told[user] += [n["message"] for c in chunks for n in (c.get("memory") or {}).get("notices", [])
+                               if n["code"] == "observation_failed"]
+        assert observer.chat_requests(), "the observer was never asked"
+        for user, other in (("ada", "bob"), ("bob", "ada")):
+            assert any(secrets[user] in m for m in told[user]), told[user]  # (the echo reaches its own user)
+            assert not any(secrets[other] in m or f"{other}-notes" in m for m in told[user]), told[user]

@@ -8,6 +8,7 @@ import os
 import re
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -521,3 +522,99 @@ def test_reindex_by_a_role_that_may_only_read_says_why_without_sql_and_fails(pg_
         assert code == 1, out + err
         assert "Failed 1:" in out and "× write failed: permission denied for table" in out, out + err
         assert "[SQL:" not in out + err and "[parameters:" not in out + err and "Traceback" not in err, out + err
+
+
+#: A role named to break out of a statement the advice writes: a quote, a semicolon, a statement, a line break.
+HOSTILE_ROLE = 'ev"il; CREATE TABLE pwned (a int); --\n\'x'
+
+
+@contextmanager
+def _hostile_role(pg_server: Any, pg_url: str, *, by_query: bool) -> Iterator[str]:
+    """A login role named ``HOSTILE_ROLE`` and no grants; yields ``pg_url`` signing in as it: by the URL's query
+    (``?user=``, which libpq takes over the ``postgres@`` before the host), or before the ``@``."""
+    from urllib.parse import quote
+
+    import psycopg
+    from psycopg import sql
+
+    ident = sql.Identifier(HOSTILE_ROLE)
+    with pg_server.admin() as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(ident))
+    try:
+        if by_query:
+            yield f"{pg_url}{'&' if '?' in pg_url else '?'}user={quote(HOSTILE_ROLE, safe='')}"
+        else:
+            url, n = re.subn(r"//postgres(:[^@/]*)?@", lambda m: f"//{quote(HOSTILE_ROLE, safe='')}{m[1] or ''}@",
+                             pg_url, count=1)
+            assert n == 1, pg_url
+            yield url
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(ident))
+        with pg_server.admin() as conn:
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(ident))
+
+
+def _paste_into_psql(url: str, statements: str) -> None:
+    """Run ``statements`` as a DBA pastes them into psql (which goes on after a statement that fails)."""
+    import subprocess
+    from pathlib import Path
+
+    import pgserver
+
+    psql = Path(pgserver.__file__).parent / "pginstall" / "bin" / "psql"
+    done = subprocess.run([str(psql), "-X", "-d", url], input=statements, text=True, capture_output=True, timeout=60)
+    assert done.returncode == 0 and "ERROR" not in done.stderr, (statements, done.stdout, done.stderr)
+
+
+def _pwned(pg_url: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass('pwned') IS NOT NULL").fetchone()
+        return bool(row and row[0])
+
+
+def test_the_grants_advice_names_the_role_signed_in_and_a_hostile_name_stays_one_name(
+        pg_server: Any, pg_url: str) -> None:
+    """The advice named the role before the URL's @ (postgres here) where libpq signed in as the ``?user=`` one:
+    pasted, its grants went to another role and the command failed as before. The role's name, whatever it holds,
+    is one quoted name in each statement: pasted into psql, they grant it the memory and do nothing else."""
+    from core import Memory, Message
+
+    with open_store(pg_url) as store:
+        Memory(store).save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada")])
+    with _hostile_role(pg_server, pg_url, by_query=True) as url:
+        code, _out, err = _cli("forget", "--resource", "ada", "--yes", "--db", url)
+        assert code == 1, err
+        assert f"the role {HOSTILE_ROLE!r} may not do this" in err, err
+        advice = err.split("ask the database's owner to grant them: ", 1)[1]
+        _paste_into_psql(pg_url, advice)
+        assert not _pwned(pg_url)
+        code, out, err = _cli("forget", "--resource", "ada", "--yes", "--db", url)
+        assert code == 0, out + err
+
+
+def test_the_timeout_advice_quotes_a_hostile_role_name(pg_server: Any, pg_url: str) -> None:
+    """``ALTER ROLE "<name>"`` put the name between quotes as it was: a name with a quote ended the statement there
+    and the rest of the name ran as statements of its own (here a CREATE TABLE) when pasted."""
+    from psycopg import sql
+
+    from core.storage import StorageError
+
+    open_store(pg_url).close()  # (the owner makes the tables; the role only reads)
+    with _hostile_role(pg_server, pg_url, by_query=False) as url:
+        with open_store(url, read_only=True) as store:
+            with pytest.raises(StorageError) as caught:
+                with store.db.read() as conn:
+                    conn.exec_driver_sql("SET LOCAL statement_timeout = '20ms'")
+                    conn.exec_driver_sql("SELECT pg_sleep(5)")
+        text = str(caught.value)
+        statement = text.split("Raise it (", 1)[1].split("), then try again", 1)[0]
+        assert statement.startswith("ALTER ROLE ") and statement.endswith(" SET statement_timeout = '60s'"), text
+        _paste_into_psql(pg_server.admin_url, statement + ";")
+        assert not _pwned(pg_url) and not _pwned(pg_server.admin_url)
+        with pg_server.admin() as conn:
+            row = conn.execute(sql.SQL("SELECT rolconfig FROM pg_roles WHERE rolname = {}").format(
+                sql.Literal(HOSTILE_ROLE))).fetchone()
+        assert row is not None and row[0] == ["statement_timeout=60s"], row

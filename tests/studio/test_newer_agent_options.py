@@ -84,3 +84,28 @@ def test_the_options_a_newer_agent_registered_are_named_where_its_options_are_us
 
     window.session.pool.wait(20_000)
     assert _registration(db) == written  # (looking wrote nothing: the newer engine's options are all there)
+
+
+def test_hostile_option_names_are_named_quoted_escaped_and_a_few_whatever_their_number_and_length() -> None:
+    """The names come from the database (any program, or a hand edit, writes them): 100,000 names were all named in
+    one label (2.5 M characters, laid out on the UI thread: the Chat pane held it 18 s), a 200,000-character name
+    whole, and a name written as words ("ok, and the Studio uses every option") read as the Studio's own words."""
+    from core.agent_configs import AgentConfig
+    from studio.logic.memory_config import IGNORED_NAME_CHARS, IGNORED_NAMES_SHOWN, ignored_options_note
+
+    hostile = {"x\u202eevil\nline": 1, "L" * 200_000: 1, "ok, and the Studio uses every option": 1,
+               'a", "b': 1, **{f"future_{i:06d}": i for i in range(100_000)}}
+    agent = AgentConfig("notes-om", {"options": {"last_messages": 10, **hostile,
+                                                 "working_memory": {"enabled": True, "knob\u2067": 1}}}, None, None)
+    names = agent.ignored_options()
+    assert len(names) == len(hostile) + 1  # (all of them are still known to the engine, each by its name)
+    note = ignored_options_note(agent)
+    assert len(note) < 400 + IGNORED_NAMES_SHOWN * (IGNORED_NAME_CHARS + 2), len(note)
+    assert f"and {len(names) - IGNORED_NAMES_SHOWN:,} more" in note
+    assert '"x\\u202eevil\\nline"' in note and "\u202e" not in note and "\n" not in note
+    assert '"ok, and the Studio uses every option"' in note  # (a name, in quotes: not the Studio's words)
+    assert '"a\\", \\"b"' in note  # (one name, its quotes escaped: not two)
+    assert '"' + "L" * (IGNORED_NAME_CHARS - 1) + '…"' in note and "L" * IGNORED_NAME_CHARS not in note
+    few = AgentConfig("a", {"options": {"a_future_section": {}, "working_memory": {"a_future_knob": 5}}}, None, None)
+    assert "more" not in ignored_options_note(few)
+    assert '"a_future_section", "working_memory.a_future_knob". The Studio works' in ignored_options_note(few)

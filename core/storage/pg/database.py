@@ -242,7 +242,7 @@ class PgDatabase(Database):
         if not tables:
             return 0
         if refused:  # the server would skip them with a warning no one sees, and the vacuum "reclaim 0 MB"
-            raise StorageError(vacuum_refused(self.location, refused))
+            raise StorageError(vacuum_refused(self.location, refused, schema=self.schema))
         sizes = ("SELECT coalesce(sum(pg_total_relation_size(to_regclass(quote_ident(t)))), 0) "
                  "FROM unnest(CAST(? AS text[])) t")
         held_by = ""
@@ -321,10 +321,11 @@ def not_vacuumable(conn: sa.Connection, tables: Sequence[str]) -> list[tuple[str
     return [(str(name), str(owner), str(schema)) for name, owner, schema in rows]
 
 
-def vacuum_refused(location: PgLocation, refused: Sequence[tuple[str, str, str]], command: str = "the vacuum") -> str:
+def vacuum_refused(location: PgLocation, refused: Sequence[tuple[str, str, str]], command: str = "the vacuum", *,
+                   schema: grants.MemorySchema | None = None) -> str:
     """Why nothing was rewritten: the tables this role may not vacuum, who owns them, what to do (run
-    ``command`` as the owner, or ask for MAINTAIN)."""
-    role = grants.role_of(location)
+    ``command`` as the owner, or ask for MAINTAIN). ``schema``: the database's, for the role read at open."""
+    role = grants.role_of(location, schema)
     more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
     names = ", ".join(name for name, _, _ in refused[:3]) + more
     owners = ", ".join(repr(o) for o in dict.fromkeys(owner for _, owner, _ in refused))
@@ -334,7 +335,7 @@ def vacuum_refused(location: PgLocation, refused: Sequence[tuple[str, str, str]]
             f"only their owner ({owners}), a superuser or (PostgreSQL 17+) a role granted MAINTAIN on them may "
             f"rewrite a table. Nothing was rewritten, and the deleted rows' bytes are still in the server's files. "
             f"Run {command} as {owners}, or ask the owner to grant it (PostgreSQL 17+): GRANT MAINTAIN ON {on} "
-            f"TO {grants.quote_role(role)};")
+            f"TO {grants.role_sql(role)};")
 
 
 def _table_holders(conn: sa.Connection, table: str) -> tuple[frozenset[int], str]:
@@ -553,7 +554,7 @@ def _permission_denied(location: PgLocation, exc: BaseException, schema: grants.
     if not isinstance(orig, psycopg.Error):
         return None
     first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
-    role = grants.role_of(location)
+    role = grants.role_of(location, schema)
     if isinstance(orig, psycopg.errors.ReadOnlySqlTransaction) and opened_read_only:  # our own setting
         return ReadOnlyError(f"{location.display} is open read-only. Allow writes first (Studio: File > Allow Writes).")
     if isinstance(orig, psycopg.errors.ReadOnlySqlTransaction):  # 25006: a standby, or read-only by setting
@@ -564,8 +565,8 @@ def _permission_denied(location: PgLocation, exc: BaseException, schema: grants.
     if isinstance(orig, psycopg.errors.QueryCanceled) and "statement timeout" in first:  # 57014
         return StorageError(
             f"{location.display}: the server cancelled a statement ({first}): the statement_timeout set for the "
-            f"role {role!r} or the database is shorter than this call needs. Raise it (ALTER ROLE \"{role}\" SET "
-            "statement_timeout = '60s'), then try again; nothing of the call was committed.")
+            f"role {role!r} or the database is shorter than this call needs. Raise it (ALTER ROLE "
+            f"{grants.role_sql(role)} SET statement_timeout = '60s'), then try again; nothing of the call was committed.")
     if not isinstance(orig, psycopg.errors.InsufficientPrivilege) or "extension" in str(orig):
         return None
     if "permission denied for schema" in first:  # making a table: a first start, a migration, a new dimension

@@ -16,13 +16,21 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from core.storage.pg.location import PgLocation
 
 
 def quote_role(role: str) -> str:
-    """A role's name in a statement (always quoted, as a role may be named like a keyword)."""
+    """A role's name in a statement (always quoted, as a role may be named like a keyword; a quote in it doubled,
+    so a name holding quotes, semicolons or line breaks stays one name: the statement does only what it says)."""
     return '"' + role.replace('"', '""') + '"'
+
+
+def role_sql(role: str) -> str:
+    """``role`` (as ``role_of`` names it) in a statement the user is told to run: quoted, or ``<this role>``
+    where the role is not known here (a statement that cannot run as pasted, rather than one naming another)."""
+    return quote_role(role) if role != "this role" else "<this role>"
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,7 @@ class MemorySchema:
     name: str
     sql: str  # its name as a statement writes it (the server's ``quote_ident``)
     usable: bool  # USAGE: its tables can be named at all
+    role: str = ""  # the server's ``current_user`` on that connection: the role whose privileges are checked
 
 
 def memory_schema(conn: psycopg.Connection[Any], first: str | None) -> MemorySchema:
@@ -43,22 +52,30 @@ def memory_schema(conn: psycopg.Connection[Any], first: str | None) -> MemorySch
         row = conn.execute("SELECT current_schema()").fetchone()
         name = str(row[0]) if row and row[0] else "public"
     row = conn.execute(
-        "SELECT quote_ident(%s), has_schema_privilege(n.oid, 'USAGE') "
+        "SELECT quote_ident(%s), has_schema_privilege(n.oid, 'USAGE'), current_user "
         "FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = %s", (name, name)).fetchone()
     assert row is not None
     if row[1] is None:  # not made yet (a read-only open of a search_path whose first schema is missing)
-        return MemorySchema(name, str(row[0]), True)
-    return MemorySchema(name, str(row[0]), bool(row[1]))
+        return MemorySchema(name, str(row[0]), True, str(row[2] or ""))
+    return MemorySchema(name, str(row[0]), bool(row[1]), str(row[2] or ""))
 
 
-def role_of(location: PgLocation) -> str:
-    """The role the URL signs in as, as the advice names it."""
-    return unquote(urlsplit(location.url).username or "") or "this role"
+def role_of(location: PgLocation, schema: MemorySchema | None = None) -> str:
+    """The role the advice names: the server's ``current_user`` read at open (``schema.role``), else the user the
+    URL signs in as, as libpq reads it (a ``?user=`` in the query wins over the one before the ``@``: the URL's
+    ``alice@`` alone named alice where mallory was refused, and a grant pasted from the advice went to alice)."""
+    if schema is not None and schema.role:
+        return schema.role
+    try:
+        user = str(conninfo_to_dict(location.url).get("user") or "")
+    except psycopg.ProgrammingError:  # (not libpq's URL form: the part before the @, as written)
+        user = unquote(urlsplit(location.url).username or "")
+    return user or "this role"
 
 
 def table_grants(schema: MemorySchema, role: str) -> str:
     """The statements that let ``role`` read and write the memory's tables in ``schema`` (made by another role)."""
-    who = quote_role(role) if role != "this role" else "<this role>"
+    who = role_sql(role)
     usage = f"GRANT USAGE ON SCHEMA {schema.sql} TO {who}; "
     return (f"{usage}GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema.sql} TO {who}; "
             f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema.sql} TO {who};")
@@ -67,7 +84,7 @@ def table_grants(schema: MemorySchema, role: str) -> str:
 def unusable_schema(location: PgLocation, schema: MemorySchema) -> str:
     """Why a database whose memory schema the role may not use is refused at open (before the server's own
     "no schema has been selected to create in" and a driver traceback with the migration's SQL)."""
-    role = role_of(location)
+    role = role_of(location, schema)
     return (f"{location.display}: the memory's tables are in the schema {schema.name!r}, and the role {role!r} "
             f"may not use it (no USAGE privilege), so it can neither read nor write them. Ask the database's "
             f"owner to run: {table_grants(schema, role)}")
@@ -75,8 +92,8 @@ def unusable_schema(location: PgLocation, schema: MemorySchema) -> str:
 
 def may_not_create(location: PgLocation, schema: MemorySchema, first: str) -> str:
     """Why a role could not make the memory's tables in ``schema`` (``first``: the server's words)."""
-    role = role_of(location)
-    who = quote_role(role) if role != "this role" else "<this role>"
+    role = role_of(location, schema)
+    who = role_sql(role)
     return (f"{location.display}: the role {role!r} may not create tables in the schema {schema.name!r} ({first}), "
             f"and the memory's tables are made there (at the first start, and by a newer version's migrations)"
             + ("; since PostgreSQL 15 only the database's owner may create in the schema public unless granted"
