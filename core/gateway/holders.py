@@ -24,6 +24,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 
+def _number(text: str) -> bool:
+    """Whether ``text`` is a number ``int`` reads: ASCII digits only (``str.isdigit`` also takes "²", which ``int``
+    refuses: a stored holder holding one answered 500 until its key expired)."""
+    return text.isascii() and text.isdigit()
+
+
 @lru_cache(maxsize=1)
 def _this_kernel() -> tuple[str, str] | None:
     """This host's boot id and this process's pid namespace, or None where Linux's ``/proc`` has neither."""
@@ -33,7 +39,7 @@ def _this_kernel() -> tuple[str, str] | None:
         namespace = os.readlink("/proc/self/ns/pid").removeprefix("pid:[").rstrip("]")
     except OSError:
         return None
-    return (boot, namespace) if boot and namespace.isdigit() else None
+    return (boot, namespace) if boot and _number(namespace) else None
 
 
 def _start_time(pid: int) -> tuple[str, str] | None:
@@ -73,7 +79,7 @@ class Holder:
     @classmethod
     def parse(cls, text: str | None) -> Holder:
         parts = (text or "").split(".", 2)
-        if len(parts) != 3 or not parts[1].isdigit():
+        if len(parts) != 3 or not _number(parts[1]):
             return cls(text or "")
         return cls(text or "", int(parts[1]), parts[2])
 
@@ -87,7 +93,7 @@ class Holder:
         """Whether the holder's process has provably ended (see the module); False whenever that cannot be known."""
         kernel = _this_kernel()
         parts = (self.process or "").split(":")
-        if kernel is None or len(parts) != 4 or (parts[0], parts[1]) != kernel or not parts[2].isdigit():
+        if kernel is None or len(parts) != 4 or (parts[0], parts[1]) != kernel or not _number(parts[2]):
             return False  # another host, container or boot, or a holder that did not say: not provable here
         pid = int(parts[2])
         if pid <= 0 or pid == os.getpid():

@@ -71,3 +71,14 @@ def test_a_process_that_is_not_provably_the_holders_is_not_gone():
     finally:
         proc.kill()
         proc.wait(60)
+
+
+@pytest.mark.parametrize("lease, pid", [("6²000", "1"), ("60000", "²"), ("60000", "١")])
+def test_a_holder_with_digits_int_does_not_read_is_read_as_an_unknown_one(lease: str, pid: str):
+    """A holder's numbers are ASCII digits: "²" (``str.isdigit`` takes it, ``int`` refuses it: the key answered 500
+    until it expired) or an Arabic-Indic digit (``int`` reads it as another pid) in a stored row is a holder whose
+    lease or process is unknown, never an error nor a process looked up."""
+    boot, namespace, _pid, start = (Holder.new(60).process or "").split(":")
+    held = Holder.parse(f"0a1b.{lease}.{boot}:{namespace}:{pid}:{start}")
+    held.renewed_ago(locked_until_ms=1_000_000, now_ms=1_000_000)
+    assert not held.process_gone()
