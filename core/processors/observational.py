@@ -42,6 +42,7 @@ from core.observational.tokens import count_text, messages_tokens
 from core.options import ObservationalMemoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
 from core.processors.message_history import save_turn
+from core.storage.memory_store import ParsedRows
 from core.timeutil import as_utc, to_iso
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,10 @@ class _Turn:
     hints: om_store.ThreadHints
     unobserved: list[Message]
     others: dict[str, list[Message]] = field(default_factory=dict)  # resource scope: other threads' raw
+    # The messages this turn has read, by their stored row: each reload parses only rows new or changed since
+    # (after every observer call of a long backlog the turn reads what is left again, to take in what was
+    # stored, edited or deleted meanwhile; parsing all of it each time cost half of such a turn's CPU).
+    parsed: ParsedRows = field(default_factory=dict)
 
     @property
     def chunks(self) -> list[BufferedChunk]:
@@ -115,21 +120,25 @@ class ObservationalMemory(BaseProcessor):
         return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
     # -- loading ---------------------------------------------------------------------------------
-    def _load(self, ctx: ProcessorContext, key: str) -> _Turn:
+    def _load(self, ctx: ProcessorContext, key: str, parsed: ParsedRows | None = None) -> _Turn:
+        """The turn's state as stored now; ``parsed``: an earlier load's (``_Turn.parsed``), so a reload parses
+        only the message rows new or changed since."""
         req = ctx.request
         assert req.thread_id is not None
         if req.as_of is not None:
             return self._load_past(ctx, key)
+        parsed = {} if parsed is None else parsed
         record = om_store.current_record(ctx.store, key)
         thread = ctx.store.memory.get_thread(req.thread_id)
         hints = om_store.thread_hints(thread.metadata if thread is not None else None)
         unobserved = om_store.unobserved_messages(
-            ctx.store, thread_id=req.thread_id, resource_id=req.resource_id, record=record, hints=hints)
+            ctx.store, thread_id=req.thread_id, resource_id=req.resource_id, record=record, hints=hints,
+            parsed=parsed)
         others: dict[str, list[Message]] = {}
         if self._options(ctx).scope == "resource" and req.resource_id:
             others = rs.other_unobserved(ctx.store, resource_id=req.resource_id, current_thread=req.thread_id,
-                                         record=record)
-        return _Turn(key, record, hints, unobserved, others)
+                                         record=record, parsed=parsed)
+        return _Turn(key, record, hints, unobserved, others, parsed)
 
     def _load_past(self, ctx: ProcessorContext, key: str) -> _Turn:
         """A past turn's state: from its record (exact), else as of its input's time (reconstructed)."""
@@ -233,7 +242,7 @@ class ObservationalMemory(BaseProcessor):
                 # then observe the rest here (unless it is still running: a second call would only
                 # race it for the same messages).
                 settled = _wait_for_background(ctx, turn.key, opts, "observer")
-                turn = self._load(ctx, turn.key)
+                turn = self._load(ctx, turn.key, turn.parsed)
                 if turn.chunks:
                     turn = self._activate(ctx, job, turn, self._pending(ctx, turn, input_tokens), input_tokens, now,
                                           force=True, blocked=True)
@@ -302,12 +311,12 @@ class ObservationalMemory(BaseProcessor):
             if committed is None:
                 span.set_attributes({"conflict": True})
                 ctx.note(self.id, activation="another writer changed the buffer first; reloaded")
-                return self._load(ctx, turn.key)
+                return self._load(ctx, turn.key, turn.parsed)
             span.set_output({"chunks": len(chunks), "observationTokens": activation.observation_tokens})
         ctx.note(self.id, activated={"chunks": len(chunks), "messages": len(covered),
                                      "messageTokens": sum(c.message_tokens for c in chunks),
                                      "left": len(turn.chunks) - len(chunks), "blocked": blocked})
-        return self._load(ctx, turn.key)
+        return self._load(ctx, turn.key, turn.parsed)
 
     def _backing_off(self, ctx: ProcessorContext, turn: _Turn, which: str, now: datetime) -> bool:
         backoff = buffer_store.current_backoff(turn.record, which)
@@ -503,7 +512,7 @@ class ObservationalMemory(BaseProcessor):
                 # Another process observed this thread meanwhile; its result stands, ours is dropped.
                 span.set_attributes({"conflict": True})
                 ctx.note(self.id, observation="another writer observed this thread first; reloaded its result")
-                return self._load(ctx, turn.key)
+                return self._load(ctx, turn.key, turn.parsed)
             span.set_output({"observedMessages": len(batch), "observationTokens": obs.observation_tokens})
             observed.append({"messages": len(batch), "tokens": batch_tokens,
                              "observationTokens": obs.observation_tokens, "thread": thread_id,
@@ -513,7 +522,7 @@ class ObservationalMemory(BaseProcessor):
 
             title_from_observer(ctx.store, thread_id, parsed.thread_title, model_id=job.observer.model_id)
         # The hints were just written; re-reading keeps this turn's context identical to the next one's.
-        return self._load(ctx, turn.key)
+        return self._load(ctx, turn.key, turn.parsed)
 
     # -- reflecting --------------------------------------------------------------------------------
     def _reflection(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, now: datetime, may_write: bool) -> _Turn:
@@ -545,7 +554,7 @@ class ObservationalMemory(BaseProcessor):
             return self._swap_reflection(ctx, turn, now)
         if due and size >= opts.reflection_block_after_tokens:
             settled = _wait_for_background(ctx, turn.key, opts, "reflector")
-            turn = self._load(ctx, turn.key)
+            turn = self._load(ctx, turn.key, turn.parsed)
             if turn.record is not None and turn.record.buffered_reflection:
                 return self._swap_reflection(ctx, turn, now, blocked=True)
             if not settled:
@@ -571,7 +580,7 @@ class ObservationalMemory(BaseProcessor):
                                                    now=_written_at(ctx, now), buffered=True, blocked=blocked)
         if committed is None:
             ctx.note(self.id, reflection="another writer changed the log first; reloaded")
-            return self._load(ctx, turn.key)
+            return self._load(ctx, turn.key, turn.parsed)
         ctx.note(self.id, reflected={"generation": committed.generation_count, "from": record.observation_token_count,
                                      "to": tokens, "buffered": True, "blocked": blocked})
         return replace(turn, record=committed)
@@ -603,7 +612,7 @@ class ObservationalMemory(BaseProcessor):
             if committed is None:
                 span.set_attributes({"conflict": True})
                 ctx.note(self.id, reflection="another writer changed the log first; reloaded its result")
-                return self._load(ctx, turn.key)
+                return self._load(ctx, turn.key, turn.parsed)
             span.set_output({"generation": committed.generation_count, "tokens": result.tokens})
             ctx.note(self.id, reflected={"generation": committed.generation_count, "from": record.observation_token_count,
                                          "to": result.tokens, "attempts": attempts, "warning": result.problem,
