@@ -95,6 +95,25 @@ def test_memory_summary_says_what_each_turn_brings(tmp_path):
     assert chat_layout.memory_summary(om) == "Memory: observational memory (thread) in place of message history"
 
 
+def test_memory_problem_says_the_first_failure_of_each_kind_in_plain_words():
+    assert chat_layout.memory_problem([]) == ""
+    assert chat_layout.memory_problem([{"observational-memory": {"observation": "ran"}}, {"other": {}}]) == ""
+    notes = [{"observational-memory": {"reflectionError": "the reflector failed (timeout); backing off until "
+                                       "2026-03-01T09:00:30.000Z (failure 2); the messages stay raw meanwhile",
+                                       "reflectionRetryAt": "2026-03-01T09:00:30.000Z"}},
+             {"observational-memory": {"reflectionError": "a later prompt's"}}]
+    said = chat_layout.memory_problem(notes)
+    from studio.logic.dates import format_datetime
+
+    assert said.startswith("Observational memory could not condense its observations: the reflector failed (timeout); "
+                           f"backing off until {format_datetime('2026-03-01T09:00:30.000Z')} (failure 2)")
+    assert "a later prompt's" not in said and "2026-03-01T" not in said
+    assert "The observations are kept as they are" in said and "observe this conversation" not in said
+    both = chat_layout.memory_problem([{"observational-memory": {"observationError": "observer call failed: x"}},
+                                       *notes])
+    assert both.index("could not observe") < both.index("could not condense") < both.index("chosen model")
+
+
 def test_run_turn_saves_the_turn_and_a_failure_saves_nothing(tmp_path):
     store = open_store(tmp_path / "m.db")
     pieces: list[str] = []
