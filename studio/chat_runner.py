@@ -395,8 +395,11 @@ def waiting_for(span_type: str, attributes: Mapping[str, Any]) -> str | None:
         size = f" ({tokens:,} tokens)" if isinstance(tokens, int) else ""
         batch, batches = attributes.get("batch"), attributes.get("batches")
         if isinstance(batch, int) and isinstance(batches, int) and batches > 1:  # a backlog over max_tokens_per_batch
-            return (f"observational memory is observing {what}{size} before the reply: batch {batch} of {batches}, "
-                    "each a model call of its own")
+            # With the observer's window known the count is a forecast: how much a call can take depends on what the
+            # calls before it store (``OMJob.calls_left``), so it may move by a call or two as they go.
+            about = "about " if attributes.get("batchesForecast") and batch < batches else ""
+            return (f"observational memory is observing {what}{size} before the reply: batch {batch} of {about}"
+                    f"{batches}, each a model call of its own")
         return f"observational memory is observing {what}{size} before the reply, a model call of its own"
     if span_type == "memory_operation" and operation == "reflect":
         tokens = attributes.get("tokens")

@@ -360,15 +360,25 @@ class ObservationalMemory(BaseProcessor):
         pending = self._pending(ctx, turn, input_tokens)
         taken: list[Message] = []
         calls: list[ObserverCall] = []
+        count, exact = 0, True  # how many calls the turn makes, counted as it counts them (``_observe_batch``)
         for thread_id, batch in batches:
             if taken and pending < opts.message_tokens:
                 break
             taken += batch
             pending -= messages_tokens(ctx.tokenizer, batch)
             try:
-                calls += self._plan(ctx, job, turn, thread_id, batch)
+                planned = self._plan(ctx, job, turn, thread_id, batch)
+                hints = self._thread_hints(ctx, turn, thread_id)
+                left, exact_here = job.calls_left(
+                    batch[len(planned[0].batch):] if planned else [], cost=lambda m: messages_tokens(ctx.tokenizer, [m]),
+                    previous=turn.record.active_observations if turn.record else "", current_task=hints.current_task,
+                    suggested_response=hints.suggested_response)
             except ContextWindowError as exc:
                 ctx.note(self.id, observeFirstError=str(exc))
+                continue
+            calls += planned
+            count += (1 + left) if planned else 0
+            exact = exact and exact_here
         if taken:
             first = calls[0] if calls else None
             ctx.note(self.id, observeFirst={
@@ -377,6 +387,9 @@ class ObservationalMemory(BaseProcessor):
                 # Each observer call (``max_tokens_per_batch``, the observer's window), as planned from the log now;
                 # the first one's request exactly as the turn sends it (``OMJob.plan``, the turn's own path).
                 "batches": [len(c.batch) for c in calls],
+                # How many calls the turn makes: each planned from what the one before stored, so with a window known
+                # a forecast (``OMJob.calls_left``), as the turn's own count is; exact without one (``len(batches)``).
+                "calls": count, **({"callsForecast": True} if not exact and count > 1 else {}),
                 "firstRequest": {"messages": first.messages, "tokens": first.request_tokens,
                                  "messageTokens": first.tokens, "window": job.window,
                                  "temperature": opts.observer_temperature, "maxTokens": opts.max_output_tokens,
@@ -417,14 +430,14 @@ class ObservationalMemory(BaseProcessor):
         each call's result and cursor are stored before the next call is planned from what is stored then, so a
         failure keeps what was observed and the retry starts after it. Whether every batch was observed."""
         done, last_first = 0, None
-        planned: list[str] = []  # the last message of each call as planned before the thread's first (its numbering)
+        costs: dict[int, tuple[Message, int]] = {}  # each message's tokens, by the message read (``_costs``)
         while pending := self._thread_unobserved(ctx, turn, thread_id):
             if pending[0].id == last_first:
                 return turn, False  # (stored, yet the same messages are unobserved: never observe them twice)
             last_first = pending[0].id
             made = len(observed)
             turn = self._observe_batch(ctx, job, turn, thread_id, pending, input_tokens, now, blocked, observed, done,
-                                       planned)
+                                       costs)
             if len(observed) == made:
                 return turn, False
             done += 1
@@ -447,32 +460,34 @@ class ObservationalMemory(BaseProcessor):
 
     def _observe_batch(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str, pending: list[Message],
                        input_tokens: int, now: datetime, blocked: bool, observed: list[dict[str, Any]],
-                       done: int, planned: list[str]) -> _Turn:
+                       done: int, costs: dict[int, tuple[Message, int]]) -> _Turn:
         """Observe the first batch of ``pending`` (``done`` batches of the thread observed before it this turn).
-        The thread's first call plans the whole backlog, for the calls' numbering (``planned``: the last message of
-        each); each later call plans only itself, from the log the one before stored: the same batch as planning
-        the whole rest again would start with, without that planning (quadratic in the number of batches)."""
+        Each call plans only itself, from the log the one before stored: the same batch as planning the whole rest
+        again would start with, without that planning (quadratic in the number of batches); the calls after it are
+        counted (``OMJob.calls_left``, exact without a window, a forecast with one) for the call's numbering."""
         req = ctx.request
         opts = self._options(ctx)
         record = turn.record
+        hints = self._thread_hints(ctx, turn, thread_id)
+        previous = record.active_observations if record else ""
         try:
-            calls = self._plan(ctx, job, turn, thread_id, pending, limit=1 if planned else None)
+            call = self._plan(ctx, job, turn, thread_id, pending, limit=1)[0]
+            left, exact = job.calls_left(pending[len(call.batch):], cost=lambda m: _cost(ctx, costs, m),
+                                         previous=previous, current_task=hints.current_task,
+                                         suggested_response=hints.suggested_response)
         except ContextWindowError as exc:  # max_output_tokens leaves no room in the observer's window
             retry_at = job.failed("observer", str(exc), record, now)
             ctx.note(self.id, observationError=f"{exc}; the messages stay raw and the observer is tried again "
                      f"after {retry_at}", observationRetryAt=retry_at)
             return turn
-        call = calls[0]
         batch = list(call.batch)
         batch_tokens = call.tokens
-        if not planned:
-            planned.extend(c.batch[-1].id for c in calls)
-        # Which call of the thread's this is, when there are several: the planned calls that end after this one are
-        # still to come (the same count as planning the rest again when the calls go as planned: always, without a
-        # window; with one, a log that grew may shift where a later call ends).
-        after = {m.id for m in pending[len(batch):]}
-        batches = done + 1 + sum(1 for last in planned if last in after)
-        call_attrs = {"batch": done + 1, "batches": batches} if batches > 1 else {}
+        # Which call of the thread's this is, when there are several, and how many there are: exact without a window;
+        # with one, a forecast (how many a call can take depends on the observations the calls before it store).
+        batches = done + 1 + left
+        call_attrs: dict[str, Any] = {"batch": done + 1, "batches": batches} if batches > 1 else {}
+        if batches > 1 and not exact:
+            call_attrs["batchesForecast"] = True
         if call.left_out:  # a single message over the observer's window, cut to fit (``batches._cut_to_fit``)
             call_attrs["leftOut"] = call.left_out
         with ctx.tracer.start_span("memory: observe", "memory_operation", thread_id=req.thread_id,
@@ -712,6 +727,17 @@ class ObservationalMemory(BaseProcessor):
                                            lambda token: buffer_observations(job, token),
                                            description=f"observe {key} in the background")
             ctx.note(self.id, bufferingStarted={"unbufferedTokens": unbuffered, "interval": interval})
+
+
+def _cost(ctx: ProcessorContext, costs: dict[int, tuple[Message, int]], msg: Message) -> int:
+    """``msg``'s tokens (``messages_tokens``), kept by the message read: a re-read returns the same message for an
+    unchanged row (``_Turn.parsed``), so each call's count of the calls left costs no tokenizing."""
+    kept = costs.get(id(msg))
+    if kept is not None and kept[0] is msg:
+        return kept[1]
+    tokens = messages_tokens(ctx.tokenizer, [msg])
+    costs[id(msg)] = (msg, tokens)
+    return tokens
 
 
 def _previews_next(ctx: ProcessorContext) -> bool:

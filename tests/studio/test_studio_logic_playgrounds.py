@@ -65,6 +65,16 @@ def test_only_the_reply_coming_in_has_the_typing_mark_and_it_says_what_it_waits_
                                             "batch": 2, "batches": 3}) == (
         "observational memory is observing 12 unobserved messages (9,800 tokens) before the reply: batch 2 of 3, "
         "each a model call of its own")
+    # With the observer's window known the count is a forecast (a call fits what the log stored before it leaves room
+    # for): "about", until the last call, which is the last.
+    forecast = {"operationType": "observe", "messages": 12, "tokens": 9_800, "batchesForecast": True}
+    assert "batch 2 of about 37, each" in str(waiting_for("memory_operation", {**forecast, "batch": 2, "batches": 37}))
+    assert "batch 37 of 37, each" in str(waiting_for("memory_operation", {**forecast, "batch": 37, "batches": 37}))
+    from studio.logic.request_layout import observer_calls
+
+    assert observer_calls({"batches": [3, 4], "calls": 9, "callsForecast": True}) == (9, "about ")
+    assert observer_calls({"batches": [3, 4, 2], "calls": 3}) == (3, "")
+    assert observer_calls({"batches": [3, 4]}) == (2, "")  # a note from before ``calls``: its planned batches
     waits = waiting_for("memory_operation", {"operationType": "wait", "waitsFor": "observer", "limitSeconds": 120.0})
     assert waits == ("waiting for observational memory's background observer to finish (past its block_after the "
                      "reply waits for it, at most 120 s)")
