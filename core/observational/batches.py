@@ -102,9 +102,10 @@ def calls_left(rest: Sequence["Message"], *, cost: Callable[["Message"], int], b
     a plan from the log as it is now counted too few calls for a long backlog, 18 for 39). A forecast: a call may
     fit more or fewer messages than it assumes (``_longest_fitting``), so the count can move as the calls go."""
     room = None
-    if budget is not None:
-        tail = _tail_tokens(build, tokenizer, budget, previous_tokens) or 0
-        room = budget.prompt_limit - request_tokens(tokenizer, build([], 0)) - tail
+    if budget is not None:  # (the tail as ``_tail_tokens`` caps it, without building the requests that show it)
+        bare = request_tokens(tokenizer, build([], 0))
+        half = max(0, (budget.prompt_limit - bare) // 2)
+        room = budget.prompt_limit - bare - (half if previous_tokens is None else min(previous_tokens, half))
     calls = used = estimate = 0
     for msg in rest:
         size = cost(msg)

@@ -457,6 +457,6 @@ def test_each_call_says_which_of_how_many_it_is_exactly_without_a_window_and_as_
             assert all(a.get("batchesForecast") for a in spans) and first["callsForecast"]
             errors += [abs(n - made) / made for n in shown]
     store.close()
-    # (Deterministic: seeded backlogs and replies, the estimating tokenizer. 1.3 % mean, 29 % at worst; counted with
+    # (Deterministic: seeded backlogs and replies, the estimating tokenizer. 1.5 % mean, 29 % at worst; counted with
     # the room of an empty log, as the first plan did, 5.1 % and 46 %.)
     assert errors and sum(errors) / len(errors) < 0.025 and max(errors) < 0.35, (sum(errors) / len(errors), max(errors))
