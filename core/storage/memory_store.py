@@ -154,18 +154,19 @@ def _readable_with(rows: Sequence[tuple[Any, ...]], parsed: ParsedRows) -> Messa
     """``message_pages.readable`` of ``rows``, taking each row read before from ``parsed`` and adding the others."""
     out = MessageRows()
     for row in rows:
-        key: tuple[Any, ...] | None = tuple(row)
+        key = tuple(row)
         try:
             known = parsed.get(key)
+            keep = True
         except TypeError:  # a driver value that cannot be hashed: parsed each time, as without ``parsed``
-            key, known = None, None
+            known, keep = None, False
         if known is not None:
             out.append(known)
             continue
         page = message_pages.readable([dict(zip(_MESSAGE_FIELDS, row))])
         out.unreadable.extend(page.unreadable)  # not kept: it is reported each time it is read, as without
         for msg in page:
-            if key is not None:
+            if keep:
                 parsed[key] = msg
             out.append(msg)
     return out
