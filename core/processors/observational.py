@@ -430,7 +430,7 @@ class ObservationalMemory(BaseProcessor):
         each call's result and cursor are stored before the next call is planned from what is stored then, so a
         failure keeps what was observed and the retry starts after it. Whether every batch was observed."""
         done, last_first = 0, None
-        costs: dict[int, tuple[Message, int]] = {}  # each message's tokens, by the message read (``_costs``)
+        costs: dict[int, tuple[Message, int]] = {}  # each message's tokens, by the message read (``_cost``)
         while pending := self._thread_unobserved(ctx, turn, thread_id):
             if pending[0].id == last_first:
                 return turn, False  # (stored, yet the same messages are unobserved: never observe them twice)
