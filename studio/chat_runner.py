@@ -41,7 +41,7 @@ from core.background import BackgroundWork
 from core.llm.base import CONTEXT_OVERFLOW_HINT, ChatModel, ModelError
 from core.llm.stopping import CallStop
 from core.traces.tracer import Span, Tracer
-from studio.logic.chat_layout import WAITING_FOR_MODEL
+from studio.logic.chat_layout import WAITING_FOR_MODEL, memory_problem
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +148,7 @@ class TurnOutcome:
     tools: list[str] = field(default_factory=list)
     finish_reason: str = "stop"  # "length": the reply stopped at the cap
     stop_too_late: bool = False  # Stop was pressed once the turn's save had begun: the turn is stored
+    memory_problem: str = ""  # observational memory's observer or reflector failing, as noted (``memory_problem``)
 
 
 def recorded_runs(store: Store, rows: Sequence[Any]) -> dict[str, AgentRun]:
@@ -376,7 +377,8 @@ def run_turn(
     return TurnOutcome(request, result.text, model.model_id, deltas, [m.id for m in result.saved],
                        result.trace_id, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
                        time.perf_counter() - started, tools_seen, result.finish_reason or "stop",
-                       stop_too_late=stop is not None and stop.stopped)
+                       stop_too_late=stop is not None and stop.stopped,
+                       memory_problem=memory_problem(p.notes for p in result.prompts))
 
 
 def waiting_for(span_type: str, attributes: Mapping[str, Any]) -> str | None:
@@ -393,8 +395,11 @@ def waiting_for(span_type: str, attributes: Mapping[str, Any]) -> str | None:
         size = f" ({tokens:,} tokens)" if isinstance(tokens, int) else ""
         batch, batches = attributes.get("batch"), attributes.get("batches")
         if isinstance(batch, int) and isinstance(batches, int) and batches > 1:  # a backlog over max_tokens_per_batch
-            return (f"observational memory is observing {what}{size} before the reply: batch {batch} of {batches}, "
-                    "each a model call of its own")
+            # With the observer's window known the count is a forecast: how much a call can take depends on what the
+            # calls before it store (``OMJob.calls_left``), so it may move by a call or two as they go.
+            about = "about " if attributes.get("batchesForecast") and batch < batches else ""
+            return (f"observational memory is observing {what}{size} before the reply: batch {batch} of {about}"
+                    f"{batches}, each a model call of its own")
         return f"observational memory is observing {what}{size} before the reply, a model call of its own"
     if span_type == "memory_operation" and operation == "reflect":
         tokens = attributes.get("tokens")

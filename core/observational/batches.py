@@ -90,6 +90,34 @@ def plan(pending: Sequence["Message"], *, build: BuildRequest, tokenizer: "Token
     return calls
 
 
+def calls_left(rest: Sequence["Message"], *, cost: Callable[["Message"], int], build: BuildRequest,
+               tokenizer: "Tokenizer", max_tokens: int, budget: "PromptBudget | None",
+               previous_tokens: int | None) -> tuple[int, bool]:
+    """How many observer calls ``rest`` (oldest first) takes after the call being made, counted without building
+    their requests (``cost``: a message's ``messages_tokens``), and whether that is exact.
+
+    Without a window it is: ``plan`` cuts by ``max_tokens`` alone, whatever the log holds. With one, each call's
+    room depends on the observations stored before it, which the calls before it write: not known yet. The count
+    then assumes the room the requests keep once the log fills the tail they show (the log grows with every call;
+    a plan from the log as it is now counted too few calls for a long backlog, 18 for 39). A forecast: a call may
+    fit more or fewer messages than it assumes (``_longest_fitting``), so the count can move as the calls go."""
+    room = None
+    if budget is not None:  # (the tail as ``_tail_tokens`` caps it, without building the requests that show it)
+        bare = request_tokens(tokenizer, build([], 0))
+        half = max(0, (budget.prompt_limit - bare) // 2)
+        room = budget.prompt_limit - bare - (half if previous_tokens is None else min(previous_tokens, half))
+    calls = used = estimate = 0
+    for msg in rest:
+        size = cost(msg)
+        if calls and (used + size > max_tokens or (room is not None and estimate + size + _LABEL_TOKENS > room)):
+            calls, used, estimate = calls + 1, 0, 0
+        elif not calls:
+            calls = 1
+        used += size
+        estimate += size + _LABEL_TOKENS
+    return calls, budget is None
+
+
 def _longest_fitting(batch: list["Message"], tail: int | None, build: BuildRequest, tokenizer: "Tokenizer",
                      limit: int) -> tuple[list["Message"], list[dict[str, Any]], int]:
     """The longest prefix of ``batch`` (whose whole request is over ``limit``) whose request fits, with that
@@ -176,4 +204,4 @@ def _tail_tokens(build: BuildRequest, tokenizer: "Tokenizer", budget: "PromptBud
     return tail
 
 
-__all__ = ["ObserverCall", "plan", "request_tokens"]
+__all__ = ["ObserverCall", "calls_left", "plan", "request_tokens"]

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from core.background import CANCELLED, CancelToken
 from core.context_window import ContextWindowError, PromptBudget
@@ -31,7 +31,7 @@ from core.llm.stopping import CallStopped, current_stop
 from core.llm.yielding import TRAFFIC, CallYielded, background_call
 from core.observational import buffer_store
 from core.observational import store as om_store
-from core.observational.batches import ObserverCall, plan, request_tokens
+from core.observational.batches import BuildRequest, ObserverCall, calls_left, plan, request_tokens
 from core.observational.buffer import next_backoff
 from core.observational.observer import build_observer_messages
 from core.observational.parsing import ObserverOutput, parse_observer_output
@@ -167,7 +167,21 @@ class OMJob:
         tokens fitted to the observer's window (``core.observational.batches``); the first ``limit`` only when
         given. Raises ``ContextWindowError`` (``observer_budget``)."""
         opts = self.options
-        instruction = _instruction(opts.instruction, self.title_hint)
+        return plan(pending, build=self._builder(previous, current_task, suggested_response), tokenizer=self.tokenizer,
+                    max_tokens=max_tokens if max_tokens is not None else opts.max_tokens_per_batch,
+                    budget=self.observer_budget(), previous_tokens=opts.previous_observer_tokens, limit=limit)
+
+    def calls_left(self, rest: list["Message"], *, cost: Callable[["Message"], int], previous: str,
+                   current_task: str | None, suggested_response: str | None) -> tuple[int, bool]:
+        """How many observer calls ``rest`` takes after the one being made, and whether that is exact
+        (``batches.calls_left``: a forecast when the observer's window is known). Raises ``ContextWindowError``."""
+        opts = self.options
+        return calls_left(rest, cost=cost, build=self._builder(previous, current_task, suggested_response),
+                          tokenizer=self.tokenizer, max_tokens=opts.max_tokens_per_batch,
+                          budget=self.observer_budget(), previous_tokens=opts.previous_observer_tokens)
+
+    def _builder(self, previous: str, current_task: str | None, suggested_response: str | None) -> BuildRequest:
+        instruction = _instruction(self.options.instruction, self.title_hint)
 
         def build(batch: Any, tail: int | None) -> list[dict[str, Any]]:
             return build_observer_messages(
@@ -175,9 +189,7 @@ class OMJob:
                 suggested_response=suggested_response, tokenizer=self.tokenizer, previous_tokens=tail,
                 instruction=instruction)
 
-        return plan(pending, build=build, tokenizer=self.tokenizer,
-                    max_tokens=max_tokens if max_tokens is not None else opts.max_tokens_per_batch,
-                    budget=self.observer_budget(), previous_tokens=opts.previous_observer_tokens, limit=limit)
+        return build
 
     def _fitted(self, call: ObserverCall) -> str | None:
         """How ``call`` was fitted to the observer's window, in words (None: no window known)."""

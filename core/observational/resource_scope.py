@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.messages import Message
     from core.observational.records import OMRecord
     from core.storage import Store
+    from core.storage.memory_store import ParsedRows
 
 #: Threads of the resource looked at for unobserved messages (most recently created first).
 MAX_OTHER_THREADS = 50
@@ -56,15 +57,16 @@ def threads_of(text: str) -> list[str]:
 
 
 def other_unobserved(store: "Store", *, resource_id: str, current_thread: str,
-                     record: "OMRecord | None") -> dict[str, list["Message"]]:
-    """The other threads' messages that no observation covers, by thread (each by its own cursor)."""
+                     record: "OMRecord | None", parsed: "ParsedRows | None" = None) -> dict[str, list["Message"]]:
+    """The other threads' messages that no observation covers, by thread (each by its own cursor); ``parsed``:
+    rows read before (``unobserved_messages``)."""
     page = store.memory.list_threads(resource_id=resource_id, per_page=MAX_OTHER_THREADS)
     out: dict[str, list[Message]] = {}
     for thread in page.threads:
         if thread.id == current_thread:
             continue
         msgs = unobserved_messages(store, thread_id=thread.id, resource_id=resource_id, record=record,
-                                   hints=thread_hints(thread.metadata))
+                                   hints=thread_hints(thread.metadata), parsed=parsed)
         if msgs:
             out[thread.id] = msgs
     return out

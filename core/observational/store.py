@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Mapping
 
 import sqlalchemy as sa
@@ -21,7 +21,7 @@ from core.observational.buffer import with_appended, with_event, with_hints
 from core.observational.records import STUDIO_KEY, OMRecord, lookup_key, merge_observed_ids
 from core.storage import locks
 from core.storage import schema as t
-from core.storage.memory_store import MessageQuery, dump_json, json_col, load_json
+from core.storage.memory_store import MessageQuery, ParsedRows, dump_json, json_col, load_json
 from core.timeutil import iso_now, parse_iso, to_iso
 from core.stored_text import json_text
 
@@ -107,12 +107,13 @@ def load_current(
 
 def unobserved_messages(
     store: "Store", *, thread_id: str, resource_id: str | None, record: OMRecord | None,
-    hints: ThreadHints, before: tuple[datetime, str] | None = None,
+    hints: ThreadHints, before: tuple[datetime, str] | None = None, parsed: ParsedRows | None = None,
 ) -> list[Message]:
     """Stored messages of the thread that no observation covers yet, oldest first.
 
     The thread's cursor decides; a thread without one (an old row, or a Mastra database) falls back
-    to the row's ``lastObservedAt`` when the row belongs to this thread alone.
+    to the row's ``lastObservedAt`` when the row belongs to this thread alone. ``parsed``: rows read
+    before, not parsed again (``MemoryStore.list_messages``).
     """
     since: str | None = None
     after: tuple[str, str] | None = None
@@ -123,16 +124,34 @@ def unobserved_messages(
     rows = store.memory.list_messages(MessageQuery(
         thread_id=thread_id, resource_id=resource_id, since=parse_iso(since) if since else None,
         before=before, exclude_system=True,
-    ))
+    ), parsed=parsed)
     observed = set(record.observed_message_ids) if record is not None else set()
+    # A message a millisecond or more after a cursor written as ``to_iso`` writes is after it without formatting
+    # its time (``to_iso`` for each message cost as much as the rest of this loop, for every row of a long backlog).
+    clearly_after = _ms_after(after[0]) if after is not None else None
     out: list[Message] = []
     for msg in rows:
         if msg.id in observed:
             continue
-        if after is not None and (to_iso(msg.created_at), msg.id) <= after:
+        if after is not None and not (clearly_after is not None and msg.created_at >= clearly_after) \
+                and (to_iso(msg.created_at), msg.id) <= after:
             continue
         out.append(msg)
     return out
+
+
+def _ms_after(stamp: str) -> datetime | None:
+    """A millisecond after ``stamp`` when ``to_iso`` writes it so (every time from it on formats after it), else None."""
+    try:
+        at = parse_iso(stamp)
+    except (ValueError, OverflowError):
+        return None
+    if to_iso(at) != stamp:
+        return None
+    try:
+        return at + timedelta(milliseconds=1)
+    except OverflowError:
+        return None
 
 
 # -- writing --------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from core.observational.tokens import count_text, messages_tokens
 from core.options import ObservationalMemoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
 from core.processors.message_history import save_turn
+from core.storage.memory_store import ParsedRows
 from core.timeutil import as_utc, to_iso
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,10 @@ class _Turn:
     hints: om_store.ThreadHints
     unobserved: list[Message]
     others: dict[str, list[Message]] = field(default_factory=dict)  # resource scope: other threads' raw
+    # The messages this turn has read, by their stored row: each reload parses only rows new or changed since
+    # (after every observer call of a long backlog the turn reads what is left again, to take in what was
+    # stored, edited or deleted meanwhile; parsing all of it each time cost half of such a turn's CPU).
+    parsed: ParsedRows = field(default_factory=dict)
 
     @property
     def chunks(self) -> list[BufferedChunk]:
@@ -115,21 +120,25 @@ class ObservationalMemory(BaseProcessor):
         return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
     # -- loading ---------------------------------------------------------------------------------
-    def _load(self, ctx: ProcessorContext, key: str) -> _Turn:
+    def _load(self, ctx: ProcessorContext, key: str, parsed: ParsedRows | None = None) -> _Turn:
+        """The turn's state as stored now; ``parsed``: an earlier load's (``_Turn.parsed``), so a reload parses
+        only the message rows new or changed since."""
         req = ctx.request
         assert req.thread_id is not None
         if req.as_of is not None:
             return self._load_past(ctx, key)
+        parsed = {} if parsed is None else parsed
         record = om_store.current_record(ctx.store, key)
         thread = ctx.store.memory.get_thread(req.thread_id)
         hints = om_store.thread_hints(thread.metadata if thread is not None else None)
         unobserved = om_store.unobserved_messages(
-            ctx.store, thread_id=req.thread_id, resource_id=req.resource_id, record=record, hints=hints)
+            ctx.store, thread_id=req.thread_id, resource_id=req.resource_id, record=record, hints=hints,
+            parsed=parsed)
         others: dict[str, list[Message]] = {}
         if self._options(ctx).scope == "resource" and req.resource_id:
             others = rs.other_unobserved(ctx.store, resource_id=req.resource_id, current_thread=req.thread_id,
-                                         record=record)
-        return _Turn(key, record, hints, unobserved, others)
+                                         record=record, parsed=parsed)
+        return _Turn(key, record, hints, unobserved, others, parsed)
 
     def _load_past(self, ctx: ProcessorContext, key: str) -> _Turn:
         """A past turn's state: from its record (exact), else as of its input's time (reconstructed)."""
@@ -233,7 +242,7 @@ class ObservationalMemory(BaseProcessor):
                 # then observe the rest here (unless it is still running: a second call would only
                 # race it for the same messages).
                 settled = _wait_for_background(ctx, turn.key, opts, "observer")
-                turn = self._load(ctx, turn.key)
+                turn = self._load(ctx, turn.key, turn.parsed)
                 if turn.chunks:
                     turn = self._activate(ctx, job, turn, self._pending(ctx, turn, input_tokens), input_tokens, now,
                                           force=True, blocked=True)
@@ -302,12 +311,12 @@ class ObservationalMemory(BaseProcessor):
             if committed is None:
                 span.set_attributes({"conflict": True})
                 ctx.note(self.id, activation="another writer changed the buffer first; reloaded")
-                return self._load(ctx, turn.key)
+                return self._load(ctx, turn.key, turn.parsed)
             span.set_output({"chunks": len(chunks), "observationTokens": activation.observation_tokens})
         ctx.note(self.id, activated={"chunks": len(chunks), "messages": len(covered),
                                      "messageTokens": sum(c.message_tokens for c in chunks),
                                      "left": len(turn.chunks) - len(chunks), "blocked": blocked})
-        return self._load(ctx, turn.key)
+        return self._load(ctx, turn.key, turn.parsed)
 
     def _backing_off(self, ctx: ProcessorContext, turn: _Turn, which: str, now: datetime) -> bool:
         backoff = buffer_store.current_backoff(turn.record, which)
@@ -351,15 +360,25 @@ class ObservationalMemory(BaseProcessor):
         pending = self._pending(ctx, turn, input_tokens)
         taken: list[Message] = []
         calls: list[ObserverCall] = []
+        count, exact = 0, True  # how many calls the turn makes, counted as it counts them (``_observe_batch``)
         for thread_id, batch in batches:
             if taken and pending < opts.message_tokens:
                 break
             taken += batch
             pending -= messages_tokens(ctx.tokenizer, batch)
             try:
-                calls += self._plan(ctx, job, turn, thread_id, batch)
+                planned = self._plan(ctx, job, turn, thread_id, batch)
+                hints = self._thread_hints(ctx, turn, thread_id)
+                left, exact_here = job.calls_left(
+                    batch[len(planned[0].batch):] if planned else [], cost=lambda m: messages_tokens(ctx.tokenizer, [m]),
+                    previous=turn.record.active_observations if turn.record else "", current_task=hints.current_task,
+                    suggested_response=hints.suggested_response)
             except ContextWindowError as exc:
                 ctx.note(self.id, observeFirstError=str(exc))
+                continue
+            calls += planned
+            count += (1 + left) if planned else 0
+            exact = exact and exact_here
         if taken:
             first = calls[0] if calls else None
             ctx.note(self.id, observeFirst={
@@ -368,6 +387,9 @@ class ObservationalMemory(BaseProcessor):
                 # Each observer call (``max_tokens_per_batch``, the observer's window), as planned from the log now;
                 # the first one's request exactly as the turn sends it (``OMJob.plan``, the turn's own path).
                 "batches": [len(c.batch) for c in calls],
+                # How many calls the turn makes: each planned from what the one before stored, so with a window known
+                # a forecast (``OMJob.calls_left``), as the turn's own count is; exact without one (``len(batches)``).
+                "calls": count, **({"callsForecast": True} if not exact and count > 1 else {}),
                 "firstRequest": {"messages": first.messages, "tokens": first.request_tokens,
                                  "messageTokens": first.tokens, "window": job.window,
                                  "temperature": opts.observer_temperature, "maxTokens": opts.max_output_tokens,
@@ -408,14 +430,14 @@ class ObservationalMemory(BaseProcessor):
         each call's result and cursor are stored before the next call is planned from what is stored then, so a
         failure keeps what was observed and the retry starts after it. Whether every batch was observed."""
         done, last_first = 0, None
-        planned: list[str] = []  # the last message of each call as planned before the thread's first (its numbering)
+        costs: dict[int, tuple[Message, int]] = {}  # each message's tokens, by the message read (``_cost``)
         while pending := self._thread_unobserved(ctx, turn, thread_id):
             if pending[0].id == last_first:
                 return turn, False  # (stored, yet the same messages are unobserved: never observe them twice)
             last_first = pending[0].id
             made = len(observed)
             turn = self._observe_batch(ctx, job, turn, thread_id, pending, input_tokens, now, blocked, observed, done,
-                                       planned)
+                                       costs)
             if len(observed) == made:
                 return turn, False
             done += 1
@@ -438,32 +460,34 @@ class ObservationalMemory(BaseProcessor):
 
     def _observe_batch(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str, pending: list[Message],
                        input_tokens: int, now: datetime, blocked: bool, observed: list[dict[str, Any]],
-                       done: int, planned: list[str]) -> _Turn:
+                       done: int, costs: dict[int, tuple[Message, int]]) -> _Turn:
         """Observe the first batch of ``pending`` (``done`` batches of the thread observed before it this turn).
-        The thread's first call plans the whole backlog, for the calls' numbering (``planned``: the last message of
-        each); each later call plans only itself, from the log the one before stored: the same batch as planning
-        the whole rest again would start with, without that planning (quadratic in the number of batches)."""
+        Each call plans only itself, from the log the one before stored: the same batch as planning the whole rest
+        again would start with, without that planning (quadratic in the number of batches); the calls after it are
+        counted (``OMJob.calls_left``, exact without a window, a forecast with one) for the call's numbering."""
         req = ctx.request
         opts = self._options(ctx)
         record = turn.record
+        hints = self._thread_hints(ctx, turn, thread_id)
+        previous = record.active_observations if record else ""
         try:
-            calls = self._plan(ctx, job, turn, thread_id, pending, limit=1 if planned else None)
+            call = self._plan(ctx, job, turn, thread_id, pending, limit=1)[0]
+            left, exact = job.calls_left(pending[len(call.batch):], cost=lambda m: _cost(ctx, costs, m),
+                                         previous=previous, current_task=hints.current_task,
+                                         suggested_response=hints.suggested_response)
         except ContextWindowError as exc:  # max_output_tokens leaves no room in the observer's window
             retry_at = job.failed("observer", str(exc), record, now)
             ctx.note(self.id, observationError=f"{exc}; the messages stay raw and the observer is tried again "
                      f"after {retry_at}", observationRetryAt=retry_at)
             return turn
-        call = calls[0]
         batch = list(call.batch)
         batch_tokens = call.tokens
-        if not planned:
-            planned.extend(c.batch[-1].id for c in calls)
-        # Which call of the thread's this is, when there are several: the planned calls that end after this one are
-        # still to come (the same count as planning the rest again when the calls go as planned: always, without a
-        # window; with one, a log that grew may shift where a later call ends).
-        after = {m.id for m in pending[len(batch):]}
-        batches = done + 1 + sum(1 for last in planned if last in after)
-        call_attrs = {"batch": done + 1, "batches": batches} if batches > 1 else {}
+        # Which call of the thread's this is, when there are several, and how many there are: exact without a window;
+        # with one, a forecast (how many a call can take depends on the observations the calls before it store).
+        batches = done + 1 + left
+        call_attrs: dict[str, Any] = {"batch": done + 1, "batches": batches} if batches > 1 else {}
+        if batches > 1 and not exact:
+            call_attrs["batchesForecast"] = True
         if call.left_out:  # a single message over the observer's window, cut to fit (``batches._cut_to_fit``)
             call_attrs["leftOut"] = call.left_out
         with ctx.tracer.start_span("memory: observe", "memory_operation", thread_id=req.thread_id,
@@ -503,7 +527,7 @@ class ObservationalMemory(BaseProcessor):
                 # Another process observed this thread meanwhile; its result stands, ours is dropped.
                 span.set_attributes({"conflict": True})
                 ctx.note(self.id, observation="another writer observed this thread first; reloaded its result")
-                return self._load(ctx, turn.key)
+                return self._load(ctx, turn.key, turn.parsed)
             span.set_output({"observedMessages": len(batch), "observationTokens": obs.observation_tokens})
             observed.append({"messages": len(batch), "tokens": batch_tokens,
                              "observationTokens": obs.observation_tokens, "thread": thread_id,
@@ -513,7 +537,7 @@ class ObservationalMemory(BaseProcessor):
 
             title_from_observer(ctx.store, thread_id, parsed.thread_title, model_id=job.observer.model_id)
         # The hints were just written; re-reading keeps this turn's context identical to the next one's.
-        return self._load(ctx, turn.key)
+        return self._load(ctx, turn.key, turn.parsed)
 
     # -- reflecting --------------------------------------------------------------------------------
     def _reflection(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, now: datetime, may_write: bool) -> _Turn:
@@ -545,7 +569,7 @@ class ObservationalMemory(BaseProcessor):
             return self._swap_reflection(ctx, turn, now)
         if due and size >= opts.reflection_block_after_tokens:
             settled = _wait_for_background(ctx, turn.key, opts, "reflector")
-            turn = self._load(ctx, turn.key)
+            turn = self._load(ctx, turn.key, turn.parsed)
             if turn.record is not None and turn.record.buffered_reflection:
                 return self._swap_reflection(ctx, turn, now, blocked=True)
             if not settled:
@@ -571,7 +595,7 @@ class ObservationalMemory(BaseProcessor):
                                                    now=_written_at(ctx, now), buffered=True, blocked=blocked)
         if committed is None:
             ctx.note(self.id, reflection="another writer changed the log first; reloaded")
-            return self._load(ctx, turn.key)
+            return self._load(ctx, turn.key, turn.parsed)
         ctx.note(self.id, reflected={"generation": committed.generation_count, "from": record.observation_token_count,
                                      "to": tokens, "buffered": True, "blocked": blocked})
         return replace(turn, record=committed)
@@ -603,7 +627,7 @@ class ObservationalMemory(BaseProcessor):
             if committed is None:
                 span.set_attributes({"conflict": True})
                 ctx.note(self.id, reflection="another writer changed the log first; reloaded its result")
-                return self._load(ctx, turn.key)
+                return self._load(ctx, turn.key, turn.parsed)
             span.set_output({"generation": committed.generation_count, "tokens": result.tokens})
             ctx.note(self.id, reflected={"generation": committed.generation_count, "from": record.observation_token_count,
                                          "to": result.tokens, "attempts": attempts, "warning": result.problem,
@@ -703,6 +727,17 @@ class ObservationalMemory(BaseProcessor):
                                            lambda token: buffer_observations(job, token),
                                            description=f"observe {key} in the background")
             ctx.note(self.id, bufferingStarted={"unbufferedTokens": unbuffered, "interval": interval})
+
+
+def _cost(ctx: ProcessorContext, costs: dict[int, tuple[Message, int]], msg: Message) -> int:
+    """``msg``'s tokens (``messages_tokens``), kept by the message read: a re-read returns the same message for an
+    unchanged row (``_Turn.parsed``), so each call's count of the calls left costs no tokenizing."""
+    kept = costs.get(id(msg))
+    if kept is not None and kept[0] is msg:
+        return kept[1]
+    tokens = messages_tokens(ctx.tokenizer, [msg])
+    costs[id(msg)] = (msg, tokens)
+    return tokens
 
 
 def _previews_next(ctx: ProcessorContext) -> bool:

@@ -146,6 +146,32 @@ class MessageQuery:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# ``list_messages(parsed=...)``: messages already parsed, by their stored row (a tuple of ``_MESSAGE_FIELDS``).
+ParsedRows = dict[tuple[Any, ...], Message]
+
+
+def _readable_with(rows: Sequence[tuple[Any, ...]], parsed: ParsedRows) -> MessageRows:
+    """``message_pages.readable`` of ``rows``, taking each row read before from ``parsed`` and adding the others."""
+    out = MessageRows()
+    for row in rows:
+        key = tuple(row)
+        try:
+            known = parsed.get(key)
+            keep = True
+        except TypeError:  # a driver value that cannot be hashed: parsed each time, as without ``parsed``
+            known, keep = None, False
+        if known is not None:
+            out.append(known)
+            continue
+        page = message_pages.readable([dict(zip(_MESSAGE_FIELDS, row))])
+        out.unreadable.extend(page.unreadable)  # not kept: it is reported each time it is read, as without
+        for msg in page:
+            if keep:
+                parsed[key] = msg
+            out.append(msg)
+    return out
+
+
 def json_col(col: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
     """Read a JSON column as JSON text, whether it holds text, a JSONB blob (libSQL) or ``jsonb``."""
     return dialect.json_text(col)
@@ -453,7 +479,11 @@ class MemoryStore:
             driver_sql.execute(conn, 'UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ?', (now, thread_id))
         return list(latest.values())
 
-    def list_messages(self, query: MessageQuery) -> MessageRows:
+    def list_messages(self, query: MessageQuery, *, parsed: ParsedRows | None = None) -> MessageRows:
+        """``parsed``: the messages of rows read before, by the row (every column as stored); a row read again
+        unchanged is that message, not parsed again, and each row parsed now is added. A reader that reads the
+        same rows again and again (a turn observing a long backlog re-reads what is left after each observer
+        call) pays for the rows that are new or changed only; any change of a stored column makes a new row."""
         # Plain SQL: this runs on every turn, and building a SQLAlchemy statement each time cost more
         # than the indexed lookup itself.
         check_ids(((query.thread_id, "thread id"), (query.resource_id, "resource id")), InvalidArgumentError)
@@ -488,7 +518,10 @@ class MemoryStore:
             sql = f'SELECT {select} FROM mastra_messages WHERE {" AND ".join(where)}{order}'
             rows = driver_sql.rows(conn, sql, params)
         # A row that does not parse is skipped and reported (``result.unreadable``), never fatal.
-        result = message_pages.readable(dict(zip(_MESSAGE_FIELDS, r)) for r in rows)
+        if parsed is None:
+            result = message_pages.readable(dict(zip(_MESSAGE_FIELDS, r)) for r in rows)
+        else:
+            result = _readable_with(rows, parsed)
         if query.last is not None:
             result.reverse()
         return result

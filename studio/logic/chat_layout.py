@@ -4,10 +4,12 @@ line about an agent's memory. Pure functions; no Qt, no I/O."""
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from core import MemoryOptions
+from studio.logic.dates import format_datetime
 from studio.logic.message_format import ROLE_COLOURS, MessageRow
 
 PROMPT_SCHEME = "prompt:"  # transcript links: prompt:<user message id> opens that turn in the inspector
@@ -113,3 +115,34 @@ def memory_summary(opts: MemoryOptions) -> str:
     if opts.read_only:
         bits.append("memory is not updated by the agent")
     return "Memory: " + " · ".join(bits)
+
+
+_OM = "observational-memory"  # the processor whose notes say what observational memory did in a turn
+_STAMP = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)")
+
+
+def memory_problem(notes: Iterable[Mapping[str, Any]]) -> str:
+    """What a turn's prompts' notes (``AssembledPrompt.notes``, one per model call) say of observational memory's
+    observer or reflector failing, for the person chatting: the first failure of each, its time in the Studio's
+    format, and what it means and what to do. Every turn notes an observer failure until an observation succeeds
+    (a background observer's too, which no reply shows otherwise), so this holds until memory works again. ""
+    when the turn noted none."""
+    errors: dict[str, str] = {}
+    for prompt_notes in notes:
+        om = prompt_notes.get(_OM) or {}
+        for key in ("observationError", "reflectionError"):
+            error = om.get(key) if isinstance(om, Mapping) else None
+            if key not in errors and isinstance(error, str) and error.strip():
+                errors[key] = _STAMP.sub(lambda m: format_datetime(m.group(0)), error.strip().rstrip("."))
+    lines = []
+    if "observationError" in errors:
+        lines.append(f"Observational memory could not observe this conversation: {errors['observationError']}. "
+                     "Nothing is lost: the messages not observed are still sent to the model as they are, and a "
+                     "later turn tries again.")
+    if "reflectionError" in errors:
+        lines.append(f"Observational memory could not condense its observations: {errors['reflectionError']}. "
+                     "The observations are kept as they are, and a later turn tries again.")
+    if lines:
+        lines.append("In the chat the chosen model observes too: if this keeps happening, check that it is running, "
+                     "or choose a model that follows the observer's instructions better.")
+    return "\n".join(lines)

@@ -16,7 +16,7 @@ from core.observational import OMRecord
 from core.prompt import AssembledPrompt
 from core.observational.buffer import backoff_of, events
 from studio.logic.observations_layout import format_when
-from studio.logic.request_layout import OBSERVER_CALL
+from studio.logic.request_layout import OBSERVER_CALL, observer_calls
 
 NO_BUFFERING = "Background buffering is off for this record: observations are made in the turn that needs them."
 
@@ -261,14 +261,17 @@ def _batches_said(first: Mapping[str, Any]) -> str:
         return ""
     window = request.get("window")
     fitted = f", each fitted to its {int(window):,}-token context window" if window else ""
-    shown = f"under Request: “{OBSERVER_CALL} 1 of {len(batches)}”"
-    if len(batches) == 1:
+    calls, about = observer_calls(first)
+    shown = f"under Request: “{OBSERVER_CALL} 1 of {about}{calls}”"
+    if calls == 1:
         return f" (one call; its request, exactly as sent, is {shown})"
-    more = len(batches) - 1
-    return (f", in {len(batches)} calls of at most {int(request.get('maxTokensPerBatch') or 0):,} message tokens"
+    more = calls - 1
+    return (f", in {about}{calls} calls of at most {int(request.get('maxTokensPerBatch') or 0):,} message tokens"
             f"{fitted}: the first takes {batches[0]} message(s) ({int(request.get('messageTokens') or 0):,} tokens), "
-            f"its request, exactly as sent, is {shown}; {more} more batch{'es' if more != 1 else ''} after "
-            "this one, each made from the observations the one before stored")
+            f"its request, exactly as sent, is {shown}; {about}{more} more batch{'es' if more != 1 else ''} after "
+            "this one, each made from the observations the one before stored"
+            + (" (their number is a forecast: each fits what the observations stored before it leave room for)"
+               if about else ""))
 
 
 def buffer_view(record: OMRecord) -> BufferView:

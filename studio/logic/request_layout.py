@@ -219,6 +219,15 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
     )
 
 
+def observer_calls(first: Mapping[str, Any]) -> tuple[int, str]:
+    """How many observer calls an ``observeFirst`` note says the turn makes, and "about " when that is a forecast
+    (the observer's window known: ``OMJob.calls_left``); a note written before ``calls``: its planned batches."""
+    calls = first.get("calls")
+    if not isinstance(calls, int) or isinstance(calls, bool) or calls < 1:
+        calls = len([n for n in first.get("batches") or ()]) or 1
+    return calls, "about " if first.get("callsForecast") and calls > 1 else ""
+
+
 def observer_call_view(prompt: AssembledPrompt) -> RequestView | None:
     """A preview's observer call: the request of the first observer call the next turn makes before its own model
     call (the ``observeFirst`` note's ``firstRequest``, built by the turn's own code), None when it makes none."""
@@ -233,14 +242,17 @@ def observer_call_view(prompt: AssembledPrompt) -> RequestView | None:
     body: dict[str, Any] = {"messages": request["messages"], "temperature": request.get("temperature")}
     if request.get("maxTokens") is not None:
         body["max_tokens"] = request["maxTokens"]
-    more = len(batches) - 1
+    calls, about = observer_calls(first)
+    more = calls - 1
     window = request.get("window")
-    notes = [f"The first of {len(batches)} observer calls: {batches[0]} message(s), "
+    notes = [f"The first of {about}{calls} observer calls: {batches[0]} message(s), "
              f"{int(request.get('messageTokens') or 0):,} message tokens; "
-             + (f"{more} more batch{'es' if more != 1 else ''} after this one (max_tokens_per_batch "
+             + (f"{about}{more} more batch{'es' if more != 1 else ''} after this one (max_tokens_per_batch "
                 f"{int(request.get('maxTokensPerBatch') or 0):,}), each made from what the one before stored."
                 if more else "no other batch."),
-             f"Fitted to the observer's {int(window):,}-token context window." if window else
+             f"Fitted to the observer's {int(window):,}-token context window"
+             + (": how many messages each later call fits depends on the observations the calls before it store, so "
+                "their number is a forecast." if about else ".") if window else
              "No context window is known for the observer, so only max_tokens_per_batch cuts its calls.",
              *([f"Its one message is over that window on its own: the observer is sent its beginning and its end, "
                 f"{int(request['leftOut']):,} characters between them left out (a line in the message says so); the "
@@ -248,7 +260,7 @@ def observer_call_view(prompt: AssembledPrompt) -> RequestView | None:
              "The messages are exactly what the observer will receive; the model, its endpoint and other settings "
              "are the observer's, chosen when the turn sends it."]
     return RequestView(
-        title=f"{OBSERVER_CALL} 1 of {len(batches)}",
+        title=f"{OBSERVER_CALL} 1 of {about}{calls}",
         status="preview: the observer's first call, which the next turn makes before its own model call",
         model="the observer model (the agent's own unless observer_model names another)",
         endpoint="the observer model's",
@@ -286,4 +298,4 @@ def _status(call: CallReplay | None, info: ReplayInfo | None) -> str:
 
 __all__ = ["COPY_BYTES", "COPY_JSON", "COPY_READABLE", "ESTIMATE", "NOT_RECORDED", "OBSERVER_CALL", "PARTIAL",
            "SERVER", "TOOLS_AS_SENT", "TOOLS_NOT_RECORDED", "TOOLS_OF_MEMORY", "RequestView", "ToolRow", "UsageRow",
-           "call_view", "observer_call_view", "tool_rows", "usage_rows"]
+           "call_view", "observer_call_view", "observer_calls", "tool_rows", "usage_rows"]

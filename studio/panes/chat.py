@@ -49,7 +49,7 @@ from studio.logic.memory_config import ignored_options_note
 from studio.logic.thread_labels import delegation_refusal, header_tip, resource_label, shown_title
 from studio.reads import last_messages
 from studio.selection import Selection
-from studio.theme import readable_html
+from studio.theme import readable_html, set_tone
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.flow_layout import FlowLayout, labelled
@@ -198,6 +198,17 @@ class ChatPane(QWidget):
         self.memory_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.memory_label.setStyleSheet("color: palette(placeholder-text);")
         root.addWidget(self.memory_label)
+        # Observational memory's observer (or reflector) failing, as the last turn on this thread noted it: a turn
+        # succeeds without it, so only this line says it (each turn notes it until an observation succeeds).
+        self.memory_problem_label = QLabel("")
+        self.memory_problem_label.setObjectName("chatMemoryProblem")
+        self.memory_problem_label.setWordWrap(True)
+        self.memory_problem_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.memory_problem_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        set_tone(self.memory_problem_label, "warning")
+        self.memory_problem_label.hide()
+        self._memory_problem: tuple[str | None, str] = (None, "")  # (thread, what its last turn here noted)
+        root.addWidget(self.memory_problem_label)
         self.settings_label = QLabel("")  # the model settings sent as the agent's, and where they come from
         self.tools_label = QLabel("")  # the agent's own tools are not offered here
         for label in (self.settings_label, self.tools_label):
@@ -400,6 +411,7 @@ class ChatPane(QWidget):
         if selection.thread_id != previous.thread_id:
             if self._failed[0] != selection.thread_id:
                 self._failed = (None, [])
+            self._show_memory_problem()
             self.runs = {}  # the previous thread's recorded turns: not what its agents ran with on this one
             self._show_run()
             self.thread_radio.setChecked(selection.thread_id is not None)
@@ -586,11 +598,21 @@ class ChatPane(QWidget):
             if outcome.stop_too_late else ""
         self.status.setText(f"{late}Saved {len(outcome.saved_ids)} messages · {outcome.model_id} · {tokens} · "
                             f"{outcome.seconds:.1f} s · the reply arrived in {outcome.deltas} pieces{capped}")
+        self._memory_problem = (req.thread_id, outcome.memory_problem)
+        self._show_memory_problem()
         self._update_state()
         self.session.notify_local_write()  # the tree, the message view, working memory and traces follow
         if req.new_thread:
             self.thread_started.emit(Selection(req.resource_id, req.thread_id))
         self.turn_finished.emit(outcome)
+
+    def _show_memory_problem(self) -> None:
+        """The memory problem the last turn noted, while its thread is the one selected (a new thread's turn selects
+        it); another thread's turns say their own."""
+        thread_id, text = self._memory_problem
+        shown = bool(text) and thread_id == self.selection.thread_id
+        self.memory_problem_label.setText(text if shown else "")
+        self.memory_problem_label.setVisible(shown)
 
     def _on_failed(self, exc: BaseException) -> None:
         turn = self._turn

@@ -400,3 +400,63 @@ def test_each_call_is_the_one_planning_the_whole_rest_again_would_start_with(db_
     store.close()
     assert not mismatches
     assert calls_made > 150  # many calls compared (each case several)
+
+
+def test_each_call_says_which_of_how_many_it_is_exactly_without_a_window_and_as_a_close_forecast_with_one(
+        db_path: Path | str) -> None:
+    # A call's "batch k of N" (its span, the Chat's wait line) and the preview's "observer call 1 of N" (the Prompt
+    # Inspector) count the calls left. Without a window a call's size does not depend on the log: N is exact at every
+    # call. With one, each call fits what the log stored by the calls before it leaves room for: N is a forecast
+    # (``batchesForecast``), counted with the room the requests keep once the log fills their tail. Counted from the
+    # plan of the log as it was when the turn began, N started at about half the calls made (18 for 39) and grew by
+    # one every other call; now it is within a few percent.
+    import random
+
+    rng = random.Random(7)
+    store: Store = open_store(db_path)
+    errors: list[float] = []
+    for case in range(14):
+        thread = f"case-{case}"
+        window = rng.randrange(1_400, 4_000) if case % 2 else None
+        exporter = InMemorySpanExporter()
+        parts = iter(range(1, 1_000))
+        observer = ScriptedModel(
+            lambda _m, _t, parts=parts: (f"<observations>\nDate: Jan 2, 2025\n* 🔴 (09:00) Part {next(parts)}: "
+                                         + "notes " * rng.randrange(1, 60) + "\n</observations>"),
+            name="observer", context_window=window)
+        om = {"enabled": True, "message_tokens": 1_000_000, "observation_tokens": 1_000_000, "buffer_tokens": False,
+              "max_tokens_per_batch": rng.randrange(150, 900)}
+
+        def memory(om: dict[str, Any] = om, observer: Any = observer, exporter: Any = exporter) -> Memory:
+            return Memory(store, MemoryOptions(last_messages=4, observational_memory=dict(om)), observer_model=observer,
+                          tokenizer=TOKENIZER, clock=FixedClock(START, step_ms=1_000), tracer=Tracer(exporter))
+
+        memory().save_messages([
+            (Message.user if i % 2 == 0 else Message.assistant)(
+                text(f"m{i}", rng.randrange(40, 900)), thread_id=thread, resource_id="u1",
+                created_at=START + timedelta(seconds=10 * i))
+            for i in range(rng.randrange(25, 60))])
+        om["message_tokens"] = 50
+        preview = memory().assemble(thread_id=thread, resource_id="u1", input=[Message.user("go on")])
+        first = preview.notes["observational-memory"]["observeFirst"]
+        mem = memory()
+        ctx = mem.new_context(mem.request_context(thread_id=thread, resource_id="u1"))
+        ctx.live = True
+        mem.prepare_input(ctx, input="go on", instructions="You are a helper.")
+        assert "observationError" not in mem.run_input(ctx).notes["observational-memory"]
+        spans = [s.attributes for s in exporter.spans if s.name == "memory: observe"]
+        made = len(spans)
+        assert made > 2 and [a["batch"] for a in spans] == list(range(1, made + 1))
+        shown = [a["batches"] for a in spans]
+        assert first["calls"] == shown[0]  # the Inspector's count is the one the turn's first call says
+        assert all(n >= k for k, n in enumerate(shown, 1)) and shown[-1] == made
+        if window is None:
+            assert shown == [made] * made and not any("batchesForecast" in a for a in spans)
+            assert "callsForecast" not in first and first["calls"] == len(first["batches"])
+        else:
+            assert all(a.get("batchesForecast") for a in spans) and first["callsForecast"]
+            errors += [abs(n - made) / made for n in shown]
+    store.close()
+    # (Deterministic: seeded backlogs and replies, the estimating tokenizer. 1.5 % mean, 29 % at worst; counted with
+    # the room of an empty log, as the first plan did, 5.1 % and 46 %.)
+    assert errors and sum(errors) / len(errors) < 0.025 and max(errors) < 0.35, (sum(errors) / len(errors), max(errors))

@@ -740,3 +740,56 @@ def test_a_failed_turn_stays_in_the_transcript_when_the_thread_is_read_again(qtb
             pane._on_db_changed()
         text = pane.transcript_text()
         assert "not saved" not in text and "Hello?" not in text and "Rice and fish." in text, text
+
+
+def test_an_observer_failure_is_said_under_the_memory_line_until_an_observation_succeeds(qtbot, pane, session):
+    """A turn succeeds while observational memory's observer fails (the messages stay raw): the reply alone said
+    nothing of it. The pane says it under the memory line, in plain words, with what it means and what to do, on
+    every turn until an observation succeeds (each turn notes the failure until then), and only on its thread."""
+    from core.observational.buffer_store import current_backoff
+    from core.timeutil import FixedClock
+
+    unusable = "I would rather not take notes today."
+
+    def answer(messages, _tools):
+        return unusable if messages[0]["content"] == OBSERVER_SYSTEM_PROMPT else "Water it twice a day."
+
+    key = om_thread(session.store)
+    with LoopbackServer(ScriptedModel(answer, name="server")) as server:
+        use_models(pane, Endpoint("Loopback", server.base_url))
+        select(qtbot, pane, Selection("ada", "t-notes"))
+        pane.agent_combo.setCurrentIndex(pane.agent_combo.findData("scribe"))
+        assert pane.memory_problem_label.isHidden()
+        outcome, _ = send(qtbot, pane, "What is left to do?")
+        assert outcome.text == "Water it twice a day."
+        said = pane.memory_problem_label.text()
+        assert pane.memory_problem_label.isVisible() and said == outcome.memory_problem
+        assert said.startswith("Observational memory could not observe this conversation: observer reply unusable")
+        assert "Nothing is lost: the messages not observed are still sent to the model as they are" in said
+        assert "In the chat the chosen model observes too: if this keeps happening, check that it is running" in said
+        assert "T" not in said.split("tried again after ")[1][:12]  # the retry's time in the Studio's format, not ISO
+        record = om_store.current_record(session.store, key)
+        backoff = current_backoff(record, "observer")
+        assert backoff is not None  # what the line says is what is stored
+        # The next turn, inside the back-off, observes nothing and says so again.
+        outcome, _ = send(qtbot, pane, "And tomorrow?")
+        said = pane.memory_problem_label.text()
+        assert pane.memory_problem_label.isVisible() and "backing off until" in said and "observer reply unusable" in said
+        # Another thread: not its problem.
+        select(qtbot, pane, Selection("ada", "t-food"))
+        assert pane.memory_problem_label.isHidden()
+        select(qtbot, pane, Selection("ada", "t-notes"))
+        assert pane.memory_problem_label.isVisible()
+        # Once an observation succeeds (here another process's, an hour later), the next turn notes nothing.
+        later = FixedClock(datetime.now(timezone.utc) + timedelta(hours=1))
+        good = ScriptedModel(["<observations>\nDate: Mar 1, 2026\n* 🔴 (09:00) Ada's garden needs watering.\n"
+                              "</observations>"], name="observer")
+        other = Memory(session.store, MemoryOptions(last_messages=6, observational_memory={
+            "enabled": True, "message_tokens": 30, "buffer_tokens": False}), observer_model=good, clock=later)
+        ctx = other.new_context(other.request_context(thread_id="t-notes", resource_id="ada"))
+        ctx.live = True
+        other.prepare_input(ctx, input="(observing)", instructions="")
+        other.run_input(ctx)
+        assert current_backoff(om_store.current_record(session.store, key), "observer") is None
+        outcome, _ = send(qtbot, pane, "Anything else?")
+        assert outcome.memory_problem == "" and pane.memory_problem_label.isHidden()

@@ -65,6 +65,16 @@ def test_only_the_reply_coming_in_has_the_typing_mark_and_it_says_what_it_waits_
                                             "batch": 2, "batches": 3}) == (
         "observational memory is observing 12 unobserved messages (9,800 tokens) before the reply: batch 2 of 3, "
         "each a model call of its own")
+    # With the observer's window known the count is a forecast (a call fits what the log stored before it leaves room
+    # for): "about", until the last call, which is the last.
+    forecast = {"operationType": "observe", "messages": 12, "tokens": 9_800, "batchesForecast": True}
+    assert "batch 2 of about 37, each" in str(waiting_for("memory_operation", {**forecast, "batch": 2, "batches": 37}))
+    assert "batch 37 of 37, each" in str(waiting_for("memory_operation", {**forecast, "batch": 37, "batches": 37}))
+    from studio.logic.request_layout import observer_calls
+
+    assert observer_calls({"batches": [3, 4], "calls": 9, "callsForecast": True}) == (9, "about ")
+    assert observer_calls({"batches": [3, 4, 2], "calls": 3}) == (3, "")
+    assert observer_calls({"batches": [3, 4]}) == (2, "")  # a note from before ``calls``: its planned batches
     waits = waiting_for("memory_operation", {"operationType": "wait", "waitsFor": "observer", "limitSeconds": 120.0})
     assert waits == ("waiting for observational memory's background observer to finish (past its block_after the "
                      "reply waits for it, at most 120 s)")
@@ -93,6 +103,25 @@ def test_memory_summary_says_what_each_turn_brings(tmp_path):
     store.close()
     assert om.last_messages == 10 and "observational-memory" in ids and "message-history" not in ids, ids
     assert chat_layout.memory_summary(om) == "Memory: observational memory (thread) in place of message history"
+
+
+def test_memory_problem_says_the_first_failure_of_each_kind_in_plain_words():
+    assert chat_layout.memory_problem([]) == ""
+    assert chat_layout.memory_problem([{"observational-memory": {"observation": "ran"}}, {"other": {}}]) == ""
+    notes = [{"observational-memory": {"reflectionError": "the reflector failed (timeout); backing off until "
+                                       "2026-03-01T09:00:30.000Z (failure 2); the messages stay raw meanwhile",
+                                       "reflectionRetryAt": "2026-03-01T09:00:30.000Z"}},
+             {"observational-memory": {"reflectionError": "a later prompt's"}}]
+    said = chat_layout.memory_problem(notes)
+    from studio.logic.dates import format_datetime
+
+    assert said.startswith("Observational memory could not condense its observations: the reflector failed (timeout); "
+                           f"backing off until {format_datetime('2026-03-01T09:00:30.000Z')} (failure 2)")
+    assert "a later prompt's" not in said and "2026-03-01T" not in said
+    assert "The observations are kept as they are" in said and "observe this conversation" not in said
+    both = chat_layout.memory_problem([{"observational-memory": {"observationError": "observer call failed: x"}},
+                                       *notes])
+    assert both.index("could not observe") < both.index("could not condense") < both.index("chosen model")
 
 
 def test_run_turn_saves_the_turn_and_a_failure_saves_nothing(tmp_path):

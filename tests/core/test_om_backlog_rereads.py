@@ -1,0 +1,112 @@
+"""A turn observing a backlog in several observer calls reads the thread's unobserved messages again after
+each call, so what another writer stored, edited or deleted meanwhile counts for the calls after it. The
+re-read parses only the rows new or changed since the last one (``MemoryStore.list_messages(parsed=...)``):
+parsing the whole rest again after every call was about half of a 1,000-message turn's CPU."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import Message, open_store
+from core.llm import ScriptedModel
+from core.observational import load_current
+from core.observational.store import thread_hints, thread_metadata, unobserved_messages
+from core.storage.memory_store import MessageQuery
+from tests.core.test_om_batches import START, Backlog, observed, text, two_messages
+
+pytestmark = pytest.mark.backends
+
+
+def test_what_another_writer_stores_edits_or_deletes_between_two_calls_counts_for_the_next(
+        db_path: Path | str) -> None:
+    calls: list[list[dict[str, Any]]] = []
+    other = open_store(db_path)  # another writer: its own connections, as another process has
+    h: Backlog
+
+    def reply(messages: list[dict[str, Any]], _tools: Any) -> str:
+        calls.append(messages)
+        if len(calls) == 1:  # while the first call runs (the turn has read the backlog and planned it)
+            stored = h.stored()
+            edited = Message.user(text("t1-beta-edited"), id=stored[2].id, thread_id="t1", resource_id="u1",
+                                  created_at=stored[2].created_at)
+            between = Message.user(text("t1-between"), thread_id="t1", resource_id="u1",
+                                   created_at=stored[3].created_at + timedelta(seconds=1))
+            after = Message.user(text("t1-after"), thread_id="t1", resource_id="u1",
+                                 created_at=stored[-1].created_at + timedelta(hours=1))
+            other.memory.save_messages([edited, between, after])
+            assert other.memory.delete_messages([stored[5].id]) == 1
+        return observed(len(calls))
+
+    observer = ScriptedModel(reply, name="observer")
+    h = Backlog(db_path, observer)
+    before = h.stored()
+    h.om["max_tokens_per_batch"] = two_messages(before)
+    h.memory = h._memory(h.om)
+    notes = h.turn("go on", reply=None).notes["observational-memory"]
+    assert "observationError" not in notes, notes
+    histories = [str(m[2]["content"]) for m in calls]
+    sent = "\n".join(histories)
+    # Every message stored when each call was planned was observed once, in order; the deleted one never, the
+    # edited one as edited; the two stored during the first call (one dated inside the backlog) by later calls.
+    heads = [text(word).strip()[:40] for word in ("t1-alpha", "t1-alpha-reply", "t1-beta-edited", "t1-beta-reply",
+                                                   "t1-between", "t1-gamma", "t1-after")]
+    assert [sum(head in history for history in histories) for head in heads] == [1] * len(heads), histories
+    assert [sent.index(head) for head in heads] == sorted(sent.index(head) for head in heads)
+    assert text("t1-gamma-reply").strip()[:40] not in sent
+    assert text("t1-beta").strip()[:40] not in sent  # the content before the edit was not sent after it
+    assert len(calls) >= 4 and "t1-after" in histories[-1]
+    record = load_current(h.store, "t1")
+    assert record is not None
+    assert not unobserved_messages(h.store, thread_id="t1", resource_id="u1", record=record,
+                                   hints=thread_hints(thread_metadata(h.store, "t1")))
+    other.close()
+    h.store.close()
+
+
+def test_a_row_read_again_unchanged_is_not_parsed_again(db_path: Path | str) -> None:
+    store = open_store(db_path)
+    first = [Message.user(text(f"m{i}"), thread_id="t1", resource_id="u1", created_at=START + timedelta(minutes=i))
+             for i in range(4)]
+    store.memory.save_messages(first)
+    query = MessageQuery(thread_id="t1", resource_id="u1")
+    parsed: dict[tuple[Any, ...], Message] = {}
+    one = store.memory.list_messages(query, parsed=parsed)
+    assert [m.id for m in one] == [m.id for m in first] and len(parsed) == 4
+    store.memory.save_messages([Message.user("changed", id=first[1].id, thread_id="t1", resource_id="u1",
+                                             created_at=one[1].created_at)])
+    two = store.memory.list_messages(query, parsed=parsed)
+    # The unchanged rows are the messages read before; the changed one is read as it is now.
+    assert [m is o for m, o in zip(two, one)] == [True, False, True, True]
+    assert two[1].text == "changed" and one[1].text != "changed"
+    # The same as reading without ``parsed``.
+    plain = store.memory.list_messages(query)
+    assert [(m.id, m.text, m.created_at, m.role) for m in two] == [(m.id, m.text, m.created_at, m.role) for m in plain]
+    store.close()
+
+
+def test_the_messages_after_a_cursor_are_the_ones_its_text_and_id_order_after(db_path: Path | str) -> None:
+    # ``unobserved_messages`` skips formatting a message's time when it is a millisecond or more after a cursor
+    # written as ``to_iso`` writes; a cursor written otherwise (Mastra, an old row) is compared as text, as before.
+    from core.observational.store import Cursor, ThreadHints
+    from core.timeutil import to_iso
+
+    store = open_store(db_path)
+    times = [START + timedelta(milliseconds=ms) for ms in (0, 0, 0, 1, 1, 999, 1_000, 60_000)]
+    msgs = [Message.user(f"m{i}", id=f"id-{i % 3}-{i}", thread_id="t1", resource_id="u1", created_at=at)
+            for i, at in enumerate(times)]
+    store.memory.save_messages(msgs)
+    stored = store.memory.list_messages(MessageQuery(thread_id="t1", resource_id="u1"))
+    cursors = [Cursor(to_iso(START), "id-1-1"), Cursor(to_iso(START), ""), Cursor(to_iso(START), "\uffff"),
+               Cursor(to_iso(times[3]), "id-0-3"), Cursor(to_iso(times[5]), "id-2-5"),
+               Cursor("2025-01-02T09:00:00Z", "id-0-0"), Cursor("2025-01-02T09:00:00.001+00:00", "id-0-3"),
+               Cursor("2025-01-02T09:00:00.0005Z", "id-0-0")]
+    for cursor in cursors:
+        want = [m.id for m in stored if (to_iso(m.created_at), m.id) > (cursor.created_at, cursor.id)]
+        got = unobserved_messages(store, thread_id="t1", resource_id="u1", record=None,
+                                  hints=ThreadHints(cursor=cursor))
+        assert [m.id for m in got] == want, cursor
+    store.close()
