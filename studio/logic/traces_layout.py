@@ -100,6 +100,8 @@ def status_short(summary: TraceSummary) -> tuple[str, ...]:
 def duration_short(summary: TraceSummary) -> tuple[str, ...]:
     """The Duration cell's shorter forms: a run that never finished has no duration to shorten."""
     return UNFINISHED_FORMS if summary.status == "unfinished" else ()
+
+
 ROLE_COLORS = {"system": "#8A8F98", "user": "#4F9CF7", "assistant": "#3FB68B", "tool": "#E0B050"}
 
 

@@ -44,6 +44,7 @@ from studio.logic.traces_layout import (
     Status,
     TraceLayout,
     chat_transcript,
+    duration_short,
     error_parts,
     filters_for,
     format_duration,
@@ -54,7 +55,6 @@ from studio.logic.traces_layout import (
     pretty_json,
     read_error_notice,
     span_facts,
-    duration_short,
     spans_short,
     status_short,
     status_text,
@@ -120,7 +120,7 @@ COL_COST = 7  # inserted after Tokens, per pane: it reads the pane's price table
 # (a cut cell ends in "…", its tooltip holds the whole); the trace's name, and the span's, take what is left.
 TRACE_SAMPLES = {"Started": "2026-12-05 04:26:43", "Tokens": "00,000"}
 TRACE_SHARES = {"Status": 0.1, "Duration": 0.12, "Spans": 0.08, "Cost": 0.08, "Agent": 0.25, "Thread": 0.37}
-# (Status: its widest short form; "ok, 12 err" fits too. At "ok, 0 err" "unfinished" was cut: "unfin…")
+# (Status: its widest short form, "unfinished", whole; "ok, 12 err" fits too. At "ok, 0 err": "never …", "ok, 12 e…")
 TRACE_FLOORS = {"Status": "unfinished", "Duration": "00.0 ms", "Spans": "00"}
 TRACE_CAPS = {"Status": "never finished", "Duration": "never finished", "Spans": "000 (00 err)", "Cost": "$0.0000+",
               "Agent": "an-agent-name-of-some-length", "Thread": "a-thread-id-of-some-length-000000"}

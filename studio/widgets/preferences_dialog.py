@@ -35,9 +35,9 @@ from core.llm.keys import DEFAULT_KEYRING_SERVICE, KEYRING_INSTALL, keyring_avai
 from studio.preferences import (
     KEY_SOURCES,
     PRESETS,
+    PROVIDER_NOTE_TIP,
     SCRIPTED_NAME,
     SELF_HOSTED_CHOICES,
-    PROVIDER_NOTE_TIP,
     ConnectionResult,
     Endpoint,
     KeyStatus,

@@ -10,12 +10,12 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, QPersistentModelIndex, QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QPainter, QPen, QPolygonF
-from PySide6.QtWidgets import QSizePolicy, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
+from PySide6.QtWidgets import QSizePolicy, QStyle, QStyleOptionViewItem, QWidget
 
 from studio.logic.traces_layout import (
     ERROR_COLOR,
-    TimelineRow,
     UNFINISHED_FORMS,
+    TimelineRow,
     TraceLayout,
     format_duration,
     span_color,
