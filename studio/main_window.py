@@ -31,6 +31,7 @@ from studio.theme import apply_theme, current_theme
 from studio.widgets.banner import Banner
 from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import elastic
+from studio.widgets.path_label import PathLabel, StatusRoom
 from studio.widgets.plain_tip import plain_tip
 from studio.widgets.scroll_fit import FitScroll, SideWidth
 from studio.workers import WorkerPool, traceback_text
@@ -388,7 +389,7 @@ class MainWindow(QMainWindow):
         self.status_expiry = QTimer(self)
         self.status_expiry.setSingleShot(True)
         self.status_expiry.setInterval(STATUS_OUTCOME_MS)
-        self.status_expiry.timeout.connect(lambda: self.status_text.setText(""))
+        self.status_expiry.timeout.connect(lambda: self._say(""))
         self.busy_bar = QProgressBar(self)
         self.busy_bar.setObjectName("busyBar")
         self.busy_bar.setFixedWidth(140)
@@ -398,14 +399,13 @@ class MainWindow(QMainWindow):
         self.badge = QLabel("", self)
         self.badge.setObjectName("readOnlyBadge")
         self.badge.hide()
-        self.path_label = QLabel("", self)
+        self.path_label = PathLabel(self)  # (cut in the middle of its folders where the bar is short)
         self.path_label.setObjectName("pathLabel")
-        self.path_label.setTextFormat(Qt.TextFormat.PlainText)  # a path is data (a folder may be named "<b>…")
-        self.path_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         bar.addWidget(self.status_text, 1)
         bar.addPermanentWidget(self.busy_bar)
         bar.addPermanentWidget(self.path_label)
         bar.addPermanentWidget(self.badge)
+        self.status_room = StatusRoom(bar, self.status_text)
         self._busy_timer = QTimer(self)
         self._busy_timer.setSingleShot(True)
         self._busy_timer.setInterval(BUSY_DELAY_MS)
@@ -462,11 +462,15 @@ class MainWindow(QMainWindow):
     def show_status(self, text: str) -> None:
         """Say ``text`` in the status bar: what an action did for ``STATUS_OUTCOME_MS``, work under way
         ("…") and a warning ("⚠") until the next message."""
-        self.status_text.setText(text)
+        self._say(text)
         if status_lasts(text):
             self.status_expiry.stop()
         else:
             self.status_expiry.start()
+
+    def _say(self, text: str) -> None:
+        self.status_text.setText(text)
+        self.status_room.fit()
 
     def _register_commands(self) -> None:
         from studio.memory_edits import MemoryEditActions
@@ -623,7 +627,8 @@ class MainWindow(QMainWindow):
         if opened.store.location.path is not None or opened.store.capabilities.server:
             self.recent.push(display)  # a Postgres URL is kept without its password
             self.settings.setValue("recentFiles", self.recent.paths)
-        self.show_status(f"Opened {display}")
+        # (the file's name: its path is beside it, whole where it fits; said twice, both were cut at 1,100 px)
+        self.show_status(f"Opened {title_name(display)}")
         if opened.newer_migrations:
             self.presenter.error(self, newer_schema_notice(display, opened.newer_migrations))
         if seed_if_empty and not opened.has_data and not opened.store.read_only:
@@ -1164,7 +1169,7 @@ class MainWindow(QMainWindow):
         if self.session is None:
             self.setWindowTitle(APP_NAME)
             self.badge.hide()
-            self.path_label.setText("")
+            self.path_label.set_path("")
             return
         path = self.session.display_path
         name = title_name(path)
@@ -1174,8 +1179,7 @@ class MainWindow(QMainWindow):
         source = SOURCE_LABELS.get(location.how, location.how)
         if location.how == "explicit" and self.session.store.capabilities.server:
             source = "opened by URL"  # a server database is given by its URL, not a path
-        self.path_label.setText(f"{path} · {source}")  # which rule chose the file (issue 9, item 22)
-        self.path_label.setToolTip(plain_tip(f"Why this file: {location.reason}") if location.reason else "")
+        self.path_label.set_path(path, source, location.reason or "")  # which rule chose the file (issue 9, item 22)
         self.badge.setObjectName("readOnlyBadge" if ro else "writableBadge")
         lost = self.session.lost
         gone = "FILE CHANGED · READ-ONLY" if self.session.frozen else "FILE GONE · READ-ONLY"

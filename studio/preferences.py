@@ -169,6 +169,33 @@ def provider_for_url(base_url: str, environ: Mapping[str, str] | None = None) ->
     return found[0] if len(found) == 1 else ""
 
 
+def provider_after_edit(origin: str, base_url: str, environ: Mapping[str, str] | None = None) -> str:
+    """The provider a model names once its base URL was typed over: ``origin`` (its preset's, Fill In's, or as
+    saved) while ``base_url`` is still that provider's server, else "" (its base URL then decides,
+    ``Endpoint.variables_provider``: another provider's URL reads that provider's variables, no provider's none).
+
+    An LM Studio URL typed into the Ollama preset read OLLAMA_* (found 2026-12-07 by a walk of the app). Still that
+    provider's server: a URL that is its own (its default or ``<PROVIDER>_BASE_URL``), or one on the same host (a
+    hosted API's other path), or at the same port other than 80 and 443 (an Ollama on another machine, at 11434).
+    A loopback URL at another port is another server: a llama.cpp started on 8081 is no Ollama."""
+    from core.llm.providers import PROVIDERS
+
+    provider = PROVIDERS.get(origin)
+    if provider is None:
+        return ""
+    found = provider_for_url(base_url, environ)
+    if found:
+        return origin if found == origin else ""
+    key = _url_key(base_url)
+    for url in {provider.base_url, provider.endpoint(environ)}:
+        own = _url_key(url)
+        if key is None or own is None:
+            continue
+        if (key[1] == own[1] and key[1] != "localhost") or (key[2] == own[2] and key[2] not in (80, 443)):
+            return origin
+    return ""
+
+
 def provider_note(ep: Endpoint, environ: Mapping[str, str] | None = None) -> str:
     """What Preferences says of the variables ``ep``'s model reads (``Endpoint.variables_provider``)."""
     from core.llm.providers import PROVIDERS
@@ -179,6 +206,13 @@ def provider_note(ep: Endpoint, environ: Mapping[str, str] | None = None) -> str
         return "None: its base URL is no provider's, so no <PROVIDER>_CONTEXT_WINDOW is read; Fill In names one."
     how = " (inferred from its base URL)" if inferred else ""
     return f"{provider.label or provider.name}{how}: {provider.context_window_env} is read as its context size."
+
+
+#: The Variables line's tooltip: how a provider's server at an address of its own is named (two lines of the form
+#: hold the line itself, not this too).
+PROVIDER_NOTE_TIP = ("A provider's server at another address than its own (a llama.cpp server on port 8081) is named "
+                     "by its <PROVIDER>_BASE_URL (LLAMACPP_BASE_URL=http://localhost:8081/v1), as for "
+                     "Agent(model=\"llamacpp/…\"); Fill In then uses that address.")
 
 
 def endpoint_from_model_string(text: str, *, name: str | None = None,

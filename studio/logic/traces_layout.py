@@ -77,6 +77,31 @@ def status_tip(summary: TraceSummary) -> str:
 def trace_duration_text(summary: TraceSummary) -> str:
     """A run in progress reads "running"; one whose writer died "never finished": no made-up duration."""
     return NEVER_FINISHED if summary.status == "unfinished" else format_duration(summary.duration_ms)
+
+
+#: What the Status and Duration cells of a run whose writer died read where "never finished" does not fit (the
+#: list at a 1,100 or 1,500 px window cut it to "never …" and "never fi…"): the one word, then in Duration no
+#: figure at all (the Status cell beside it says why); the tooltips say "never finished" whole.
+UNFINISHED = "unfinished"
+UNFINISHED_FORMS = (UNFINISHED, "—")  # a Duration cell's (the list's and the span tree's)
+
+
+def status_short(summary: TraceSummary) -> tuple[str, ...]:
+    """The Status cell's shorter forms (``short_forms``): "unfinished" for "never finished", and "ok, err" for a
+    run with so many failed spans that "ok, 1,234 err" is wider than the column (the tooltip and the Spans
+    cell's tooltip count them)."""
+    if summary.status == "unfinished":
+        return (UNFINISHED,)
+    if summary.status == "error" and not summary.failed_itself:
+        return ("ok, err",)
+    return ()
+
+
+def duration_short(summary: TraceSummary) -> tuple[str, ...]:
+    """The Duration cell's shorter forms: a run that never finished has no duration to shorten."""
+    return UNFINISHED_FORMS if summary.status == "unfinished" else ()
+
+
 ROLE_COLORS = {"system": "#8A8F98", "user": "#4F9CF7", "assistant": "#3FB68B", "tool": "#E0B050"}
 
 

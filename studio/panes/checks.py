@@ -45,6 +45,14 @@ from studio.widgets.a11y import named
 CHECKS_FILTER = "Memory checks (*.json *.yaml *.yml);;All files (*)"
 SETTING = "checks/file:"  # + the database's display path
 UNUSABLE_FILE = "No checks shown: this checks file cannot be used as it is;"
+# With no checks file there is nothing to run: the run buttons are off (they were on, and said so only after a click)
+# and these say how a file is made or opened.
+NO_FILE = ("No checks file yet: Open Checks File… opens one (a JSON or YAML list of checks) or names a new one, "
+           "and Pin… (right-click a fragment in the Prompt Inspector or Replay) adds a check to it.")
+NO_FILE_TIP = ("No checks file to run yet.\nOpen Checks File… opens one, or names a new one;\nPin… (right-click a "
+               "fragment in the Prompt Inspector or Replay) adds a check to it.")
+RUN_TIP = "Rebuild each pinned turn (offline, no model call) and test its checks; the file is read again first"
+WHAT_IF_TIP = "Run every check as it stands and with the what-if options typed: which would break?"
 
 CHECK_SAMPLES = {"State": "pass → FAIL (would break)", "Turn": "ada-party · turn -1"}
 CHECK_COLUMNS: list[Column[CheckRow]] = [
@@ -151,12 +159,22 @@ class ChecksPane(QWidget):
             self.set_path(Path(str(saved)), run=True)
         else:
             self._show_rows([])
-            self.subtitle.setText("No checks file yet: open one, or Pin… a fragment to start one.")
+            self.subtitle.setText("no checks file")  # (the line under it says how one is made or opened)
+            self.summary.setText(NO_FILE)
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        """The run buttons are on while there is a checks file (one not made yet too: Run Checks reads it again)."""
+        has_file = self.path is not None
+        for button, tip in ((self.run_btn, RUN_TIP), (self.what_if_btn, WHAT_IF_TIP)):
+            button.setEnabled(has_file)
+            button.setToolTip(tip if has_file else NO_FILE_TIP)
 
     def set_path(self, path: Path, *, run: bool = False) -> None:
         self.path = path
         _settings(self).setValue(SETTING + self.session.display_path, str(path))
         self.subtitle.setText(str(path))
+        self._update_actions()
         if run:
             self.run_checks()
         else:
@@ -192,7 +210,7 @@ class ChecksPane(QWidget):
         """Run every check (``options``: and again with this what-if)."""
         path = self.path
         if path is None:
-            self.status.setText("Open a checks file first (or Pin… a fragment to start one).")
+            self.status.setText(NO_FILE)  # (Replay's what-if asks which checks would break)
             return
         session = self.session
         store = session.store

@@ -7,6 +7,7 @@ that message. A refresh (the file changed) updates rows in place, so selection a
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from datetime import datetime, timezone
 from typing import Any
 
@@ -90,6 +91,10 @@ class SearchResultsModel(QAbstractListModel):
 
 TITLE_LEAST_CHARS = 30  # a thread title's least room, in "x" widths (after its indent), before the date column gives way
 TITLE_FLOOR_CHARS = 18  # ... or, where every title reads whole in less, that room, never less than this
+# ... or, where only a few titles are longer than the room (one, or at most this share of the threads), that room: the
+# few are cut in the middle (whole on hover) and every thread keeps its date. One long title hid the date of all (two
+# chats titled "Plan a picnic number 1" and "… 2" at a 1,440 px window, found 2026-12-07 by a walk of the app).
+TITLES_CUT_SHARE = 0.25
 LABEL_WIDTHS_KEPT = 50_000  # thread labels whose widths are kept across loads (past it: measured again)
 TREE_INDENT = 12  # each level's indent (Qt's 20, twice before a thread's title, left 16 px less of a 1,440 px list)
 
@@ -159,11 +164,11 @@ class ResourcesPane(QWidget):
         # ResizeToContents, which asks a thousand rows or more for their text on every load.
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Fixed)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Fixed)
-        # In a narrow list (a 720 px window) the date column goes while a title would be cut beside it, or where
-        # titles are long while they would have less than ``TITLE_LEAST_CHARS`` (each row's tooltip says its
-        # last activity): titles are what users scan.
+        # In a narrow list (a 720 px window) the date column goes while more than a few titles (``TITLES_CUT_SHARE``)
+        # would be cut beside it, or where titles are long while they would have less than ``TITLE_LEAST_CHARS``
+        # (each row's tooltip says its last activity): titles are what users scan.
         self._date_width = 0
-        self._titles_width = 0  # the widest thread title's cell (its text and padding), as loaded
+        self._title_widths: list[int] = []  # every thread title's cell, as loaded, in order of width
         # Each thread label's width in the tree's font, kept across loads (a load of thousands of threads measured
         # them all again on the UI thread: ~50-80 ms at 10,000), and for which font it was measured.
         self._label_widths: dict[str, int] = {}
@@ -299,13 +304,12 @@ class ResourcesPane(QWidget):
             padding = self.tree.sizeHintForIndex(cell).width() - metrics.horizontalAdvance(str(cell.data() or ""))
             header.resizeSection(column, max(width + max(padding, 0) + 2, header.sectionSizeHint(column)))
         self._date_width = header.sectionSize(2) or self._date_width
-        self._titles_width = self._widest_title(metrics, reference)
+        self._title_widths = self._title_cells(metrics, reference)
         self.fit_date_column()
 
-    def _widest_title(self, metrics: QFontMetrics, reference: QModelIndex) -> int:
-        """The widest thread title's cell as the tree shows it (its label and the cell's padding, measured as
-        ``_size_columns`` measures the counts'); past ``TITLE_LEAST_CHARS`` it stops counting (the date gives way)."""
-        cap = metrics.horizontalAdvance("x") * TITLE_LEAST_CHARS
+    def _title_cells(self, metrics: QFontMetrics, reference: QModelIndex) -> list[int]:
+        """Every thread title's cell as the tree shows it (its label and the cell's padding, measured as
+        ``_size_columns`` measures the counts'), in order of width."""
         text = str(reference.data() or "")
         padding = max(self.tree.sizeHintForIndex(reference).width() - metrics.horizontalAdvance(text), 0)
         font = (self.tree.font().key(), metrics.fontDpi())
@@ -313,32 +317,33 @@ class ResourcesPane(QWidget):
             self._label_widths.clear()  # (another font or screen: measured again)
             self._label_widths_for = font
         widths = self._label_widths
-        widest = 0
+        cells = []
         for label in self.model.thread_labels():  # (each label measured once while the font stays)
             width = widths.get(label)
             if width is None:
                 width = widths[label] = metrics.horizontalAdvance(label)
-            if width + padding > widest:
-                widest = width + padding
-                if widest >= cap:
-                    return widest
-        return widest
+            cells.append(width + padding)
+        cells.sort()
+        return cells
 
-    def titles_whole(self, room: int) -> bool:
-        """Whether every thread's title reads whole in ``room`` (``title_room``: after the row's indent; the title's
+    def titles_cut(self, room: int) -> int:
+        """How many threads' titles do not read whole in ``room`` (``title_room``: after the row's indent; the title's
         cell starts one indent further where the tree draws its resources' arrows)."""
         decoration = self.tree.indentation() if self.tree.rootIsDecorated() else 0
-        return bool(self._titles_width) and room - decoration >= self._titles_width
+        return len(self._title_widths) - bisect_right(self._title_widths, room - decoration)
 
     def fit_date_column(self) -> None:
-        """The date column (Latest: the last activity) shown while every title reads whole beside it, or the titles
-        keep ``TITLE_LEAST_CHARS`` "x" widths (longer ones cut in the middle), and never below ``TITLE_FLOOR_CHARS``."""
+        """The date column (Latest: the last activity) shown while every title reads whole beside it, or all but a few
+        (``TITLES_CUT_SHARE``), or the titles keep ``TITLE_LEAST_CHARS`` "x" widths (longer ones cut in the middle),
+        and never below ``TITLE_FLOOR_CHARS``."""
         if not self._date_width:
             return
         header = self.tree.header()
         room = self.title_room(self._date_width)
         x = self.tree.fontMetrics().horizontalAdvance("x")
-        hide = room < x * TITLE_FLOOR_CHARS or (room < x * TITLE_LEAST_CHARS and not self.titles_whole(room))
+        few = max(1, int(len(self._title_widths) * TITLES_CUT_SHARE))  # (one long title never hides every date)
+        many_cut = not self._title_widths or self.titles_cut(room) > few
+        hide = room < x * TITLE_FLOOR_CHARS or (room < x * TITLE_LEAST_CHARS and many_cut)
         if self.tree.isColumnHidden(2) != hide:
             self.tree.setColumnHidden(2, hide)
             if not hide:

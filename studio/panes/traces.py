@@ -44,6 +44,7 @@ from studio.logic.traces_layout import (
     Status,
     TraceLayout,
     chat_transcript,
+    duration_short,
     error_parts,
     filters_for,
     format_duration,
@@ -55,6 +56,7 @@ from studio.logic.traces_layout import (
     read_error_notice,
     span_facts,
     spans_short,
+    status_short,
     status_text,
     status_tip,
     store_notice,
@@ -101,11 +103,11 @@ TAB_MESSAGES, TAB_INPUT, TAB_OUTPUT, TAB_ATTRIBUTES, TAB_ERROR, TAB_SPAN = range
 # -- the pane ---------------------------------------------------------------------------------------
 TRACE_COLUMNS: list[Column[TraceSummary]] = [
     Column("Status", status_text, color=lambda t: STATUS_COLORS.get(t.status),
-           foreground=lambda t: ERROR_COLOR if t.status == "error" else None, tooltip=status_tip),
+           foreground=lambda t: ERROR_COLOR if t.status == "error" else None, tooltip=status_tip, short=status_short),
     Column("Trace", lambda t: t.name, tooltip=lambda t: f"{t.name}\ntrace {t.trace_id}"),
     Column("Agent", lambda t: t.entity_name or "", tooltip=lambda t: t.entity_name or ""),
     Column("Started", lambda t: format_started(t.started_at), tooltip=lambda t: date_tooltip(t.started_at)),
-    Column("Duration", trace_duration_text, RIGHT, tooltip=trace_duration_text),
+    Column("Duration", trace_duration_text, RIGHT, tooltip=trace_duration_text, short=duration_short),
     Column("Spans", format_spans, RIGHT, tooltip=format_spans, short=spans_short),
     Column("Tokens", format_tokens, RIGHT, tooltip=tokens_tooltip),
     Column("Thread", lambda t: t.thread_id or "",
@@ -118,7 +120,8 @@ COL_COST = 7  # inserted after Tokens, per pane: it reads the pane's price table
 # (a cut cell ends in "…", its tooltip holds the whole); the trace's name, and the span's, take what is left.
 TRACE_SAMPLES = {"Started": "2026-12-05 04:26:43", "Tokens": "00,000"}
 TRACE_SHARES = {"Status": 0.1, "Duration": 0.12, "Spans": 0.08, "Cost": 0.08, "Agent": 0.25, "Thread": 0.37}
-TRACE_FLOORS = {"Status": "ok, 0 err", "Duration": "00.0 ms", "Spans": "00"}
+# (Status: its widest short form, "unfinished", whole; "ok, 12 err" fits too. At "ok, 0 err": "never …", "ok, 12 e…")
+TRACE_FLOORS = {"Status": "unfinished", "Duration": "00.0 ms", "Spans": "00"}
 TRACE_CAPS = {"Status": "never finished", "Duration": "never finished", "Spans": "000 (00 err)", "Cost": "$0.0000+",
               "Agent": "an-agent-name-of-some-length", "Thread": "a-thread-id-of-some-length-000000"}
 TRACE_LEAST = "agent run: '…"

@@ -35,6 +35,7 @@ from core.llm.keys import DEFAULT_KEYRING_SERVICE, KEYRING_INSTALL, keyring_avai
 from studio.preferences import (
     KEY_SOURCES,
     PRESETS,
+    PROVIDER_NOTE_TIP,
     SCRIPTED_NAME,
     SELF_HOSTED_CHOICES,
     ConnectionResult,
@@ -45,11 +46,13 @@ from studio.preferences import (
     check_connection,
     endpoint_from_model_string,
     key_status,
+    provider_after_edit,
     provider_note,
     save_key,
     validate,
 )
 from studio.widgets.pane_header import alive_only
+from studio.widgets.plain_tip import plain_tip
 from studio.workers import WorkerPool
 from studio.theme import set_tone
 from studio.widgets.a11y import named
@@ -68,6 +71,10 @@ class PreferencesDialog(QDialog):
         self.pool = pool or WorkerPool(self, max_threads=2)
         state = preferences.state
         self.endpoints: list[Endpoint] = list(state.endpoints)
+        # Each model's provider and base URL as saved, added from a preset or filled in: a base URL typed over keeps
+        # that provider only while it is still that provider's server (``provider_after_edit``), decided from here
+        # on every key typed, so a URL half typed loses nothing.
+        self.origins: list[tuple[str, str]] = [(e.provider, e.base_url) for e in self.endpoints]
         self.default = state.default
         self._syncing = False
         self._build()
@@ -219,6 +226,7 @@ class PreferencesDialog(QDialog):
         self.provider_note.setWordWrap(True)
         self.provider_note.setTextFormat(Qt.TextFormat.PlainText)
         self.provider_note.setStyleSheet(_DIM)
+        self.provider_note.setToolTip(plain_tip(PROVIDER_NOTE_TIP))
         form.addRow("Variables", self.provider_note)
         for edit in (self.name_edit, self.url_edit, self.model_edit, self.key_name_edit):
             edit.textEdited.connect(self._form_edited)
@@ -244,6 +252,7 @@ class PreferencesDialog(QDialog):
             return False
         row = self.list.currentRow()
         self.endpoints[row - 1] = replace(filled, timeout=ep.timeout, self_hosted=ep.self_hosted)
+        self.origins[row - 1] = (filled.provider, filled.base_url)
         self._show_row(row)
         self.problems.setText("")
         return True
@@ -298,6 +307,7 @@ class PreferencesDialog(QDialog):
         while name in names:
             name, n = f"{preset} {n}", n + 1
         self.endpoints.append(Endpoint.from_dict({"name": name, **base}))
+        self.origins.append((self.endpoints[-1].provider, self.endpoints[-1].base_url))
         self._fill_list()
         self.list.setCurrentRow(len(self.endpoints))
 
@@ -307,6 +317,7 @@ class PreferencesDialog(QDialog):
             return
         row = self.list.currentRow()
         del self.endpoints[row - 1]
+        del self.origins[row - 1]
         if self.default == ep.name:
             self.default = SCRIPTED_NAME
         self._fill_list()
@@ -331,9 +342,12 @@ class PreferencesDialog(QDialog):
             self._syncing = True
             self.key_name_edit.setText(key_name)
             self._syncing = False
-        new = Endpoint(self.name_edit.text().strip(), self.url_edit.text().strip(), self.model_edit.text().strip(),
+        base_url = self.url_edit.text().strip()
+        origin, origin_url = self.origins[row - 1]
+        new = Endpoint(self.name_edit.text().strip(), base_url, self.model_edit.text().strip(),
                        source, "" if source == "none" else key_name, self.timeout_spin.value(),
-                       self.hosting_combo.currentData(), old.provider)
+                       self.hosting_combo.currentData(),
+                       origin if base_url == origin_url else provider_after_edit(origin, base_url))
         self.endpoints[row - 1] = new
         if self.default == old.name:
             self.default = new.name

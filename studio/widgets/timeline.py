@@ -10,10 +10,11 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, QPersistentModelIndex, QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QPainter, QPen, QPolygonF
-from PySide6.QtWidgets import QSizePolicy, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
+from PySide6.QtWidgets import QSizePolicy, QStyle, QStyleOptionViewItem, QWidget
 
 from studio.logic.traces_layout import (
     ERROR_COLOR,
+    UNFINISHED_FORMS,
     TimelineRow,
     TraceLayout,
     format_duration,
@@ -22,6 +23,8 @@ from studio.logic.traces_layout import (
     time_ticks,
 )
 from studio.widgets.plain_tip import plain_tip
+from studio.widgets.record_table import SHORT_ROLE
+from studio.widgets.short_forms import ShortFormDelegate
 
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the TimelineRow
 SPAN_ID_ROLE = Qt.ItemDataRole.UserRole + 2
@@ -110,6 +113,9 @@ class SpanTreeModel(QAbstractItemModel):
             if col == COL_DURATION:
                 return node.duration_text
             return None
+        if role == SHORT_ROLE and col == COL_DURATION and node.unfinished:
+            # ("never finished" read "never fi…" in the column; the caption, the Timeline cell and the tooltip say it)
+            return UNFINISHED_FORMS
         if role == Qt.ItemDataRole.DecorationRole and col == COL_NAME:
             return QColor(span_color(span.span_type))
         if role == Qt.ItemDataRole.ForegroundRole:
@@ -125,8 +131,9 @@ class SpanTreeModel(QAbstractItemModel):
         return None
 
 
-class TimelineDelegate(QStyledItemDelegate):
-    """Paints the waterfall bar of the Timeline column; other columns paint as usual."""
+class TimelineDelegate(ShortFormDelegate):
+    """Paints the waterfall bar of the Timeline column; other columns paint as usual (in the shorter forms their
+    cells give where the text does not fit, ``short_forms``)."""
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: _Index) -> None:
         if index.column() != COL_TIMELINE:

@@ -242,6 +242,9 @@ def test_what_if_errors_speak_of_the_field_not_the_command_line(qtbot: Any, no_l
     seed(db)
     pane = ChecksPane(make_session(db))
     qtbot.addWidget(pane)
+    checks_file = tmp_path / "checks.json"
+    save_checks(checks_file, [Check(name="any", thread="food", turn=-1, prompt_contains="dessert")])
+    pane.set_path(checks_file)  # (with no checks file the run buttons are off)
     for typed, expected in (("{nope", "The what-if options are not valid JSON"),
                             ("[1]", "The what-if options must be a JSON object"),
                             ('{"no_such_option": 1}', "What-if options: ")):
@@ -337,6 +340,32 @@ def test_a_checks_file_that_is_not_there_is_said_not_run(qtbot: Any, no_leaked_w
     _ran(qtbot, pane)
     assert pane.status.text().startswith(f"No checks file at {missing}") and "Pin…" in pane.status.text()
     assert "Ran" not in pane.status.text() and not missing.exists()
+
+
+def test_with_no_checks_file_the_run_buttons_are_off_and_say_how_to_get_one(qtbot: Any, no_leaked_widgets: None,
+                                                                             make_session: Any, tmp_path: Path) -> None:
+    """Run Checks and Run With What-If were on with no checks file, and said "Open a checks file first" only once
+    clicked (found 2026-12-07 walking the Studio). They are off, and the pane and their tooltips say how a checks file
+    is opened or made; once one is named (a file not made yet too: Run Checks reads it again) they are on."""
+    from studio.panes.checks import ChecksPane
+
+    db = tmp_path / "memory.db"
+    seed(db)
+    pane = ChecksPane(make_session(db))
+    qtbot.addWidget(pane)
+    for button in (pane.run_btn, pane.what_if_btn):
+        assert not button.isEnabled()
+        assert "Open Checks File…" in button.toolTip() and "Pin…" in button.toolTip()
+    assert pane.summary.text().startswith("No checks file yet: Open Checks File… opens one")
+    assert "JSON or YAML list of checks" in pane.summary.text() and "Pin…" in pane.summary.text()
+    pane.run_what_if({"last_messages": 2})  # (Replay's what-if asks which checks would break)
+    assert pane.status.text() == pane.summary.text() and pane.run_data is None
+    missing = tmp_path / "checks.json"
+    pane.set_path(missing, run=True)  # (as Open Checks File… does) a file no check was pinned to yet
+    assert pane.run_btn.isEnabled() and pane.what_if_btn.isEnabled()
+    assert "Open Checks File…" not in pane.run_btn.toolTip()
+    _ran(qtbot, pane)
+    assert pane.status.text().startswith(f"No checks file at {missing}") and not missing.exists()
 
 
 def test_the_pin_dialog_shows_the_turn_input_beside_its_title_without_a_gap(qtbot: Any) -> None:

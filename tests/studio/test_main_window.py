@@ -413,6 +413,37 @@ def test_status_bar_says_where_the_file_came_from(qtbot: Any, make_window: Any, 
     assert "MEMORY_STUDIO_DB is set" in window.path_label.toolTip()
 
 
+def test_the_status_bar_names_the_open_file_once_with_its_name_whole(qtbot: Any, make_window: Any,
+                                                                     tmp_path: Path) -> None:
+    """"Opened <path>" on the left and the same path on the right: at a 1,100 px window both were cut at their end
+    ("Opened /tmp/s3…", the file name lost). The message names the file, the path is said once beside it, cut in
+    the middle of its folders where it does not fit, its file name whole; its tooltip says it whole."""
+    folder = tmp_path.joinpath("home", "ada.lovelace", "Documents", "Projects", "customer-support-agent-with-long-name",
+                               "experiments", "2026-12-memory-tuning-round-two", "sqlite-databases")
+    folder.mkdir(parents=True)
+    db = folder / "support-agent-memory.db"
+    seed_small(db)
+    window = make_window()
+    window.resize(1440, 900)
+    start(window, str(db))
+    _wait_open(qtbot, window, 3)
+    status, path = window.status_text, window.path_label
+    assert status.text() == "Opened support-agent-memory.db"
+    assert path.text() == f"{db} · opened by path"  # (the label's text and tooltip: the whole path)
+    assert str(db) in path.toolTip().splitlines() and "Why this file:" in path.toolTip()
+    for width in (1440, 1100, 900):
+        window.resize(width, 800)
+        qtbot.waitUntil(lambda: window.statusBar().width() <= width, timeout=WAIT_OPEN)
+        qtbot.wait(50)  # (the layout is done)
+        shown = path.shown()
+        assert shown.endswith("/support-agent-memory.db · opened by path"), (width, shown)
+        assert "…" in shown and shown.startswith(str(tmp_path)[:5])  # its folders' middle gave way
+        assert path.fontMetrics().horizontalAdvance(shown) <= path.contentsRect().width()
+        assert not status.elided()  # the message whole beside it
+        assert status.geometry().right() < path.geometry().left()
+        assert path.geometry().right() <= window.statusBar().width()
+
+
 def test_a_closed_sessions_pool_runs_no_late_request(qtbot: Any, tmp_path: Path) -> None:
     """A messages model's paging timer fired after its session began closing (another database opened) and
     submitted a page read to the closed session's pool: the read ran on a store being closed and its answer

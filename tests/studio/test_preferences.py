@@ -19,6 +19,7 @@ from studio.preferences import (
     Preferences,
     check_connection,
     key_status,
+    provider_after_edit,
     provider_note,
     validate,
 )
@@ -423,3 +424,64 @@ def test_the_variables_note_reads_whole_in_the_dialog(qtbot: Any, prefs: Prefere
         qtbot.waitUntil(lambda: note.height() >= note.heightForWidth(note.width()) > 0, timeout=5_000)
         assert note.visibleRegion().boundingRect().height() >= note.heightForWidth(note.width())
     dialog.reject()
+
+
+def test_a_presets_provider_follows_the_base_url_typed_over_it() -> None:
+    """``provider_after_edit``: the provider a preset (or Fill In) named is kept while the base URL typed is still
+    that provider's server, and left to the URL (``variables_provider``) once it is another's or none's."""
+    env = {"LLAMACPP_BASE_URL": "http://box.lan:9000/v1"}
+    assert provider_after_edit("ollama", "http://localhost:1234/v1", {}) == ""  # LM Studio's: inferred from the URL
+    assert provider_after_edit("ollama", "http://127.0.0.1:11434/v1/", {}) == "ollama"  # its own, written otherwise
+    assert provider_after_edit("ollama", "http://gpu-box.lan:11434/v1", {}) == "ollama"  # on another machine
+    assert provider_after_edit("ollama", "http://localhost:8081/v1", {}) == ""  # another server on this machine
+    assert provider_after_edit("openai", "https://api.openai.com/v2", {}) == "openai"  # the same hosted API
+    assert provider_after_edit("openai", "https://llm-proxy.example.com/v1", {}) == ""  # (port 443 says nothing)
+    assert provider_after_edit("llamacpp", "http://box.lan:9000/v1", env) == "llamacpp"  # by its <PROVIDER>_BASE_URL
+    assert provider_after_edit("ollama", "http://box.lan:9000/v1", env) == ""  # llama.cpp's, by its variable
+    assert provider_after_edit("", "http://localhost:11434/v1", {}) == ""  # none named: the URL decides, as before
+    assert provider_after_edit("ollama", "", {}) == "" and provider_after_edit("ollama", "not a url", {}) == ""
+
+
+def test_a_base_url_typed_over_a_presets_reads_the_providers_variables_it_is(
+        qtbot: Any, prefs: Preferences, monkeypatch: pytest.MonkeyPatch, no_leaked_widgets: None) -> None:
+    """A model added from the Ollama preset, its base URL typed over with LM Studio's, read OLLAMA_* (the preset's
+    provider was kept): its Variables line and its model follow what was typed, key by key; nothing is written
+    until Save."""
+    from core.llm.providers import PROVIDERS
+
+    for provider in PROVIDERS.values():  # (no <PROVIDER>_BASE_URL of the machine's moves a provider's address)
+        monkeypatch.delenv(provider.base_url_env, raising=False)
+    dialog = PreferencesDialog(prefs)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.add_endpoint("Ollama")
+    note = dialog.provider_note
+
+    def type_url(url: str) -> None:
+        dialog.url_edit.selectAll()
+        qtbot.keyClicks(dialog.url_edit, url)
+        assert dialog.current_endpoint().base_url == url  # type: ignore[union-attr]
+
+    assert note.text() == "Ollama: OLLAMA_CONTEXT_WINDOW is read as its context size."
+    type_url("http://localhost:1234/v1")
+    assert note.text() == "LM Studio (inferred from its base URL): LMSTUDIO_CONTEXT_WINDOW is read as its context size."
+    type_url("http://gpu-box.lan:11434/v1")  # an Ollama on another machine, at Ollama's port
+    assert note.text().startswith("Ollama: OLLAMA_CONTEXT_WINDOW")
+    type_url("http://localhost:8081/v1")  # a llama.cpp server started on another port
+    assert note.text().startswith("None: its base URL is no provider's") and "<PROVIDER>_BASE_URL" in note.toolTip()
+    monkeypatch.setenv("LLAMACPP_BASE_URL", "http://localhost:8081/v1")  # as the note's tooltip says
+    type_url("http://localhost:8081/v1")
+    assert note.text().startswith("llama.cpp server (inferred from its base URL)"), note.text()
+    monkeypatch.delenv("LLAMACPP_BASE_URL")
+    assert not Path(prefs.settings.fileName()).exists()  # nothing written by typing
+    type_url("http://localhost:1234/v1")
+    dialog.save()
+    again = Preferences(QSettings(prefs.settings.fileName(), QSettings.Format.IniFormat))
+    (saved,) = again.endpoints
+    assert (saved.name, saved.provider, saved.base_url) == ("Ollama", "", "http://localhost:1234/v1")
+    model = again.model("Ollama").build(environ={"OLLAMA_CONTEXT_WINDOW": "8192",  # type: ignore[union-attr]
+                                                 "LMSTUDIO_CONTEXT_WINDOW": "4096"})
+    try:
+        assert (model.context_window, model.context_window_env) == (4096, "LMSTUDIO_CONTEXT_WINDOW")
+    finally:
+        model.close()

@@ -362,23 +362,51 @@ def _cut_titles(tree: Any) -> list[tuple[str, int, int]]:
 
 
 @pytest.mark.parametrize("theme", [None, "dark", "light"])
-def test_at_1440_px_long_thread_titles_keep_their_room_and_the_date_gives_way(
+def test_at_1440_px_a_few_long_thread_titles_are_cut_and_many_give_the_date_way(
         demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, themed: str | None, theme: str | None) -> None:
-    """The date shows beside the titles where every title reads whole (the demo's at 1,440 px); where a title is
-    long, the titles keep ``TITLE_LEAST_CHARS`` "x" widths (cut in the middle beyond) and the date gives way, as
-    before."""
+    """The date shows beside the titles where every title reads whole (the demo's at 1,440 px). One long title hid
+    every thread's date (two chats titled "Plan a picnic number 1" and "… 2" did, found 2026-12-07 by a walk of the
+    app): where a few titles are long (``TITLES_CUT_SHARE``), those are cut in the middle (whole on hover) and the
+    dates stay; where more are, the titles keep ``TITLE_LEAST_CHARS`` "x" widths and the date gives way, as before."""
     from core import open_store
+    from studio.panes.resources import TITLE_FLOOR_CHARS
 
     folder = tmp_path / "long"
     shutil.copytree(demo_dir, folder)
     store = open_store(folder / "memory.db")
-    store.memory.update_thread("sam-standup", title="Daily stand-up notes for the whole platform team, week 37")
+    for n in (1, 2):
+        store.memory.create_thread(resource_id="ada", thread_id=f"picnic-{n}", title=f"Plan a picnic number {n}")
     store.close()
     window = _window(folder, tmp_path, make_window, qtbot, 1440)
-    tree = window.resources.tree
-    qtbot.waitUntil(lambda: any("platform team" in t for _r, t, _n in window.resources.thread_rows()), timeout=10_000)
+    resources, tree = window.resources, window.resources.tree
+    qtbot.waitUntil(lambda: len(resources.thread_rows()) == 9, timeout=10_000)
+    tree.expandAll()
+    x = tree.fontMetrics().horizontalAdvance("x")
+    qtbot.waitUntil(lambda: not tree.isColumnHidden(2), timeout=5_000)
+    assert resources.title_room() >= x * TITLE_FLOOR_CHARS
+    cut = _cut_titles(tree)  # (the picnics, in the themed app's font; none in the unthemed one's)
+    assert {title for title, _w, _n in cut} <= {"Plan a picnic number 1", "Plan a picnic number 2"}, cut
+    assert len(cut) == (0 if theme is None else 2), cut
+    model = tree.model()
+    threads = [model.index(t, 0, model.index(r, 0)) for r in range(model.rowCount())
+               for t in range(model.rowCount(model.index(r, 0)))]
+    for title, _w, _n in cut:  # whole on hover, cut in the middle (the two differ at their end)
+        row = next(row for row in threads if row.data() == title)
+        assert row.data(Qt.ItemDataRole.ToolTipRole).startswith(title)
+    assert tree.textElideMode() == Qt.TextElideMode.ElideMiddle
+
+    # Many long titles: the date gives way, and the titles keep their room.
+    store = open_store(tmp_path / "demo" / "memory.db")  # (the copy the window opened, ``_window``)
+    store.memory.update_thread("sam-standup", title="Daily stand-up notes for the whole platform team, week 37")
+    for thread in ("sam-retro", "ada-groceries"):
+        store.memory.update_thread(thread, title=f"A long title of the {thread} thread, as a model would write it")
+    store.close()
+    window.commands.run("file.reload")
+    qtbot.waitUntil(lambda: window.resources is not None and sum(
+        "as a model would write it" in t for _r, t, _n in window.resources.thread_rows()) == 2, timeout=10_000)
+    resources, tree = window.resources, window.resources.tree
     qtbot.waitUntil(lambda: tree.isColumnHidden(2), timeout=5_000)
-    assert window.resources.title_room() >= tree.fontMetrics().horizontalAdvance("x") * TITLE_LEAST_CHARS
+    assert resources.title_room() >= x * TITLE_LEAST_CHARS
     window.session.pool.wait(20_000)
 
 

@@ -715,6 +715,56 @@ def _says_never_finished(pane, pid: int) -> None:
     assert root.unfinished and root.duration_text == "never finished"
     assert pane.select_span(root.span.span_id)
     assert f"never finished: the process writing it (pid {pid}" in pane.span_facts.text()
+    # Drawn whole, not "never …" / "never fi…": the list's Status and Duration cells and the tree's Duration
+    # (a 1,200 px pane has no room for "never finished" in them)
+    for view, index in ((pane.trace_table, pane.trace_model.index(0, 0)), (pane.trace_table, pane.trace_model.index(0, 4)),
+                        (pane.tree, pane.span_model.index(0, COL_DURATION))):
+        _drawn_whole(view, index, ("never finished", "unfinished"))
+
+
+def _drawn_whole(view: Any, index: Any, forms: tuple[str, ...]) -> str:
+    """The text ``view`` draws in ``index``'s cell: one of ``forms``, in the room the cell's text has."""
+    from PySide6.QtWidgets import QStyleOptionViewItem
+
+    from studio.widgets.item_text import text_room
+
+    delegate = view.itemDelegate()
+    shown = delegate.shown_text(view, index)
+    option = QStyleOptionViewItem()
+    view.initViewItemOption(option)
+    option.rect = view.visualRect(index)
+    delegate.initStyleOption(option, index)
+    assert shown in forms, (shown, forms)
+    assert option.fontMetrics.horizontalAdvance(shown) <= text_room(option), (shown, text_room(option))
+    return shown
+
+
+@pytest.mark.parametrize("width", [660, 1120])  # the pane in a 1,100 and a 1,500 px window
+def test_every_status_a_run_can_have_reads_whole_in_the_list(no_leaked_widgets, qtbot, make_session, demo_db,
+                                                              width):
+    """The Status column at its floor cut "never finished" to "never …" (and "ok, 12 err" to "ok, 12 e…"), the
+    Duration cell beside it "never fi…": each status reads whole in its cell, in a shorter form of its own words
+    where the whole does not fit; the cells' text (what the tooltip and a screen reader say) stays whole."""
+    import dataclasses
+
+    pane = open_pane(qtbot, make_session, demo_db)
+    pane.resize(width, 740)
+    qtbot.waitUntil(lambda: abs(pane.width() - width) < 2, timeout=WAIT)
+    qtbot.wait(50)  # (the resize events are delivered)
+    base = pane.traces[0]
+    runs = [dataclasses.replace(base, status="ok", error_count=0),
+            dataclasses.replace(base, status="error", failed_itself=True, error_count=1),
+            dataclasses.replace(base, status="running", ended_at=None, duration_ms=None),
+            dataclasses.replace(base, status="unfinished", ended_at=None, duration_ms=None)]
+    runs += [dataclasses.replace(base, status="error", failed_itself=False, error_count=n) for n in (1, 12, 1234)]
+    pane.trace_model.set_rows(runs)
+    expected = [("ok",), ("error",), ("running",), ("never finished", "unfinished"), ("ok, 1 err",),
+                ("ok, 12 err",), ("ok, 1,234 err", "ok, err")]
+    for row, forms in enumerate(expected):
+        assert pane.trace_model.index(row, 0).data() == forms[0]
+        _drawn_whole(pane.trace_table, pane.trace_model.index(row, 0), forms)
+    assert pane.trace_model.index(3, 4).data() == "never finished"
+    _drawn_whole(pane.trace_table, pane.trace_model.index(3, 4), ("never finished", "unfinished", "—"))
 
 
 @pytest.mark.parametrize("all_threads", [False, True])
