@@ -55,10 +55,12 @@ READ_FIELDS = frozenset({"model", "messages", "metadata", "user", "stream", "str
 SYSTEM_PROMPT_IGNORED = "messages (system prompt)"
 
 
-def earlier_messages_ignored(count: int) -> str:
+def earlier_messages_ignored(count: int, has_memory: bool = True) -> str:
     """How ``ignored_fields`` names the ``count`` messages before the new one that are not system prompts: only the
-    new message is taken, the thread's memory supplies the history (comma-free: the header lists names by commas)."""
-    return f"messages ({count} earlier: memory supplies the history)"
+    new message is taken, the thread's memory supplies the history; an agent without memory is sent no history at
+    all (its ``not_stored`` notice says so too). Comma-free: the header lists names by commas."""
+    why = "memory supplies the history" if has_memory else "the agent has no memory and is sent no history"
+    return f"messages ({count} earlier: {why})"
 
 
 #: At most this many field names are repeated back (a body may hold any number of keys).
@@ -176,10 +178,10 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     notices = where_notices(agent=model, has_memory=has_memory, resource=resource, defaulted=defaulted,
                             new_thread=new_thread)
     return Turn(model, message, thread, resource, body.get("stream") is True, include_usage is True, legacy,
-                caller.name, ignored_fields(body), tuple(notices))
+                caller.name, ignored_fields(body, has_memory=has_memory), tuple(notices))
 
 
-def ignored_fields(body: Mapping[str, Any]) -> tuple[str, ...]:
+def ignored_fields(body: Mapping[str, Any], *, has_memory: bool = True) -> tuple[str, ...]:
     """The fields of a chat-completions body the turn does not use (``READ_FIELDS``), sorted, after
     ``SYSTEM_PROMPT_IGNORED`` when the messages hold a system or developer message and
     ``earlier_messages_ignored`` when they hold others before the new one; each name cut
@@ -191,7 +193,7 @@ def ignored_fields(body: Mapping[str, Any]) -> tuple[str, ...]:
     earlier = messages[:-1] if isinstance(messages, list) else []
     prompts = sum(1 for m in earlier if isinstance(m, Mapping) and m.get("role") in ("system", "developer"))
     if len(earlier) > prompts:  # (a client resending its whole conversation is told each time: they were not used)
-        names.insert(0, earlier_messages_ignored(len(earlier) - prompts))
+        names.insert(0, earlier_messages_ignored(len(earlier) - prompts, has_memory))
     if prompts:
         names.insert(0, SYSTEM_PROMPT_IGNORED)  # the agent's instructions are sent instead
     if len(names) > MAX_IGNORED_SHOWN:

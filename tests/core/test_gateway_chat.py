@@ -124,6 +124,11 @@ def test_earlier_messages_sent_to_a_new_thread_are_named_as_ignored(client, memo
     # The new message alone: nothing before it to name.
     alone = client.chat.completions.with_raw_response.create(model="echo", messages=[user("and now?")], metadata=meta)
     assert alone.parse().model_extra["memory"]["ignored"] == [] and "x-memory-ignored" not in alone.headers
+    # An agent without memory is sent no history at all: the list does not say memory supplies it.
+    bare = client.chat.completions.with_raw_response.create(model="plain", messages=messages[1:], stream=streamed)
+    told = (next(c.model_extra["memory"] for c in bare.parse() if c.choices and c.choices[0].finish_reason)
+            if streamed else bare.parse().model_extra["memory"])
+    assert told["ignored"] == ["messages (3 earlier: the agent has no memory and is sent no history)"]
 
 
 def test_thread_and_resource_from_headers_and_conversation_ids(client, memory):
