@@ -69,7 +69,7 @@ def plan(pending: Sequence["Message"], *, build: BuildRequest, tokenizer: "Token
         used = estimate = 0
         for msg in pending[at:]:
             cost = messages_tokens(tokenizer, [msg])
-            if batch and (used + cost > max_tokens or (room is not None and estimate + cost + _LABEL_TOKENS > room)):
+            if batch and _ends_call(used, estimate, cost, max_tokens, room):
                 break
             batch.append(msg)
             used += cost
@@ -104,12 +104,11 @@ def calls_left(rest: Sequence["Message"], *, cost: Callable[["Message"], int], b
     room = None
     if budget is not None:  # (the tail as ``_tail_tokens`` caps it, without building the requests that show it)
         bare = request_tokens(tokenizer, build([], 0))
-        half = max(0, (budget.prompt_limit - bare) // 2)
-        room = budget.prompt_limit - bare - (half if previous_tokens is None else min(previous_tokens, half))
+        room = budget.prompt_limit - bare - _capped_tail(budget, bare, previous_tokens)[1]
     calls = used = estimate = 0
     for msg in rest:
         size = cost(msg)
-        if calls and (used + size > max_tokens or (room is not None and estimate + size + _LABEL_TOKENS > room)):
+        if calls and _ends_call(used, estimate, size, max_tokens, room):
             calls, used, estimate = calls + 1, 0, 0
         elif not calls:
             calls = 1
@@ -151,7 +150,7 @@ def _cut_to_fit(msg: "Message", tail: int | None, build: BuildRequest, tokenizer
     limit = budget.prompt_limit
 
     def attempt(kept: int) -> tuple[list[dict[str, Any]], int]:
-        head, end = _at_space(text, kept - kept // 3, back=True), _at_space(text, len(text) - kept // 3, back=False)
+        head, end = _cut_points(text, kept)
         shown = (f"{text[:head]}\n[… {end - head:,} characters of this message are left out here: the whole message "
                  f"is over the observer's {budget.context_window:,}-token context window. It is kept as it is in the "
                  f"conversation's history.]\n{text[end:]}").strip()
@@ -174,8 +173,14 @@ def _cut_to_fit(msg: "Message", tail: int | None, build: BuildRequest, tokenizer
             over = mid
     if found is None:
         found = attempt(fits)
-    head, end = _at_space(text, fits - fits // 3, back=True), _at_space(text, len(text) - fits // 3, back=False)
+    head, end = _cut_points(text, fits)
     return found[0], found[1], end - head
+
+
+def _cut_points(text: str, kept: int) -> tuple[int, int]:
+    """Where ``text`` cut to ``kept`` characters ends its beginning (two thirds) and starts its end (one third),
+    each moved to a space near it."""
+    return _at_space(text, kept - kept // 3, back=True), _at_space(text, len(text) - kept // 3, back=False)
 
 
 def _at_space(text: str, at: int, *, back: bool) -> int:
@@ -187,6 +192,19 @@ def _at_space(text: str, at: int, *, back: bool) -> int:
     return at if near < 0 else near if back else near + 1
 
 
+def _ends_call(used: int, estimate: int, size: int, max_tokens: int, room: int | None) -> bool:
+    """Whether a message of ``size`` tokens starts the next call, after messages of ``used`` tokens (``estimate``
+    with their labels) in this one: over ``max_tokens``, or over the ``room`` the window leaves the messages."""
+    return used + size > max_tokens or (room is not None and estimate + size + _LABEL_TOKENS > room)
+
+
+def _capped_tail(budget: "PromptBudget", bare: int, previous_tokens: int | None) -> tuple[int, int]:
+    """Half of what a request without messages or observations (``bare`` tokens) leaves of the window, and the
+    observations' tail capped to it (``previous_tokens`` when smaller)."""
+    half = max(0, (budget.prompt_limit - bare) // 2)
+    return half, half if previous_tokens is None else min(previous_tokens, half)
+
+
 def _tail_tokens(build: BuildRequest, tokenizer: "Tokenizer", budget: "PromptBudget | None",
                  previous_tokens: int | None) -> int | None:
     """How much of the observations so far the requests show: as configured without a window; with
@@ -194,8 +212,7 @@ def _tail_tokens(build: BuildRequest, tokenizer: "Tokenizer", budget: "PromptBud
     if budget is None:
         return previous_tokens
     bare = request_tokens(tokenizer, build([], 0))
-    half = max(0, (budget.prompt_limit - bare) // 2)
-    tail = half if previous_tokens is None else min(previous_tokens, half)
+    half, tail = _capped_tail(budget, bare, previous_tokens)
     for _ in range(3):  # the tail's heading and closing words count too: cut it until the whole section fits
         over = request_tokens(tokenizer, build([], tail)) - bare - half
         if over <= 0 or tail == 0:

@@ -23,7 +23,7 @@ import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 from core.context_window import ContextWindowError
 from core.llm.stopping import CallStopped, current_stop
@@ -367,12 +367,8 @@ class ObservationalMemory(BaseProcessor):
             taken += batch
             pending -= messages_tokens(ctx.tokenizer, batch)
             try:
-                planned = self._plan(ctx, job, turn, thread_id, batch)
-                hints = self._thread_hints(ctx, turn, thread_id)
-                left, exact_here = job.calls_left(
-                    batch[len(planned[0].batch):] if planned else [], cost=lambda m: messages_tokens(ctx.tokenizer, [m]),
-                    previous=turn.record.active_observations if turn.record else "", current_task=hints.current_task,
-                    suggested_response=hints.suggested_response)
+                planned, left, exact_here = self._plan(ctx, job, turn, thread_id, batch,
+                                                       cost=lambda m: messages_tokens(ctx.tokenizer, [m]))
             except ContextWindowError as exc:
                 ctx.note(self.id, observeFirstError=str(exc))
                 continue
@@ -450,13 +446,19 @@ class ObservationalMemory(BaseProcessor):
         return turn.hints if thread_id == ctx.request.thread_id else om_store.thread_hints(
             om_store.thread_metadata(ctx.store, thread_id))
 
-    def _plan(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str,
-              pending: list[Message], limit: int | None = None) -> list[ObserverCall]:
-        """The observer calls that observe ``pending`` of ``thread_id`` from the log and hints of ``turn``: what
-        ``_observe_batch`` sends first, and what a preview shows (one path, so the two agree)."""
+    def _plan(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str, pending: list[Message],
+              cost: Callable[[Message], int], limit: int | None = None) -> tuple[list[ObserverCall], int, bool]:
+        """The observer calls that observe ``pending`` of ``thread_id`` from the log and hints of ``turn`` (the first
+        ``limit`` only, when given), and how many calls the rest after the first takes, exact or a forecast
+        (``OMJob.calls_left``; ``cost``: a message's tokens): what ``_observe_batch`` sends first and numbers it by,
+        and what a preview shows (one path, so the two agree; the thread's hints read once)."""
         hints = self._thread_hints(ctx, turn, thread_id)
-        return job.plan(pending, previous=turn.record.active_observations if turn.record else "",
-                        current_task=hints.current_task, suggested_response=hints.suggested_response, limit=limit)
+        previous = turn.record.active_observations if turn.record else ""
+        calls = job.plan(pending, previous=previous, current_task=hints.current_task,
+                         suggested_response=hints.suggested_response, limit=limit)
+        left, exact = job.calls_left(pending[len(calls[0].batch):] if calls else [], cost=cost, previous=previous,
+                                     current_task=hints.current_task, suggested_response=hints.suggested_response)
+        return calls, left, exact
 
     def _observe_batch(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str, pending: list[Message],
                        input_tokens: int, now: datetime, blocked: bool, observed: list[dict[str, Any]],
@@ -468,13 +470,10 @@ class ObservationalMemory(BaseProcessor):
         req = ctx.request
         opts = self._options(ctx)
         record = turn.record
-        hints = self._thread_hints(ctx, turn, thread_id)
-        previous = record.active_observations if record else ""
         try:
-            call = self._plan(ctx, job, turn, thread_id, pending, limit=1)[0]
-            left, exact = job.calls_left(pending[len(call.batch):], cost=lambda m: _cost(ctx, costs, m),
-                                         previous=previous, current_task=hints.current_task,
-                                         suggested_response=hints.suggested_response)
+            planned, left, exact = self._plan(ctx, job, turn, thread_id, pending, cost=lambda m: _cost(ctx, costs, m),
+                                              limit=1)
+            call = planned[0]
         except ContextWindowError as exc:  # max_output_tokens leaves no room in the observer's window
             retry_at = job.failed("observer", str(exc), record, now)
             ctx.note(self.id, observationError=f"{exc}; the messages stay raw and the observer is tried again "
