@@ -55,9 +55,8 @@ def memory_schema(conn: psycopg.Connection[Any], first: str | None) -> MemorySch
         "SELECT quote_ident(%s), has_schema_privilege(n.oid, 'USAGE'), current_user "
         "FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = %s", (name, name)).fetchone()
     assert row is not None
-    if row[1] is None:  # not made yet (a read-only open of a search_path whose first schema is missing)
-        return MemorySchema(name, str(row[0]), True, str(row[2] or ""))
-    return MemorySchema(name, str(row[0]), bool(row[1]), str(row[2] or ""))
+    # (USAGE unknown: not made yet, a read-only open of a search_path whose first schema is missing)
+    return MemorySchema(name, str(row[0]), row[1] is None or bool(row[1]), str(row[2] or ""))
 
 
 def role_of(location: PgLocation, schema: MemorySchema | None = None) -> str:
