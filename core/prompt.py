@@ -8,10 +8,12 @@ recomputes the prompt another way (Mastra #17797: the panel showed recall the mo
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from core.ids import clipped
 from core.message_list import MessageList
 from core.messages import Message
 from core.stored_text import json_text
@@ -164,8 +166,9 @@ def build_prompt(
             continue
         start = len(messages)
         messages.extend(wire)
-        text = "\n".join(_counted_text(w) for w in wire)
-        tokens = sum(count_message_tokens(tokenizer, _counted_text(w)) for w in wire)
+        counted = [_counted_text(w) for w in wire]
+        text = "\n".join(shown_text(w, c) for w, c in zip(wire, counted))
+        tokens = sum(count_message_tokens(tokenizer, c) for c in counted)
         kind = {"memory": "memory", "input": "input", "context": "context", "response": "input"}.get(conv.source, "system")
         fragments.append(
             Fragment(
@@ -211,8 +214,9 @@ def _tool_source(tools: list[dict[str, Any]], notes: dict[str, dict[str, Any]]) 
     return "tools"
 
 
-def _counted_text(message: dict[str, Any]) -> str:
-    """An outgoing chat message as plain text (fragment text, token count): text parts, tool calls."""
+def _counted_text(message: Mapping[str, Any]) -> str:
+    """An outgoing chat message as plain text (its token count; its fragment shows it with ``shown_text``): text
+    parts, tool calls."""
     content = message.get("content")
     if isinstance(content, list):
         text = " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
@@ -222,6 +226,28 @@ def _counted_text(message: dict[str, Any]) -> str:
         calls = json_text(message["tool_calls"], ensure_ascii=False)
         text = f"{text}\n{calls}" if text else calls
     return text
+
+
+def shown_text(message: Mapping[str, Any], text: str | None = None) -> str:
+    """An outgoing chat message as its fragment shows it: ``text`` (its counted text, ``_counted_text``, when not
+    given) and a line naming each content part that is no text (an image and its URL, a file, audio), which the
+    model was sent as well: a fragment's text alone would show a turn with an image as if it had been text only.
+    The parts are not counted in its tokens (an estimate of text)."""
+    text = _counted_text(message) if text is None else text
+    content = message.get("content")
+    notes = [part_note(p) for p in content if isinstance(p, Mapping) and not isinstance(p.get("text"), str)] \
+        if isinstance(content, list) else []
+    return "\n".join([text, *notes]) if text and notes else "\n".join(notes) or text
+
+
+def part_note(part: Mapping[str, Any]) -> str:
+    """A content part that is no text, as ``shown_text`` names it: ``[image_url: <its URL>]`` (a data URL cut to its
+    first 80 characters and its length), ``[input_audio: wav]``, ``[file: report.pdf]``, else ``[<its type>]``."""
+    kind = clipped(str(part.get("type") or "part"))
+    value = part.get(kind) if kind in part else part.get("image_url") or part.get("filename") or part.get("file_id")
+    if isinstance(value, Mapping):
+        value = value.get("url") or value.get("filename") or value.get("format") or value.get("file_id")
+    return f"[{kind}: {clipped(value)}]" if isinstance(value, str) and value else f"[{kind}]"
 
 
 def to_openai(message: Message, *, complete_calls_only: bool = False) -> list[dict[str, Any]]:

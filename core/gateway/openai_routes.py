@@ -59,6 +59,7 @@ from core.memory import resolve_memory
 from core.errors import MemoryStudioError
 from core.llm.stopping import CallStop
 from core.message_size import MessageTooLargeError
+from core.ids import clipped, shown
 from core.stored_text import NumberBeyondDouble, json_double, json_whole
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,7 +86,13 @@ async def read_json(request: Request) -> Any:
         # Numbers as import reads them (``stored_text.json_double`` / ``json_whole``): one beyond a double's range
         # would be stored as null (``1e400``) or whole (an integer of 4,000 digits), which Mastra reads as
         # Infinity; NaN and Infinity are not JSON.
-        return json.loads(text, parse_constant=_not_json, parse_float=json_double, parse_int=json_whole)
+        return json.loads(text, parse_constant=_not_json, parse_float=json_double, parse_int=json_whole,
+                          object_pairs_hook=_one_value_a_key)
+    except _KeyTwice as exc:
+        raise bad_request(f"The request body names the key {shown(exc.args[0])} twice in one object, with "
+                          "different values. JSON readers differ on which one counts (this server would read the "
+                          "last, a proxy or log in front of it may read the first), so send each key once. Nothing "
+                          "was read or written.", param=clipped(exc.args[0]), code="duplicate_key") from None
     except NumberBeyondDouble as exc:
         raise bad_request(f"The request body holds the number {exc.number}, beyond what a double holds (Mastra and "
                           "any JavaScript reader read it as Infinity). Send a smaller number, or the digits as a "
@@ -106,6 +113,22 @@ class _NotJson(MemoryStudioError, ValueError):
 
 def _not_json(constant: str) -> Any:
     raise _NotJson(constant)
+
+
+class _KeyTwice(MemoryStudioError, ValueError):
+    """A key an object of the body holds twice with two values (the same value twice is one value)."""
+
+
+def _one_value_a_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of the body, refused when it holds a key twice with different values: Python's reader keeps the
+    last, others (a proxy that checked ``metadata.resource_id``, an access log) the first, so the gateway would act
+    on another value than they saw, as with a query parameter sent twice (``memory_routes``)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        for key, value in pairs:
+            if obj[key] != value or type(obj[key]) is not type(value):
+                raise _KeyTwice(key)
+    return obj
 
 
 #: The chat route as idempotency keys are scoped to it.

@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 #: (``metadata``, ``user``) and how the reply travels. Any other field (a sampling setting, ``tools``,
 #: ``response_format``, a provider's own field) is not used: the agent's own settings and tools are sent.
 READ_FIELDS = frozenset({"model", "messages", "metadata", "user", "stream", "stream_options", "n"})
+#: The keys of ``metadata`` a turn reads: where it is stored.
+METADATA_READ = frozenset({"thread_id", "resource_id", "conversation_id"})
 #: How ``ignored_fields`` names a client's system (or developer) message, which the agent's instructions replace.
 SYSTEM_PROMPT_IGNORED = "messages (system prompt)"
 
@@ -133,7 +135,9 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     if not isinstance(last, Mapping) or last.get("role") != "user":
         raise bad_request("The last message must be the user's new message (role 'user'): the agent's memory "
                           "supplies the history.", param="messages")
-    message = Message.create("user", [text_part(t) for t in _texts(last.get("content"))])
+    # Text parts as llama.cpp and vLLM read them, joined by a new line: one text, which the model is sent and memory
+    # stores (parts kept apart would be joined by a space, ``Message.text``: "A\n" and "B" sent as "A\n B").
+    message = Message.create("user", [text_part("\n".join(_texts(last.get("content"))))])
     if not message.text.strip():
         raise bad_request("The user message has no text.", param="messages")
 
@@ -187,9 +191,15 @@ def ignored_fields(body: Mapping[str, Any], *, has_memory: bool = True) -> tuple
     ``earlier_messages_ignored`` when they hold others before the new one; each name cut
     to ``SHOWN_CHARS`` and at most ``MAX_IGNORED_SHOWN`` of them (then "… and N more"): the answer and the
     turn's trace say them, so a client that sent ``temperature`` learns it was not the one used, and one that sent
-    a conversation's earlier messages to a new thread learns they were not stored."""
+    a conversation's earlier messages to a new thread learns they were not stored. What of the new message is not
+    used comes first (``new_message_ignored``); ``metadata``'s keys other than the ids are ``metadata.<key>``."""
     names = sorted(clipped(str(k)) for k in body if k not in READ_FIELDS)
+    metadata = body.get("metadata")
+    if isinstance(metadata, Mapping):  # (its other keys are not stored: OpenAI keeps them with a stored completion)
+        names = sorted([*names, *(f"metadata.{clipped(str(k))}" for k in metadata if k not in METADATA_READ)])
     messages = body.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1], Mapping):
+        names[:0] = new_message_ignored(messages[-1])
     earlier = messages[:-1] if isinstance(messages, list) else []
     prompts = sum(1 for m in earlier if isinstance(m, Mapping) and m.get("role") in ("system", "developer"))
     if len(earlier) > prompts:  # (a client resending its whole conversation is told each time: they were not used)
@@ -199,6 +209,18 @@ def ignored_fields(body: Mapping[str, Any], *, has_memory: bool = True) -> tuple
     if len(names) > MAX_IGNORED_SHOWN:
         names = [*names[:MAX_IGNORED_SHOWN], f"… and {len(names) - MAX_IGNORED_SHOWN:,} more"]
     return tuple(names)
+
+
+def new_message_ignored(message: Mapping[str, Any]) -> list[str]:
+    """How ``ignored_fields`` names what of the new message the turn does not use: its fields besides ``role`` and
+    ``content`` (a participant's ``name``), and those of its text parts besides ``type`` and ``text`` (a
+    ``cache_control``): the model is sent its text alone, and only its text is stored."""
+    names = [f"messages ({clipped(str(k))} of the new message)" for k in message if k not in ("role", "content")]
+    content = message.get("content")
+    parts = content if isinstance(content, list) else []
+    extra = dict.fromkeys(str(k) for p in parts if isinstance(p, Mapping) for k in p if k not in ("type", "text"))
+    names += [f"messages ({clipped(k)} of the new message's text parts)" for k in extra]
+    return names
 
 
 def conversation_thread_id(resource_id: str, conversation_id: str) -> str:
@@ -253,10 +275,15 @@ def _texts(content: Any) -> list[str]:
         return [content]
     if isinstance(content, list):
         texts: list[str] = []
-        for part in content:
+        for number, part in enumerate(content, 1):
             if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
-                raise bad_request(f"Only text content parts are supported, not {shown(kind)}.", param="messages")
+                what = "a text part without a string 'text'" if kind == "text" else f"of type {shown(kind)}"
+                raise bad_request(
+                    f"Content part {number} of the new message is {what}: the gateway takes text only (a string, or "
+                    "parts like {\"type\": \"text\", \"text\": \"...\"}), which is what the agent's model is "
+                    "sent and its memory stores. Send the text alone (an image or file as a link or a description in "
+                    "it). Nothing was stored or sent to the model.", param="messages")
             texts.append(part["text"])
         return texts
     raise bad_request("The user message's 'content' must be a string or a list of text parts.", param="messages")

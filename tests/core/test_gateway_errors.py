@@ -67,7 +67,7 @@ def test_unknown_agent_is_404(client):
 @pytest.mark.parametrize("messages, fragment", [
     ([], "non-empty list"),
     ([user("a"), {"role": "assistant", "content": "b"}], "last message must be the user's"),
-    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}], "Only text content"),
+    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}], "the gateway takes text only"),
     ([user("   ")], "has no text"),
 ])
 def test_bad_requests_are_400(client, messages, fragment):
