@@ -361,6 +361,7 @@ def bench_1m_restart(n: int, queries: int) -> None:
     emb = TableEmbedder("synthetic@d512")
     store = open_store(path)
     index = RecallIndex.for_store(store, emb)
+    index.ensure_tables()  # building an index only looks; the table is made before the first write (as a save does)
     exact = VectorSet(DIM, emb.model_id)
     t = time.perf_counter()
     chunk = 20_000

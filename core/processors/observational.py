@@ -510,7 +510,7 @@ class ObservationalMemory(BaseProcessor):
             last = batch[-1]
             cursor = om_store.Cursor(to_iso(last.created_at), last.id)
             active = append_chunk(record.active_observations if record else "", text, cursor.created_at)
-            remaining = self._pending(ctx, turn, 0) - batch_tokens
+            remaining = _stored_cost(ctx, costs, turn) - batch_tokens
             obs = om_store.Observation(
                 active_observations=active, observation_tokens=count_text(ctx.tokenizer, active),
                 observed_ids=[m.id for m in batch], tokens_observed=batch_tokens,
@@ -737,6 +737,12 @@ def _cost(ctx: ProcessorContext, costs: dict[int, tuple[Message, int]], msg: Mes
     tokens = messages_tokens(ctx.tokenizer, [msg])
     costs[id(msg)] = (msg, tokens)
     return tokens
+
+
+def _stored_cost(ctx: ProcessorContext, costs: dict[int, tuple[Message, int]], turn: _Turn) -> int:
+    """``_pending(ctx, turn, 0)`` from the tokens kept by the message read (``_cost``): after each observer call of a
+    long backlog the turn sums what is left again, and a message re-read unchanged is not counted a second time."""
+    return sum(_cost(ctx, costs, m) for m in turn.unobserved) + sum(_cost(ctx, costs, m) for m in rs.flat(turn.others))
 
 
 def _previews_next(ctx: ProcessorContext) -> bool:

@@ -15,8 +15,9 @@ from core import Message, open_store
 from core.llm import ScriptedModel
 from core.observational import load_current
 from core.observational.store import thread_hints, thread_metadata, unobserved_messages
+from core.observational.tokens import messages_tokens
 from core.storage.memory_store import MessageQuery
-from tests.core.test_om_batches import START, Backlog, observed, text, two_messages
+from tests.core.test_om_batches import START, TOKENIZER, Backlog, observed, text, two_messages
 
 pytestmark = pytest.mark.backends
 
@@ -63,6 +64,49 @@ def test_what_another_writer_stores_edits_or_deletes_between_two_calls_counts_fo
     assert record is not None
     assert not unobserved_messages(h.store, thread_id="t1", resource_id="u1", record=record,
                                    hints=thread_hints(thread_metadata(h.store, "t1")))
+    other.close()
+    h.store.close()
+
+
+def test_each_call_stores_the_tokens_it_leaves_unobserved_and_an_edited_message_counts_as_edited(
+        db_path: Path | str) -> None:
+    # After each call the record says how many tokens stay unobserved (``pendingMessageTokens``: the backlog as the
+    # turn read it before the call, less the call's batch, plus the turn's input). The turn keeps each message's
+    # count by the message it read, so a row edited between two calls is counted again, as edited.
+    calls: list[int] = []
+    seen: list[tuple[int, int]] = []  # (stored by the call before, unobserved tokens stored now)
+    other = open_store(db_path)
+    h: Backlog
+
+    def reply(messages: list[dict[str, Any]], _tools: Any) -> str:
+        calls.append(len(messages))
+        record = load_current(other, "t1")
+        if len(calls) >= 2:
+            assert record is not None
+            left = unobserved_messages(other, thread_id="t1", resource_id="u1", record=record,
+                                       hints=thread_hints(thread_metadata(other, "t1")))
+            seen.append((record.pending_message_tokens, messages_tokens(TOKENIZER, left)))
+        if len(calls) == 1:  # while the first call runs: the last message edited, three times as long
+            last = h.stored()[-1]
+            other.memory.save_messages([Message.assistant(text("t1-gamma-reply-edited", 600), id=last.id,
+                                                          thread_id="t1", resource_id="u1",
+                                                          created_at=last.created_at)])
+        return observed(len(calls))
+
+    observer = ScriptedModel(reply, name="observer")
+    h = Backlog(db_path, observer)
+    before = h.stored()
+    h.om["max_tokens_per_batch"] = two_messages(before)
+    h.memory = h._memory(h.om)
+    notes = h.turn("go on", reply=None).notes["observational-memory"]
+    assert "observationError" not in notes, notes
+    said = messages_tokens(TOKENIZER, [Message.user("go on")])
+    grown = messages_tokens(TOKENIZER, h.stored()[-1:]) - messages_tokens(TOKENIZER, before[-1:])
+    assert grown > 0
+    # The first call's figure was read before the edit; every later one after it, and matches what is stored.
+    assert len(seen) >= 3, seen
+    assert seen[0] == (seen[0][1] - grown + said, seen[0][1])
+    assert [stored for stored, _ in seen[1:]] == [now + said for _, now in seen[1:]]
     other.close()
     h.store.close()
 
