@@ -67,8 +67,9 @@ def thread_hints(metadata: Mapping[str, Any] | None) -> ThreadHints:
         value = om.get(key)
         return value if isinstance(value, str) and value.strip() else None
 
-    # Mastra 1.71 keeps only the cursor (no ``lastObservedAt``): the newest observed message's time is the cursor's.
-    last_observed = text("lastObservedAt") or (cursor.created_at if cursor is not None else None)
+    # The newest observed message's time is the cursor's: Mastra 1.71 keeps no ``lastObservedAt`` (and leaves ours as
+    # it was when it observes after us); ours writes the two equal.
+    last_observed = cursor.created_at if cursor is not None else text("lastObservedAt")
     return ThreadHints(text("currentTask"), text("suggestedResponse"), text("threadTitle"), last_observed, cursor)
 
 

@@ -180,6 +180,11 @@ def test_mastras_hints_date_the_last_observation() -> None:
     hints = thread_hints(HINTS)
     assert hints.last_observed_at == "2026-12-07T16:05:50.946Z"
     assert hints.current_task == "Primary: plan the Oslo trip (4)"
+    # A thread we observed, then Mastra: Mastra moved the cursor and left our ``lastObservedAt`` as it was.
+    both = {"mastra": {"om": {"lastObservedAt": "2026-12-07T16:29:23.889Z", "lastObservedMessageCursor": {
+        "createdAt": "2026-12-07T16:30:12.100Z", "id": "f221ad8a-27ff-429b-8d21-9e9612cde98a"},
+        "currentTask": "Primary: plan the Oslo trip (4)", "suggestedResponse": "Ask about dates.", "extracted": {}}}}
+    assert thread_hints(both).last_observed_at == "2026-12-07T16:30:12.100Z"
 
 
 def test_schema_working_memory_is_stored_as_mastra_stores_it(tmp_path: Path) -> None:
