@@ -117,4 +117,3 @@ def _carried_working_memory(
         return None
     text = memory.working_memory_service.get(opts, thread_id=source_thread_id, resource_id=source_resource_id).text
     return (opts.scope, text) if text else None
-

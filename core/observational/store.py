@@ -322,24 +322,6 @@ def thread_metadata(store: "Store", thread_id: str) -> dict[str, Any]:
     return dict(thread.metadata or {}) if thread is not None else {}
 
 
-__all__ = [
-    "Cursor",
-    "Observation",
-    "ThreadHints",
-    "commit_observation",
-    "commit_reflection",
-    "current_record",
-    "metadata_with",
-    "row_studio",
-    "load_current",
-    "load_history",
-    "thread_hints",
-    "thread_metadata",
-    "unobserved_messages",
-    "update_pending",
-]
-
-
 def clone_record(
     conn: sa.Connection, store: "Store", *, source_thread_id: str, source_resource_id: str, thread_id: str,
     resource_id: str, id_map: Mapping[str, str], now: str,
@@ -391,3 +373,22 @@ def clone_record(
         createdAt=now, updatedAt=now,
     )
     conn.execute(OM.insert().values(**new))
+
+
+__all__ = [
+    "Cursor",
+    "Observation",
+    "ThreadHints",
+    "clone_record",
+    "commit_observation",
+    "commit_reflection",
+    "current_record",
+    "metadata_with",
+    "row_studio",
+    "load_current",
+    "load_history",
+    "thread_hints",
+    "thread_metadata",
+    "unobserved_messages",
+    "update_pending",
+]
