@@ -27,8 +27,8 @@ if _typing.TYPE_CHECKING:  # pragma: no cover
         OpenAICompatibleModel,
         ScriptedModel,
     )
+    from core.thread_clone import CloneResult
     from core.memory import (
-        CloneResult,
         ConfigurationError,
         Memory,
         RecallResult,
@@ -91,7 +91,7 @@ _LAZY = {
     "ModelSettingsError": "core.llm",
     "OpenAICompatibleModel": "core.llm",
     "ScriptedModel": "core.llm",
-    "CloneResult": "core.memory",
+    "CloneResult": "core.thread_clone",
     "ConfigurationError": "core.memory",
     "Memory": "core.memory",
     "RecallResult": "core.memory",

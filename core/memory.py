@@ -45,6 +45,7 @@ from core.storage.memory_store import (
     ThreadSummary,
 )
 from core.storage.message_pages import MessageRows, UnreadableMessage
+from core.thread_clone import CloneResult, clone_thread as _clone_thread
 from core.timeutil import Clock, SystemClock, iso_now
 from core.tokens import Tokenizer, default_tokenizer
 from core.traces.tracer import NOOP_TRACER, SpanTracer
@@ -103,27 +104,6 @@ class RecallResult:
 
     def __getitem__(self, index: int) -> Message:
         return self.messages[index]
-
-
-@dataclass
-class CloneResult:
-    """The new thread and the copied messages. Unpacks as ``thread, messages``; attribute access
-    falls through to the thread (``result.id``, ``result.title``)."""
-
-    thread: Thread
-    messages: list[Message]
-
-    @property
-    def cloned_messages(self) -> list[Message]:
-        return self.messages
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.thread, self.messages))
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.thread, name)
 
 
 @dataclass(frozen=True)
@@ -507,31 +487,12 @@ class Memory:
         resource_id: str | None = None, message_limit: int | None = None, message_ids: Sequence[str] | None = None,
         since: datetime | None = None, until: datetime | None = None, metadata: Mapping[str, Any] | None = None,
     ) -> CloneResult:
-        source = self.get_thread(source_thread_id)
-        if source is None:
-            raise NotFoundError(f"Source thread with id {source_thread_id} not found")
-        if message_limit is not None and (not isinstance(message_limit, int) or message_limit < 0):
-            raise InvalidArgumentError("message_limit must be a non-negative integer.")
-        new_id_ = new_thread_id or new_id()
-        if self.get_thread(new_id_) is not None:
-            raise AlreadyExistsError(f"Thread with id {new_id_} already exists")
-        msgs = self.store.memory.list_messages(
-            MessageQuery(thread_id=source_thread_id, since=since, until=until, ids=message_ids, last=message_limit)
-        )
-        meta = {**(source.metadata or {}), **(metadata or {}),
-                "clone": {"sourceThreadId": source_thread_id, "clonedAt": iso_now()}}
-        owner = resource_id or source.resource_id
-        thread = self.store.memory.create_thread(
-            thread_id=new_id_, resource_id=owner, title=title if title is not None else f"Clone of {source.title}",
-            metadata=meta,
-        )
-        copies = [
-            m.copy(id=new_id(), thread_id=thread.id, resource_id=owner,
-                   content={**m.content, "metadata": {**m.metadata, "clonedFrom": m.id}})
-            for m in msgs
-        ]
-        self.store.memory.save_messages(copies)
-        return CloneResult(thread, copies)
+        """A new thread with copies of the source's messages (all, or the newest ``message_limit``, or those
+        picked by id or time), its working memory and observational memory carried as Mastra's
+        ``cloneThread`` carries them (see ``core.thread_clone``)."""
+        return _clone_thread(self, source_thread_id, new_thread_id=new_thread_id, title=title,
+                            resource_id=resource_id, message_limit=message_limit, message_ids=message_ids,
+                            since=since, until=until, metadata=metadata)
 
     # -- messages --------------------------------------------------------------------------------
     def save_messages(

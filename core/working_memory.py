@@ -359,6 +359,16 @@ class WorkingMemoryService:
         a forked thread's working memory); nothing when the database keeps no versions."""
         self._version(conn, scope, owner, text, fmt, author, note)
 
+    def store_as_is(
+        self, conn: sa.Connection, opts: WorkingMemoryOptions, scope: str, owner: str, text: str, *, author: str,
+        note: str | None = None,
+    ) -> None:
+        """Store ``text`` as it is, with a version, in the caller's transaction: a cloned thread's working memory
+        (Mastra copies the stored text; it is not parsed or checked again)."""
+        self.store.db.lock(conn, locks.owner_key(scope, owner))
+        self._store(conn, scope, owner, text, opts, None, None)
+        self._version(conn, scope, owner, text, opts.mode, author, note)
+
     def _has_versions(self, conn: sa.Connection) -> bool:
         cached = self.store.extensions.get("wm_versions_table")
         if cached is None:
@@ -533,7 +543,9 @@ def _json_text(data: Any) -> str:
             "what a double holds (Mastra reads it as Infinity). Send a smaller number, or the digits as a string. "
             "Nothing changed.")
     try:
-        text = json.dumps(data, ensure_ascii=False, allow_nan=False)
+        # Compact, as Mastra's ``JSON.stringify`` stores it: the same object is the same text (and the same
+        # prompt and tokens) whichever of the two wrote it.
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except ValueError:
         raise WorkingMemoryError(
             "Working memory must be standard JSON: NaN and Infinity are not JSON numbers (nor is a number too "

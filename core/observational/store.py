@@ -67,8 +67,10 @@ def thread_hints(metadata: Mapping[str, Any] | None) -> ThreadHints:
         value = om.get(key)
         return value if isinstance(value, str) and value.strip() else None
 
-    return ThreadHints(text("currentTask"), text("suggestedResponse"), text("threadTitle"),
-                       text("lastObservedAt"), cursor)
+    # The newest observed message's time is the cursor's: Mastra 1.71 keeps no ``lastObservedAt`` (and leaves ours as
+    # it was when it observes after us); ours writes the two equal.
+    last_observed = cursor.created_at if cursor is not None else text("lastObservedAt")
+    return ThreadHints(text("currentTask"), text("suggestedResponse"), text("threadTitle"), last_observed, cursor)
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -320,10 +322,64 @@ def thread_metadata(store: "Store", thread_id: str) -> dict[str, Any]:
     return dict(thread.metadata or {}) if thread is not None else {}
 
 
+def clone_record(
+    conn: sa.Connection, store: "Store", *, source_thread_id: str, source_resource_id: str, thread_id: str,
+    resource_id: str, id_map: Mapping[str, str], now: str,
+) -> None:
+    """A cloned thread's observational memory, as Mastra 1.71's ``cloneObservationalMemory`` makes it: the
+    source thread's current generation (else its resource's) copied as a new row, the copied messages' ids in
+    place of the originals' (the others dropped), nothing in progress; a resource's row only when the clone
+    moves to another resource (otherwise the clone shares it already), its ``<thread id>`` tags renamed.
+    Our Studio marks are not copied (they date the source's chunks, not the clone's)."""
+    if not store.db.has_table(OM.name):
+        return
+    row = conn.execute(_select_key(lookup_key("thread", thread_id=source_thread_id, resource_id=None)).limit(1)
+                       ).mappings().first()
+    if row is None:
+        row = conn.execute(_select_key(lookup_key("resource", thread_id=None, resource_id=source_resource_id))
+                           .limit(1)).mappings().first()
+    moved = resource_id != source_resource_id
+    if row is None or (row["scope"] == "resource" and not moved):
+        return
+    new = dict(row)
+
+    def remap(raw: Any) -> list[str] | None:
+        ids = load_json(raw) if isinstance(raw, str) else raw
+        return [id_map[i] for i in ids if i in id_map] if isinstance(ids, list) else None
+
+    def retag(text: Any) -> Any:
+        if not moved or not isinstance(text, str):
+            return text
+        return text.replace(f'<thread id="{source_thread_id}">', f'<thread id="{thread_id}">')
+
+    chunks = load_json(row["bufferedObservationChunks"]) if row["bufferedObservationChunks"] else None
+    if isinstance(chunks, list):
+        chunks = [{**c, "messageIds": remap(c.get("messageIds")) or [],
+                   "observations": retag(c.get("observations"))} for c in chunks if isinstance(c, dict)]
+    observed = remap(row["observedMessageIds"])
+    meta = load_json(row["metadata"]) if row["metadata"] else None
+    if isinstance(meta, dict):
+        meta = {k: v for k, v in meta.items() if k != STUDIO_KEY} or None
+    scope = row["scope"]
+    new.update(
+        id=str(uuid.uuid4()), threadId=thread_id if scope == "thread" else None, resourceId=resource_id,
+        lookupKey=lookup_key(scope, thread_id=thread_id, resource_id=resource_id),
+        activeObservations=retag(row["activeObservations"]) or "", activeObservationsPendingUpdate=None,
+        lastReflectionAt=None, observedMessageIds=json_text(observed) if observed is not None else None,
+        bufferedObservations=None, bufferedObservationTokens=None, bufferedMessageIds=None,
+        bufferedObservationChunks=json_text(chunks) if isinstance(chunks, list) else None,
+        bufferedReflection=retag(row["bufferedReflection"]), isObserving=0, isReflecting=0,
+        isBufferingObservation=0, isBufferingReflection=0, metadata=json_text(meta) if meta else None,
+        createdAt=now, updatedAt=now,
+    )
+    conn.execute(OM.insert().values(**new))
+
+
 __all__ = [
     "Cursor",
     "Observation",
     "ThreadHints",
+    "clone_record",
     "commit_observation",
     "commit_reflection",
     "current_record",

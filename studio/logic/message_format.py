@@ -10,7 +10,7 @@ import html
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from studio.logic.dates import format_datetime
 
@@ -63,7 +63,8 @@ def summarize_part(part: dict[str, Any]) -> str:
     if kind == "file":
         return f"[{part.get('filename') or 'file'} · {part.get('mimeType') or part.get('mediaType') or '?'}]"
     if kind.startswith("data-"):
-        return f"{{{kind}}} {_compact(part.get('data'), 120)}"
+        said = om_marker_text(kind, part.get("data"))
+        return f"[{said}]" if said else f"{{{kind}}} {_compact(part.get('data'), 120)}"
     if kind == "step-start":
         return ""
     if kind in ("source", "source-url", "source-document"):
@@ -73,6 +74,55 @@ def summarize_part(part: dict[str, Any]) -> str:
     if kind == "error":
         return f"[error] {_compact(part.get('error') or part.get('text'), 120)}"
     return f"[{kind}]"
+
+
+def _tokens(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
+
+
+def om_marker_text(kind: str, data: Any) -> str | None:
+    """What one of Mastra's observational-memory markers says, in words (None: not one of them). Mastra 1.71
+    keeps a turn's markers (``data-om-observation-start`` / ``-end`` / ``-failed``, the ``buffering`` ones,
+    ``activation``, ``thread-update``) in the assistant message before the reply's text; the model never reads
+    them, and shown as JSON they filled the list's two lines, the reply out of sight."""
+    if not kind.startswith("data-om-") or not isinstance(data, Mapping):
+        return None
+    event = kind[len("data-om-"):]
+    reflecting = data.get("operationType") == "reflection"
+    if event == "observation-start":
+        return f"{'reflecting on' if reflecting else 'observing'} {_tokens(data, 'tokensToObserve')} tokens"
+    if event == "observation-end":
+        return (f"{'reflected on' if reflecting else 'observed'} {_tokens(data, 'tokensObserved')} tokens → "
+                f"{_tokens(data, 'observationTokens')} tokens of observations")
+    if event in ("observation-failed", "buffering-failed"):
+        what = "buffering" if event == "buffering-failed" else "reflection" if reflecting else "observation"
+        return f"{what} failed: {_compact(data.get('error'), 100)}"
+    if event == "buffering-start":
+        return f"buffering {_tokens(data, 'tokensToBuffer')} tokens"
+    if event == "buffering-end":
+        return (f"buffered {_tokens(data, 'tokensBuffered')} tokens → {_tokens(data, 'bufferedTokens')} tokens "
+                "of observations")
+    if event == "activation":
+        return (f"activated {_tokens(data, 'chunksActivated')} buffered chunk(s): "
+                f"{_tokens(data, 'observationTokens')} tokens of observations")
+    if event == "thread-update":
+        return f"title {_compact(data.get('oldTitle') or '', 60)} → {_compact(data.get('newTitle') or '', 60)}"
+    return None
+
+
+def _settled_starts(parts: list[dict[str, Any]]) -> set[str]:
+    """Cycle ids of the marker pairs a message holds whole: their start says nothing the end does not."""
+    ends = {"data-om-observation-end", "data-om-observation-failed", "data-om-buffering-end",
+            "data-om-buffering-failed"}
+    return {str(p["data"]["cycleId"]) for p in parts
+            if p.get("type") in ends and isinstance(p.get("data"), Mapping) and p["data"].get("cycleId")}
+
+
+def _is_settled_start(part: dict[str, Any], settled: set[str]) -> bool:
+    data = part.get("data")
+    return (part.get("type") in ("data-om-observation-start", "data-om-buffering-start")
+            and isinstance(data, Mapping) and str(data.get("cycleId")) in settled)
 
 
 def _leaves(value: Any) -> list[str]:
@@ -144,7 +194,8 @@ INVALID_UTF8_NOTE = "stored text is not valid UTF-8; the unreadable bytes are sh
 
 def summarize(message: Message) -> MessageRow:
     parts = shown_parts(message)
-    pieces = [s for s in (summarize_part(p) for p in parts) if s]
+    settled = _settled_starts(parts)
+    pieces = [s for s in (summarize_part(p) for p in parts if not _is_settled_start(p, settled)) if s]
     if not pieces and message.text:
         pieces = [message.text]
     preview = " · ".join(" ".join(p.split()) for p in pieces)
@@ -238,7 +289,9 @@ def part_html(part: dict[str, Any]) -> str:
         mime = part.get("mimeType") or part.get("mediaType") or "?"
         return _block(f"FILE {name}", "#d08770", f'<div class="sub">{html.escape(str(mime))} · {size}</div>')
     if kind.startswith("data-"):
-        return _block(kind.upper(), "#e8a33d", _pre(pretty_json(part.get("data"))))
+        said = om_marker_text(kind, part.get("data"))
+        sub = f'<div class="sub">{html.escape(said)}</div>' if said else ""
+        return _block(kind.upper(), "#e8a33d", sub + _pre(pretty_json(part.get("data"))))
     if kind == "step-start":
         return _step_html(part)
     return _block(kind.upper(), "#9aa0a6", _pre(pretty_json(part)))

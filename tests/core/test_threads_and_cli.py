@@ -80,7 +80,9 @@ def test_clone_thread(store):
     m.save_messages(msgs)
     thread, copies = m.clone_thread("src")
     assert thread.id != "src" and thread.resource_id == "u" and thread.title == "Clone of Trip"
-    assert thread.metadata["clone"]["sourceThreadId"] == "src" and thread.metadata["k"] == 1
+    # Mastra 1.71's shape: the source's own metadata is not carried; the clone names its newest copied message.
+    assert thread.metadata == {"clone": {"sourceThreadId": "src", "clonedAt": thread.metadata["clone"]["clonedAt"],
+                                         "lastMessageId": msgs[-1].id}}
     assert [c.text for c in copies] == ["m0", "m1", "m2", "m3"] and not {c.id for c in copies} & {x.id for x in msgs}
     _, last2 = m.clone_thread("src", message_limit=2)
     assert [c.text for c in last2] == ["m2", "m3"]

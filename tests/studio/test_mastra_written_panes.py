@@ -205,3 +205,59 @@ def test_a_call_in_both_places_is_shown_once() -> None:
     row = summarize(msg)
     assert row.kinds == ("tool-invocation", "text") and row.preview.count("lookup(") == 1
     assert message_html(row).count("TOOL lookup") == 1
+
+
+# An assistant row a real Mastra 1.71 wrote with observational memory on (its observation ran in the turn):
+# the markers of the cycle, then the reply.
+OM_REPLY = {"format": 2, "parts": [
+    {"type": "data-om-observation-start", "data": {
+        "cycleId": "ac92ca79-df12-4b40-8f56-9fc2396cafdd", "operationType": "observation",
+        "startedAt": "2026-12-07T16:05:50.964Z", "tokensToObserve": 93,
+        "recordId": "547af420-63b7-4569-bef0-27c1108ab29c", "threadId": "om-thread", "threadIds": ["om-thread"],
+        "config": {"messageTokens": 60, "observationTokens": 100000, "scope": "thread"}}},
+    {"type": "data-om-observation-end", "data": {
+        "cycleId": "ac92ca79-df12-4b40-8f56-9fc2396cafdd", "operationType": "observation",
+        "completedAt": "2026-12-07T16:05:51.019Z", "durationMs": 55, "tokensObserved": 93, "observationTokens": 34,
+        "observations": "Date: Nov 20, 2026\n* 🔴 (09:04) User said fact number 4 about Oslo trip.",
+        "currentTask": "Primary: plan the Oslo trip (4)", "suggestedResponse": "Ask about dates.",
+        "extractedValues": {"current-task": "Primary: plan the Oslo trip (4)", "suggested-response": "Ask about dates."},
+        "recordId": "547af420-63b7-4569-bef0-27c1108ab29c", "threadId": "om-thread"}},
+    {"type": "text", "text": "Noted, thanks.", "createdAt": 1796659551036}],
+    "metadata": {"modelId": "loop", "provider": "openai"}, "content": "Noted, thanks."}
+
+
+def test_mastras_observation_markers_read_as_words_and_the_reply_stays_in_sight() -> None:
+    """The list showed these markers as JSON ("{data-om-observation-start} {"cycleId": …"), which filled its
+    two lines: the reply ("Noted, thanks.") was out of sight on every assistant row of an observed thread. The
+    cycle now reads as what it did, its start left out where its end is in the same message; the detail keeps
+    the JSON under the same sentence."""
+    from datetime import datetime, timezone
+
+    from core import Message
+    from studio.logic.message_format import message_html, summarize
+
+    msg = Message(id="bd773554", role="assistant", content=json.loads(json.dumps(OM_REPLY)),
+                  created_at=datetime(2026, 12, 7, 16, 5, 50, tzinfo=timezone.utc), thread_id="om-thread",
+                  resource_id="cleo")
+    row = summarize(msg)
+    assert row.preview == "[observed 93 tokens → 34 tokens of observations] · Noted, thanks."
+    assert row.kinds == ("data", "data", "text")
+    html = message_html(row)
+    assert "observed 93 tokens → 34 tokens of observations" in html and "observing 93 tokens" in html
+    started = {**OM_REPLY, "parts": OM_REPLY["parts"][:1]}  # a cycle whose end is not stored (yet)
+    assert summarize(msg.copy(content=started)).preview == "[observing 93 tokens]"
+
+
+def test_the_observations_pane_dates_mastras_last_observation() -> None:
+    """Mastra 1.71's hints (copied from its thread row) have the cursor and no ``lastObservedAt``: the pane
+    said "Last observed: —" on every thread Mastra observed."""
+    from core.observational.store import thread_hints
+    from studio.logic.observations_layout import hint_rows
+
+    meta = {"mastra": {"om": {"suggestedResponse": "Ask about dates.", "currentTask": "Primary: plan the Oslo trip (4)",
+                              "extracted": {}, "lastObservedMessageCursor": {
+                                  "createdAt": "2026-12-07T16:05:50.946Z",
+                                  "id": "1516e61f-0ef6-40a6-a41e-6ea40833027e"}}}}
+    rows = dict(hint_rows(thread_hints(meta)))
+    assert rows["Last observed"] != "—" and "2026-12-07" in rows["Last observed"]
+    assert rows["Current task"] == "Primary: plan the Oslo trip (4)"
