@@ -23,7 +23,7 @@ from core.traces.spans import SpanRecord
 from studio.main_window import PANES, TRACES
 from studio.panes.traces import PAGE, TAB_ERROR, TAB_MESSAGES, TracesPane
 from studio.selection import Selection
-from studio.widgets.timeline import COL_DURATION
+from studio.widgets.timeline import COL_DURATION, COL_TIMELINE
 
 from tests.core.test_storage_busy_reads import HOLD_EXCLUSIVE  # (the other process holding the lock)
 
@@ -720,6 +720,67 @@ def _says_never_finished(pane, pid: int) -> None:
     for view, index in ((pane.trace_table, pane.trace_model.index(0, 0)), (pane.trace_table, pane.trace_model.index(0, 4)),
                         (pane.tree, pane.span_model.index(0, COL_DURATION))):
         _drawn_whole(view, index, ("never finished", "unfinished"))
+    # and the Timeline cell says it (its bar runs to the trace's end: no room was left beside it for the words)
+    assert [text for text, _ in _timeline_labels(pane.tree, pane.span_model.index(0, COL_TIMELINE))] == [
+        "never finished"]
+
+
+def _timeline_labels(view: Any, index: Any) -> list[tuple[str, Any]]:
+    """The texts the span tree's delegate draws in ``index``'s Timeline cell, each with the room it was given (in the
+    cell's coordinates), painted as the view paints it (a painter that notes each ``drawText``)."""
+    from PySide6.QtCore import QRectF
+    from PySide6.QtGui import QImage, QPainter
+    from PySide6.QtWidgets import QStyleOptionViewItem
+
+    drawn: list[tuple[str, Any]] = []
+
+    class Noting(QPainter):
+        def drawText(self, *args: Any) -> None:  # noqa: N802 (Qt's name)
+            rect, _flags, text = args
+            drawn.append((text, QRectF(rect)))
+            super().drawText(*args)
+
+    option = QStyleOptionViewItem()
+    view.initViewItemOption(option)
+    option.rect = view.visualRect(index)
+    image = QImage(option.rect.right() + 1, option.rect.bottom() + 1, QImage.Format.Format_ARGB32)
+    painter = Noting(image)
+    painter.setFont(view.font())
+    try:
+        view.itemDelegate().paint(painter, option, index)
+    finally:
+        painter.end()
+    return [(text, rect.translated(-option.rect.left(), -option.rect.top())) for text, rect in drawn]
+
+
+@pytest.mark.parametrize("theme", ["dark"])
+def test_the_timeline_says_a_span_never_finished_in_the_narrowest_tree(no_leaked_widgets, qtbot, make_session,
+                                                                       demo_db, themed, theme):
+    """The Timeline cell of a span whose writer died drew no label at all when the tree was narrow: its bar runs to
+    the trace's end, so "never finished" fitted on neither side of it (and the Duration cell beside it reads
+    "unfinished" or "—" there, saying that the Timeline says it). At the least width the pane gives the waterfall
+    the label is drawn on the bar, whole, in the room of the cell."""
+    import dataclasses
+
+    from studio.logic.traces_layout import layout_trace
+    from studio.panes.traces import SPAN_TIMELINE_PX
+
+    pane = open_pane(qtbot, make_session, demo_db)
+    pane.resize(pane.minimumSizeHint().width(), 600)
+    qtbot.waitUntil(lambda: pane.tree.columnWidth(COL_TIMELINE) <= SPAN_TIMELINE_PX + 2, timeout=WAIT)
+    root = next(s for s in pane.spans if s.parent_span_id is None)
+    spans = [dataclasses.replace(s, ended_at=None) if s is root else s for s in pane.spans]
+    pane.layout_model = layout_trace(spans, unfinished=frozenset({root.span_id}))
+    pane.span_model.set_layout(pane.layout_model)
+    qtbot.wait(50)
+    index = pane.span_model.index_of(root.span_id, COL_TIMELINE)
+    cell = pane.tree.visualRect(index)
+    labels = _timeline_labels(pane.tree, index)
+    assert [text for text, _ in labels] in (["never finished"], ["unfinished"]), (labels, cell.width())
+    (text, room), = labels
+    assert room.left() >= 0 and room.right() <= cell.width(), (room, cell.width())
+    assert pane.tree.fontMetrics().horizontalAdvance(text) <= room.width(), (text, room.width())
+    assert pane.grab().save(str(demo_db.parent / "narrow-unfinished.png"))
 
 
 def _drawn_whole(view: Any, index: Any, forms: tuple[str, ...]) -> str:
