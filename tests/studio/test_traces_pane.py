@@ -887,3 +887,30 @@ def test_a_first_read_that_fails_is_retried_until_the_list_shows(no_leaked_widge
     qtbot.waitUntil(lambda: len(pane.traces) == 17, timeout=WAIT)
     assert pane.trace_model.rowCount() == 17 and not pane.banner.isVisible()
     assert pane.source is not None and pane.source.location.endswith("observability.duckdb")
+
+
+@pytest.mark.parametrize("theme", ["dark"])
+def test_a_thread_without_traced_runs_says_why_its_list_is_empty(no_leaked_widgets, qtbot, make_session, demo_db,
+                                                                 themed, theme, tmp_path):
+    """A thread whose messages no traced run wrote (an import, an MCP client's remember) showed a blank list under
+    "Thread …: no model call reported token usage", and the span view said "The trace shown before is not in this
+    list any more", as if a run had gone (found by s36-rest8's walk of the app). The banner says why the list is
+    empty and what lists every run; the span view says there is nothing to show; a status filter that leaves nothing
+    says so too. Looking wrote nothing."""
+    from core import Memory, Message
+
+    with open_store(demo_db) as writer:  # (what MCP's remember or an import leaves: messages, no run)
+        Memory(writer).save_messages([Message.user("Remember the dentist on Friday", thread_id="remembered",
+                                                   resource_id="ada")])
+    pane = open_pane(qtbot, make_session, demo_db)
+    assert pane.trace_id is not None and not pane.banner.isVisible()
+    reload(qtbot, pane, lambda: pane.set_selection(Selection("ada", "remembered")))
+    assert pane.traces == [] and pane.banner.isVisible()
+    assert pane.banner.text().startswith("No traced run of this thread: its messages were saved without one")
+    assert "All Threads lists the runs of every thread" in pane.banner.text()
+    assert "No trace to show." in pane.span_facts.text() and "not in this list any more" not in pane.span_facts.text()
+    pane.grab().save(str(tmp_path / "no-traced-run.png"))
+    reload(qtbot, pane, lambda: pane.set_selection(Selection("sam", "sam-standup")))
+    assert pane.traces and not pane.banner.isVisible()  # (a thread with runs: no banner)
+    reload(qtbot, pane, lambda: pane.status_combo.setCurrentIndex(pane.status_combo.findText("error")))
+    assert pane.traces == [] and pane.banner.text().startswith("No run matches the filter (status error)")
