@@ -179,7 +179,7 @@ def _string_at(doc: str, key: re.Pattern[str]) -> str:
         return ""
     body = _STRING_BODY.match(doc, found.end())
     try:
-        text = json.loads('"' + _CUT_ESCAPE.sub("", body.group() if body else "") + '"')
+        text = str(json.loads('"' + _CUT_ESCAPE.sub("", body.group() if body else "") + '"'))
     except ValueError:
         return ""
     return text[:-1] if text and "\ud800" <= text[-1] <= "\udbff" else text  # (half a pair, cut)
