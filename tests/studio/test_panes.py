@@ -625,6 +625,15 @@ def test_threads_whose_ids_share_a_head_are_told_apart_in_the_tree(qtbot: Any, m
     assert labels == ["(untitled) · …t3", "(untitled) · …t4", "Standup · …t11", "Standup · …t2", "Standup · …t5"]
 
 
+def _thread_indexes(pane: ResourcesPane, resource_id: str) -> list[Any]:
+    """The tree's rows of ``resource_id``'s threads (its row expanded), column 0, as the view shows them."""
+    tree, proxy = pane.tree, pane.tree.model()
+    tree.expandAll()
+    parent = next(proxy.index(r, 0) for r in range(proxy.rowCount())
+                  if proxy.index(r, 0).data(TreeRoles.RESOURCE_ID) == resource_id)
+    return [proxy.index(row, 0, parent) for row in range(proxy.rowCount(parent))]
+
+
 @pytest.mark.parametrize("theme", [None, "dark", "light"])
 def test_untitled_threads_served_read_apart_by_when_they_started(
         qtbot: Any, make_session: Any, small_db: Path, qapp: Any, theme: str | None) -> None:
@@ -658,13 +667,9 @@ def test_untitled_threads_served_read_apart_by_when_they_started(
         assert labels == {f"(untitled) · {format_datetime(made[0][1])[:16]}",
                           f"(untitled) · {format_datetime(made[1][1])}",  # (one minute: to the second)
                           f"(untitled) · {format_datetime(made[2][1])}"}
-        tree, proxy = pane.tree, pane.tree.model()
-        tree.expandAll()
+        tree = pane.tree
         metrics = tree.fontMetrics()
-        parent = next(proxy.index(r, 0) for r in range(proxy.rowCount())
-                      if proxy.index(r, 0).data(TreeRoles.RESOURCE_ID) == "walker")
-        for row in range(proxy.rowCount(parent)):
-            index = proxy.index(row, 0, parent)
+        for index in _thread_indexes(pane, "walker"):
             shown = index.data()
             room = tree.visualRect(index).width()
             assert metrics.horizontalAdvance(shown) + 8 <= room, (shown, room)  # (whole: not cut to "(untit…")
@@ -709,13 +714,9 @@ def test_untitled_threads_read_the_first_words_of_their_first_message(
         assert labels == {"“Plan a trip to Lisbon in…”", f"“Hi” · {format_datetime(t0 + timedelta(minutes=1))[:16]}",
                           f"“Hi” · {format_datetime(t0 + timedelta(minutes=2))[:16]}",
                           f"(untitled) · {format_datetime(t0 + timedelta(minutes=3))[:16]}"}
-        tree, proxy = pane.tree, pane.tree.model()
-        tree.expandAll()
+        tree = pane.tree
         metrics = tree.fontMetrics()
-        parent = next(proxy.index(r, 0) for r in range(proxy.rowCount())
-                      if proxy.index(r, 0).data(TreeRoles.RESOURCE_ID) == "walker")
-        for row in range(proxy.rowCount(parent)):
-            index = proxy.index(row, 0, parent)
+        for index in _thread_indexes(pane, "walker"):
             shown = index.data()
             assert metrics.horizontalAdvance(shown) + 8 <= tree.visualRect(index).width(), shown  # whole
             assert metrics.horizontalAdvance(shown) <= metrics.horizontalAdvance("x") * TITLE_LEAST_CHARS, shown
@@ -728,8 +729,7 @@ def test_untitled_threads_read_the_first_words_of_their_first_message(
 
         from studio.widgets.item_text import text_room
 
-        index = next(proxy.index(r, 0, parent) for r in range(proxy.rowCount(parent))
-                     if proxy.index(r, 0, parent).data(TreeRoles.THREAD_ID) == "w1")
+        index = next(i for i in _thread_indexes(pane, "walker") if i.data(TreeRoles.THREAD_ID) == "w1")
         whole = metrics.horizontalAdvance("“Plan a trip to Lisbon in…”")
         pane.resize(200, 600)
         qtbot.waitUntil(lambda: tree.visualRect(index).width() < whole, timeout=10_000)

@@ -442,19 +442,26 @@ def test_a_presets_provider_follows_the_base_url_typed_over_it() -> None:
     assert provider_after_edit("ollama", "", {}) == "" and provider_after_edit("ollama", "not a url", {}) == ""
 
 
+def _dialog_adding(qtbot: Any, prefs: Preferences, monkeypatch: pytest.MonkeyPatch, preset: str) -> PreferencesDialog:
+    """Preferences shown, a model added from ``preset``; no ``<PROVIDER>_BASE_URL`` of the machine's moves a
+    provider's address."""
+    from core.llm.providers import PROVIDERS
+
+    for provider in PROVIDERS.values():
+        monkeypatch.delenv(provider.base_url_env, raising=False)
+    dialog = PreferencesDialog(prefs)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.add_endpoint(preset)
+    return dialog
+
+
 def test_a_base_url_typed_over_a_presets_reads_the_providers_variables_it_is(
         qtbot: Any, prefs: Preferences, monkeypatch: pytest.MonkeyPatch, no_leaked_widgets: None) -> None:
     """A model added from the Ollama preset, its base URL typed over with LM Studio's, read OLLAMA_* (the preset's
     provider was kept): its Variables line and its model follow what was typed, key by key; nothing is written
     until Save."""
-    from core.llm.providers import PROVIDERS
-
-    for provider in PROVIDERS.values():  # (no <PROVIDER>_BASE_URL of the machine's moves a provider's address)
-        monkeypatch.delenv(provider.base_url_env, raising=False)
-    dialog = PreferencesDialog(prefs)
-    qtbot.addWidget(dialog)
-    dialog.show()
-    dialog.add_endpoint("Ollama")
+    dialog = _dialog_adding(qtbot, prefs, monkeypatch, "Ollama")
     note = dialog.provider_note
 
     def type_url(url: str) -> None:
@@ -496,14 +503,7 @@ def test_a_model_behind_a_proxy_names_its_provider_in_the_provider_box(
     not be told (Fill In put the provider's own URL back; a URL typed over it dropped the provider again). The
     Provider box says it: "From the base URL" (as before, the default) or a provider, kept whatever URL is typed,
     saved, read back, read by the model built for a turn, and named in the model pickers' labels."""
-    from core.llm.providers import PROVIDERS
-
-    for provider in PROVIDERS.values():  # (no <PROVIDER>_BASE_URL of the machine's moves a provider's address)
-        monkeypatch.delenv(provider.base_url_env, raising=False)
-    dialog = PreferencesDialog(prefs)
-    qtbot.addWidget(dialog)
-    dialog.show()
-    dialog.add_endpoint("LM Studio")
+    dialog = _dialog_adding(qtbot, prefs, monkeypatch, "LM Studio")
     combo, note = dialog.provider_combo, dialog.provider_note
     assert combo.currentText() == "From the base URL" and note.text().startswith("LM Studio: LMSTUDIO_CONTEXT_WINDOW")
     dialog.url_edit.selectAll()
