@@ -555,9 +555,10 @@ class MainWindow(QMainWindow):
     # -- opening ---------------------------------------------------------------------------------
     def open_database(self, path: str | None, *, allow_writes: bool | None = None, create_missing: bool = False,
                       seed_if_empty: bool = False, keep: Selection | None = None, init_empty: bool = False,
-                      discard_unsaved: bool = False) -> None:
+                      discard_unsaved: bool = False, outcome: str | None = None) -> None:
         """Open ``path`` (None: the project's anchored database) in a worker; errors become dialogs.
-        Edits not saved in the panes of the open database are discarded only when the user says so."""
+        Edits not saved in the panes of the open database are discarded only when the user says so. ``outcome``:
+        what the status bar says once it is open, instead of "Opened <file>" (what led to the open)."""
         from studio.session import open_studio_database
 
         self.finish_building()  # what the open and its outcome use (dialogs, recent files, commands)
@@ -573,7 +574,7 @@ class MainWindow(QMainWindow):
                 "to keep them.", "Discard and Open",
                 lambda: self.open_database(path, allow_writes=allow_writes, create_missing=create_missing,
                                            seed_if_empty=seed_if_empty, keep=keep, init_empty=init_empty,
-                                           discard_unsaved=True))
+                                           discard_unsaved=True, outcome=outcome))
             return
         self._open_token += 1
         token = self._open_token
@@ -596,7 +597,7 @@ class MainWindow(QMainWindow):
                 return open_studio_database(path, allow_writes=allow_writes, create_missing=create_missing,
                                             init_empty=init_empty)
 
-        self.pool.submit(job, on_result=lambda r: self._opened(token, r, seed_if_empty, keep),
+        self.pool.submit(job, on_result=lambda r: self._opened(token, r, seed_if_empty, keep, outcome),
                          on_error=lambda e: self._open_failed(token, e, display, seed_if_empty))
 
     def stop_waiting_to_open(self) -> None:
@@ -610,7 +611,8 @@ class MainWindow(QMainWindow):
         still = f"; {self.session.display_path} stays open" if self.session is not None else ""
         self.show_status(f"Stopped waiting to open {display}{still}")
 
-    def _opened(self, token: int, opened: OpenedDatabase, seed_if_empty: bool, keep: Selection | None) -> None:
+    def _opened(self, token: int, opened: OpenedDatabase, seed_if_empty: bool, keep: Selection | None,
+                outcome: str | None = None) -> None:
         from studio.dialogs import newer_schema_notice
         from studio.session import StudioSession
 
@@ -628,7 +630,7 @@ class MainWindow(QMainWindow):
             self.recent.push(display)  # a Postgres URL is kept without its password
             self.settings.setValue("recentFiles", self.recent.paths)
         # (the file's name: its path is beside it, whole where it fits; said twice, both were cut at 1,100 px)
-        self.show_status(f"Opened {title_name(display)}")
+        self.show_status(outcome or f"Opened {title_name(display)}")
         if opened.newer_migrations:
             self.presenter.error(self, newer_schema_notice(display, opened.newer_migrations))
         if seed_if_empty and not opened.has_data and not opened.store.read_only:
@@ -1074,7 +1076,8 @@ class MainWindow(QMainWindow):
 
     def _migrate(self, path: str) -> None:
         keep = self.selection
-        self.show_status(f"Migrating {path}…")
+        name = title_name(path)  # (its path is beside the message, as for "Opened <file>")
+        self.show_status(f"Migrating {name}…")
 
         def job() -> list[str]:
             from core import open_store
@@ -1089,8 +1092,9 @@ class MainWindow(QMainWindow):
                 close_watched(store)
 
         def done(applied: list[str]) -> None:
-            self.show_status(f"Migrated {path}: {len(applied)} migration(s) applied")
-            self.open_database(path, keep=keep)
+            # (said once the file is open again, with writes: the reopen's own messages came after it and hid it)
+            count = f"{len(applied):,} migration{'' if len(applied) == 1 else 's'}"
+            self.open_database(path, keep=keep, outcome=f"Migrated {name}: {count}")
 
         def failed(exc: BaseException) -> None:
             from studio.dialogs import explain

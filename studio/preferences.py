@@ -46,6 +46,8 @@ KEY_SOURCES: dict[KeySource, str] = {
     "none": "No key (local server)",
 }
 SCRIPTED_NAME = "Scripted (offline)"
+#: The Provider box's first choice (``Endpoint.provider_chosen`` False): the base URL decides.
+FROM_THE_URL = "From the base URL"
 #: The choices of an endpoint's ``self_hosted`` in Preferences, as shown: None first (the default).
 SELF_HOSTED_CHOICES: tuple[tuple[str, bool | None], ...] = (
     ("Auto: decided from the base URL", None),
@@ -85,8 +87,13 @@ class Endpoint:
     self_hosted: bool | None = None
     #: The provider (``core.llm.providers.PROVIDERS``) whose variables its model reads, as a model named
     #: ``provider/model`` does: ``<PROVIDER>_CONTEXT_WINDOW`` (``LLAMACPP_CONTEXT_WINDOW=4096``). Set by a preset or
-    #: by Fill In from a ``provider/model`` name; empty: none (a model entered by hand, or saved before).
+    #: by Fill In from a ``provider/model`` name, or chosen in the Provider box; empty: none (a model entered by hand,
+    #: or saved before).
     provider: str = ""
+    #: Whether the user chose ``provider`` in Preferences' Provider box (a server behind a proxy, whose URL is no
+    #: provider's): kept whatever base URL is typed, where a preset's or Fill In's follows the URL
+    #: (``provider_after_edit``). False: "From the base URL".
+    provider_chosen: bool = False
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Endpoint":
@@ -114,7 +121,7 @@ class Endpoint:
             model=str(data.get("model", "")).strip(),
             key_source=source if source in KEY_SOURCES else "env",
             key_name=str(data.get("key_name", "") or "").strip(), timeout=float(data.get("timeout", 60.0) or 60.0),
-            self_hosted=said, provider=provider,
+            self_hosted=said, provider=provider, provider_chosen=bool(provider) and data.get("provider_chosen") is True,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -204,7 +211,7 @@ def provider_note(ep: Endpoint, environ: Mapping[str, str] | None = None) -> str
     provider = PROVIDERS.get(name)
     if provider is None:
         return "None: its base URL is no provider's, so no <PROVIDER>_CONTEXT_WINDOW is read; Fill In names one."
-    how = " (inferred from its base URL)" if inferred else ""
+    how = " (inferred from its base URL)" if inferred else " (chosen)" if ep.provider_chosen else ""
     return f"{provider.label or provider.name}{how}: {provider.context_window_env} is read as its context size."
 
 
@@ -317,7 +324,15 @@ class ModelChoice:
     def label(self) -> str:
         if self.endpoint is None:
             return f"{SCRIPTED_NAME} — no language model"
-        return f"{self.name} — {self.endpoint.model} @ {self.endpoint.base_url}"
+        return f"{self.name} — {self.endpoint.model} @ {self.endpoint.base_url}" + self._chosen_provider()
+
+    def _chosen_provider(self) -> str:
+        """" (LM Studio)" for a provider chosen in Preferences (its base URL does not say it), else ""."""
+        from core.llm.providers import PROVIDERS
+
+        ep = self.endpoint
+        provider = PROVIDERS.get(ep.provider) if ep is not None and ep.provider_chosen else None
+        return f" ({provider.label or provider.name})" if provider is not None else ""
 
     def build(self, *, environ: Mapping[str, str] | None = None) -> ChatModel:
         """The chat model (call on a worker: a keyring lookup may block). A keyring source without the

@@ -53,7 +53,7 @@ class TreeData:
 def load_tree(store: Store) -> TreeData:
     from core.delegation_results import mastra_delegations
 
-    resources, summaries = store.memory.tree_summaries()
+    resources, summaries = store.memory.tree_summaries(openings=True)  # (untitled threads' first words)
     threads: dict[str, list[ThreadSummary]] = {}
     for summary in summaries:
         threads.setdefault(summary.thread.resource_id, []).append(summary)

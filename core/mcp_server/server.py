@@ -297,10 +297,68 @@ async def run_stdio(server: MCPServer) -> None:
     """Serve over stdin/stdout with the SDK's transport, answering the requests it cannot parse (``_Answering``)."""
     from mcp.server.stdio import stdio_server
 
-    lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async runs, with the read side wrapped
+    lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async runs, with both sides wrapped
     async with stdio_server() as (read_stream, write_stream):
-        await lowlevel.run(_Answering(read_stream, write_stream), write_stream,
+        unanswered = _Unanswered(write_stream)
+        await lowlevel.run(_Answering(read_stream, write_stream, unanswered), unanswered,
                            lowlevel.create_initialization_options())
+
+
+class _Unanswered:
+    """The stdio transport's write side, keeping the ids of the client's requests not answered yet.
+
+    At the end of standard input the SDK ends the session and cancels the calls still running: a client that sent
+    its requests and closed its write end (``printf '...' | memory-studio mcp``) read no answer to them, though a
+    ``remember`` among them was saved (its worker thread ran to the end). ``_Answering`` notes each request it passes
+    on (``asked``) and, at the end of input, waits here (``settled``) until each has been answered (or cancelled by
+    the client, which the SDK leaves unanswered) before it reports the end."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._ids: dict[Any, int] = {}  # request id -> how many requests with it wait (a client may reuse one)
+        self._settled = anyio.Event()
+        self._settled.set()
+
+    def asked(self, request_id: Any) -> None:
+        self._ids[request_id] = self._ids.get(request_id, 0) + 1
+        if self._settled.is_set():
+            self._settled = anyio.Event()
+
+    def answered(self, request_id: Any) -> None:
+        left = self._ids.pop(request_id, 0) - 1
+        if left > 0:
+            self._ids[request_id] = left
+        if not self._ids:
+            self._settled.set()
+
+    async def settled(self) -> None:
+        await self._settled.wait()
+
+    async def send(self, item: Any) -> None:
+        from mcp_types import JSONRPCError, JSONRPCResponse
+
+        message = getattr(item, "message", None)
+        try:
+            await self._inner.send(item)
+        finally:  # (a write that failed answers nothing more later: the wait ends either way)
+            if isinstance(message, (JSONRPCResponse, JSONRPCError)) and message.id in self._ids:
+                self.answered(message.id)
+
+    async def aclose(self) -> None:
+        self._ids.clear()
+        self._settled.set()
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        self._ids.clear()
+        self._settled.set()
+        self._inner.close()
+
+    async def __aenter__(self) -> _Unanswered:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 class _Answering:
@@ -310,11 +368,12 @@ class _Answering:
     broken string), which the SDK's parser refuses: over HTTP the client gets a parse error, but over stdio
     the refusal only reached the server's log, and the client waited for an answer that never came. Such a
     request (still JSON to Python's parser, so its id is known) gets an error naming the character; anything
-    else passes through as the SDK gave it.
+    else passes through as the SDK gave it. With ``unanswered`` (``_Unanswered``), the end of input is reported only
+    once every request passed on has been answered.
     """
 
-    def __init__(self, inner: Any, write: Any) -> None:
-        self._inner, self._write = inner, write
+    def __init__(self, inner: Any, write: Any, unanswered: _Unanswered | None = None) -> None:
+        self._inner, self._write, self._unanswered = inner, write, unanswered
 
     @property
     def last_context(self) -> Any:  # the sender's context, which the SDK reads from its stream
@@ -322,9 +381,16 @@ class _Answering:
 
     async def receive(self) -> Any:
         while True:
-            item = await self._inner.receive()
+            try:
+                item = await self._inner.receive()
+            except anyio.EndOfStream:
+                if self._unanswered is not None:
+                    await self._unanswered.settled()
+                raise
             reply = _refusal(item) if isinstance(item, Exception) else None
             if reply is None:
+                if self._unanswered is not None:
+                    _note(self._unanswered, getattr(item, "message", None))
                 return item
             await self._write.send(reply)
 
@@ -345,6 +411,18 @@ class _Answering:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _note(unanswered: _Unanswered, message: Any) -> None:
+    """Note in ``unanswered`` a request the client sent, or forget one it cancelled (the SDK answers it no more)."""
+    from mcp_types import JSONRPCNotification, JSONRPCRequest
+
+    if isinstance(message, JSONRPCRequest):
+        unanswered.asked(message.id)
+    elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
+        request_id = (message.params or {}).get("requestId")
+        if _is_id(request_id):
+            unanswered.answered(request_id)
 
 
 def _refusal(exc: Exception) -> Any:

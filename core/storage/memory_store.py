@@ -82,6 +82,16 @@ class ThreadSummary:
     thread: Thread
     message_count: int
     last_activity: datetime | None
+    #: An untitled thread's first user message, its stored content's first ``OPENING_CHARS`` characters (the
+    #: JSON may be cut short): read only where asked (``tree_summaries(openings=True)``), else None.
+    opening: str | None = None
+
+
+#: How much of an untitled thread's first user message ``tree_summaries(openings=True)`` reads: the Studio's tree
+#: shows its first words (``studio.logic.thread_labels.opening_words``), never the whole of a long message. (The
+#: JSON's head, ``{"format":2,"parts":[{"type":"text","text":"``, takes 45; 600 characters doubled the read's cost
+#: on Postgres, mostly in sending them: ``bench/thread_tree_openings.py``.)
+OPENING_CHARS = 200
 
 
 @dataclass
@@ -773,13 +783,15 @@ class MemoryStore:
             ResourceSummary(r[0], int(r[1]), int(r[2]), parse_iso(r[3]) if r[3] else None, bool(r[4])) for r in rows
         ]
 
-    def tree_summaries(self) -> tuple[list[ResourceSummary], list[ThreadSummary]]:
+    def tree_summaries(self, *, openings: bool = False) -> tuple[list[ResourceSummary], list[ThreadSummary]]:
         """``list_resources()`` and ``thread_summaries()`` from one read, counting the messages once: each
         resource's counts and last activity are summed from its threads'. (The Studio's tree reloads both
         on every change of the database, and with libSQL's driver a statement keeps the GIL while it runs:
-        the second count of every message was ~70 ms of every other thread's time at 100,000 messages.)"""
+        the second count of every message was ~70 ms of every other thread's time at 100,000 messages.)
+        ``openings``: each untitled thread's ``ThreadSummary.opening`` is read in the same statement (a subquery
+        per untitled thread, answered from the messages' (thread, time) index)."""
         with self.db.read() as conn:
-            threads = self._thread_summaries(conn, None)
+            threads = self._thread_summaries(conn, None, openings=openings)
             flags = conn.exec_driver_sql(
                 'SELECT id, "workingMemory" IS NOT NULL AND "workingMemory" != \'\' FROM mastra_resources').all()
         # per resource: thread count, message count, newest message, newest thread update
@@ -845,15 +857,16 @@ class MemoryStore:
         with self.db.read() as conn:
             return [(str(r[0]), str(r[1]), str(r[2])) for r in conn.execute(stmt).all()]
 
-    def _thread_summaries(self, conn: sa.Connection, resource_id: str | None,
-                          prefix: str | None = None, ids: Sequence[str] | None = None) -> list[ThreadSummary]:
+    def _thread_summaries(self, conn: sa.Connection, resource_id: str | None, prefix: str | None = None,
+                          ids: Sequence[str] | None = None, openings: bool = False) -> list[ThreadSummary]:
         counted = sa.select(
             t.messages.c.thread_id, sa.func.count().label("n"), sa.func.max(t.messages.c.createdAt).label("last")
         )
         if ids is not None:
             counted = counted.where(t.messages.c.thread_id.in_(list(ids)))
         counts = counted.group_by(t.messages.c.thread_id).subquery()
-        stmt = sa.select(*_THREAD_COLS, counts.c.n, counts.c.last).select_from(
+        stmt = sa.select(*_THREAD_COLS, counts.c.n, counts.c.last,
+                         *([_opening(dialect.is_postgres(conn)).label("opening")] if openings else [])).select_from(
             t.threads.outerjoin(counts, counts.c.thread_id == t.threads.c.id)
         )
         if resource_id is not None:
@@ -864,7 +877,23 @@ class MemoryStore:
             stmt = stmt.where(t.threads.c.id.in_(list(ids)))
         stmt = stmt.order_by(sa.func.coalesce(counts.c.last, t.threads.c.updatedAt).desc(), t.threads.c.id)
         rows = conn.execute(stmt).all()
-        return [ThreadSummary(_thread(r), int(r.n or 0), parse_iso(r.last) if r.last else None) for r in rows]
+        return [ThreadSummary(_thread(r), int(r.n or 0), parse_iso(r.last) if r.last else None,
+                              decode_stored_text(r.opening) if openings else None) for r in rows]
+
+
+def _opening(postgres: bool) -> sa.ColumnElement[Any]:
+    """An untitled thread's first user message in page order (time, then the row key: ``dialect.row_key``), the
+    first ``OPENING_CHARS`` characters of its stored content (cut by characters, then read as a blob on libSQL,
+    ``dialect.stored_text``); NULL for a titled thread: a subquery the engine runs only for an untitled row
+    (``CASE``), in the order of the (thread_id, createdAt) index (on libSQL its entries end with the rowid, so no sort:
+    ties broken by the message id took twice as long)."""
+    m = t.messages.alias("first_message")
+    tie = m.c.id if postgres else sa.literal_column("first_message.rowid")
+    first = (sa.select(dialect.stored_text(sa.func.substr(m.c.content, 1, OPENING_CHARS)))
+             .where(m.c.thread_id == t.threads.c.id, m.c.role == "user")
+             .order_by(m.c.createdAt, tie).limit(1).correlate(t.threads).scalar_subquery())
+    untitled = sa.func.coalesce(sa.func.trim(t.threads.c.title), "") == ""
+    return sa.case((untitled, first), else_=sa.null())
 
 
 @contextmanager

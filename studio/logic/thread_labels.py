@@ -31,6 +31,7 @@ label is fitted to its cell (``fit_resource_label``) so who delegated and to whi
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from datetime import datetime
@@ -127,14 +128,92 @@ def untitled_starts(threads: Iterable[tuple[str, str | None, datetime | None]]) 
     return starts
 
 
+#: The most characters of a message's opening words an untitled thread's label holds (with its quotes and "…"
+#: within the tree's ``TITLE_LEAST_CHARS``, so Latest stays beside it).
+OPENING_WORDS_CHARS = 26
+_TEXT_KEY = re.compile(r'"text"\s*:\s*"')
+_CONTENT_KEY = re.compile(r'"content"\s*:\s*"')
+_STRING_BODY = re.compile(r'(?:[^"\\]|\\.)*')
+_CUT_ESCAPE = re.compile(r'\\u[0-9a-fA-F]{0,3}$')
+
+
+def opening_words(stored: str | None, limit: int = OPENING_WORDS_CHARS) -> str | None:
+    """The first words of a message from the start of its stored content (``ThreadSummary.opening``: the first
+    ``OPENING_CHARS`` characters of the JSON, which may be cut short): its text parts' text (else its ``content``,
+    else a legacy row's plain text), on one line, at most ``limit`` characters, cut after a word ("…"). None when
+    it has no text (a message of tool results or files only)."""
+    if not stored:
+        return None
+    text = _message_text(str(stored))
+    words = " ".join(text.split())
+    if not words:
+        return None
+    if len(words) > limit:
+        cut = words[:limit]
+        space = cut.rfind(" ")
+        words = (cut[:space] if space >= limit // 2 else cut).rstrip(" ,;:.-") + "…"
+    return shown_title(words)
+
+
+def _message_text(stored: str) -> str:
+    """What ``core.messages.Message.text`` gives for stored content, read from its start (``opening_words``)."""
+    if not stored.lstrip().startswith(("{", "[")):
+        return stored  # a legacy row: the text itself
+    try:
+        value = json.loads(stored)
+    except (ValueError, RecursionError):  # cut short (or not JSON): the first text part's string, as far as it goes
+        return _string_at(stored, _TEXT_KEY) or _string_at(stored, _CONTENT_KEY)
+    parts = value.get("parts") if isinstance(value, dict) else value
+    texts = [p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "text"
+             and isinstance(p.get("text"), str)] if isinstance(parts, list) else []
+    if texts:
+        return " ".join(texts)
+    content = value.get("content") if isinstance(value, dict) else None
+    return content if isinstance(content, str) else ""
+
+
+def _string_at(doc: str, key: re.Pattern[str]) -> str:
+    """The JSON string after the first ``key`` of ``doc``, to its end or to where ``doc`` is cut."""
+    found = key.search(doc)
+    if found is None:
+        return ""
+    body = _STRING_BODY.match(doc, found.end())
+    try:
+        text = str(json.loads('"' + _CUT_ESCAPE.sub("", body.group() if body else "") + '"'))
+    except ValueError:
+        return ""
+    return text[:-1] if text and "\ud800" <= text[-1] <= "\udbff" else text  # (half a pair, cut)
+
+
+def untitled_openings(threads: Iterable[tuple[str, str | None, str | None]]) -> dict[str, str]:
+    """The first words (``opening_words``) of each untitled thread's first user message, of a resource's threads
+    (``threads``: id, title and ``ThreadSummary.opening``), for the threads that have some: a thread the tree named
+    "(untitled) · 2026-12-07 12:55" reads "“Plan a trip to Lisbon…”" (noted by s35-walk11). Read with the tree's one
+    statement (``MemoryStore.tree_summaries(openings=True)``): no read per thread, nothing written."""
+    found: dict[str, str] = {}
+    for tid, title, opening in threads:
+        if not (title or "").strip():
+            words = opening_words(opening)
+            if words is not None:
+                found[tid] = words
+    return found
+
+
 def thread_label(title: str | None, thread_id: str, repeated: frozenset[str], shared_prefix: str = "",
-                 started: str | None = None) -> str:
+                 started: str | None = None, opening: str | None = None) -> str:
     """The tree's text for a thread: its title, with its short id after it when the title alone does not
     tell it from the other threads of its resource (one of the ``repeated`` ones); the head the resource's
-    thread ids share (``shared_prefix``, from ``shared_id_prefix``) is left out of it. An untitled thread
-    reads "(untitled)" and when it started (``started``, from ``untitled_starts``; its tooltip says "started"), else
-    its short id."""
+    thread ids share (``shared_prefix``, from ``shared_id_prefix``) is left out of it. An untitled thread reads
+    the first words of its first user message in quotes (``opening``, from ``untitled_openings``), followed by when
+    it started (or its id) when another untitled thread's begin alike (``title_key`` of ``“words”`` in
+    ``repeated``); without them "(untitled)" and when it started (``started``, from ``untitled_starts``; its tooltip
+    says "started"), else its short id."""
     if not (title or "").strip():
+        if opening is not None:
+            quoted = f"“{opening}”"
+            if title_key(quoted) not in repeated:
+                return quoted
+            return f"{quoted}{SEPARATOR}{started or _id_part(thread_id, shared_prefix)}"
         return f"{UNTITLED}{SEPARATOR}{started or _id_part(thread_id, shared_prefix)}"
     if title_key(title) in repeated:
         return f"{shown_title(str(title))}{SEPARATOR}{_id_part(thread_id, shared_prefix)}"

@@ -343,6 +343,25 @@ def store_notice(*, busy: bool, stale: bool, missing: bool, location: str, kind:
     return None
 
 
+def empty_list_notice(filters: TraceFilters) -> Notice | None:
+    """What the banner says when the list is empty because of what it is narrowed to (``store_notice`` says
+    nothing then): a thread whose messages no traced run wrote (an import, MCP's ``remember``) showed a blank list
+    under "Thread …: no model call reported token usage", and nothing said why or how to see other runs (found by
+    s36-rest8's walk of the app). None when the list is not narrowed."""
+    narrowed = [f"status {filters.status}"] if filters.status else []
+    narrowed += [f"name “{filters.name}”"] if filters.name else []
+    narrowed += [f"since {format_datetime(filters.since)}"] if filters.since else []
+    if narrowed:
+        return Notice("info", f"No run matches the filter ({', '.join(narrowed)}). Any status and an empty filter "
+                              "list every run" + (" of this thread." if filters.thread_id else "."))
+    scope = "thread" if filters.thread_id else "resource" if filters.resource_id else None
+    if scope is None:
+        return None
+    return Notice("info", f"No traced run of this {scope}: its messages were saved without one (an import, an MCP "
+                          "client's remember, a program of your own), or its runs wrote to another trace file. "
+                          "All Threads lists the runs of every thread.")
+
+
 def read_error_notice(error: str, *, broken: bool, location: str | None, retry_s: float,
                       server: bool = False) -> Notice:
     """What the banner says when the runs list could not be read (an error, not a busy file): what

@@ -36,6 +36,7 @@ from studio.logic.thread_labels import (
     shared_id_prefix,
     shown_title,
     thread_label,
+    untitled_openings,
     untitled_starts,
 )
 from studio.reads import TreeData
@@ -55,6 +56,7 @@ class TreeRoles:
     THREAD_ID = Qt.ItemDataRole.UserRole + 3
     SORT = Qt.ItemDataRole.UserRole + 4  # last activity as epoch seconds
     FILTER = Qt.ItemDataRole.UserRole + 5  # what the text filter matches
+    OPENING = Qt.ItemDataRole.UserRole + 6  # a thread's label quotes its first words (untitled): cut at its end
 
 
 _SORT_ROLE = int(TreeRoles.SORT)
@@ -81,11 +83,21 @@ class _ResourceNode:
     id_prefix: str | None = None
     # When its untitled threads started, as their labels say it (``thread_labels.untitled_starts``).
     starts: dict[str, str] | None = None
+    # The first words of its untitled threads' first user messages (``thread_labels.untitled_openings``).
+    openings: dict[str, str] | None = None
 
     def repeated_titles(self) -> frozenset[str]:
+        """The titles more than one thread has, an untitled thread's being its quoted first words."""
         if self.repeated is None:
-            self.repeated = repeated_titles(s.thread.title for s in self.threads)
+            words = self.untitled_openings()
+            self.repeated = repeated_titles(f"“{words[s.thread.id]}”" if s.thread.id in words else s.thread.title
+                                            for s in self.threads)
         return self.repeated
+
+    def untitled_openings(self) -> dict[str, str]:
+        if self.openings is None:
+            self.openings = untitled_openings((s.thread.id, s.thread.title, s.opening) for s in self.threads)
+        return self.openings
 
     def shared_id_prefix(self) -> str:
         if self.id_prefix is None:
@@ -100,7 +112,7 @@ class _ResourceNode:
     def label(self, s: ThreadSummary) -> str:
         """``s``'s text in the tree (``thread_labels.thread_label``)."""
         return thread_label(s.thread.title, s.thread.id, self.repeated_titles(), self.shared_id_prefix(),
-                            self.untitled_starts().get(s.thread.id))
+                            self.untitled_starts().get(s.thread.id), self.untitled_openings().get(s.thread.id))
 
     @property
     def id(self) -> str:
@@ -271,13 +283,13 @@ class ResourceTreeModel(QAbstractItemModel):
         changed = {new.thread.id for old, new in zip(node.threads, kept) if old != new}
         node.threads = kept
         # (a sibling's title may have changed what this one needs to show)
-        node.repeated = node.id_prefix = node.starts = None
+        node.repeated = node.id_prefix = node.starts = node.openings = None
         if added:
             start = len(node.threads)
             self.beginInsertRows(parent, start, start + len(added) - 1)
             new = [fresh[tid] for tid in added]
             node.threads.extend(new[i] for i in recency_order([_thread_key(s) for s in new]))
-            node.repeated = node.id_prefix = node.starts = None
+            node.repeated = node.id_prefix = node.starts = node.openings = None
             self.endInsertRows()
         return changed
 
@@ -377,12 +389,18 @@ class ResourceTreeModel(QAbstractItemModel):
             return s.thread.id
         if role == TreeRoles.SORT:
             return _epoch(s.last_activity or s.thread.updated_at)
+        if role == TreeRoles.OPENING:
+            return s.thread.id in node.untitled_openings()
         if role == TreeRoles.FILTER:
-            return f"{title} {s.thread.id}"
+            words = node.untitled_openings().get(s.thread.id)
+            return f"{title} {s.thread.id}" + (f" {words}" if words else "")
         if role == Qt.ItemDataRole.ToolTipRole:
             from studio.logic.replay_layout import fork_source  # warmed on a worker after first paint (studio.app)
 
             fork = fork_source(s.thread.metadata)
+            words = node.untitled_openings().get(s.thread.id)
+            if words is not None:  # (what the label quotes, said to be no title)
+                title = f"{UNTITLED}: its first message begins “{words}”"
             return plain_tip(f"{shown_title(title)}\nthread {shown_title(s.thread.id)}\n{s.message_count:,} messages\n"
                              f"started: {date_tooltip(s.thread.created_at)}\n"
                              f"last activity: {date_tooltip(s.last_activity or s.thread.updated_at)}"

@@ -59,6 +59,7 @@ from studio.logic.traces_layout import (
     status_short,
     status_text,
     status_tip,
+    empty_list_notice,
     store_notice,
     tokens_tooltip,
     trace_duration_text,
@@ -568,7 +569,9 @@ class TracesPane(QWidget):
             self.open_trace(selected, keep_span=True)  # opened by id, never on the list: still shown, fresh
             return
         if selected is not None and not self.flags["busy"]:
-            self._clear_trace("The trace shown before is not in this list any more.")
+            # (another thread, resource or filter: nothing "went"; the same list read again: the trace did)
+            self._clear_trace("The trace shown before is not in this list any more." if reload else
+                              "Pick a trace, then a span." if traces else "No trace to show.")
         if self.trace_id is None and traces:
             self.trace_table.selectRow(0)
 
@@ -581,6 +584,8 @@ class TracesPane(QWidget):
             age_s=time.monotonic() - fresh if fresh is not None else None, empty=not self.traces,
             filtered=filters != TraceFilters(),
         )
+        if notice is None and not self.traces:
+            notice = empty_list_notice(filters)
         if notice is None:
             self.banner.hide()
         else:

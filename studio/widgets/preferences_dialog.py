@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from core.llm.keys import DEFAULT_KEYRING_SERVICE, KEYRING_INSTALL, keyring_available
 from studio.preferences import (
+    FROM_THE_URL,
     KEY_SOURCES,
     PRESETS,
     PROVIDER_NOTE_TIP,
@@ -74,7 +75,9 @@ class PreferencesDialog(QDialog):
         # Each model's provider and base URL as saved, added from a preset or filled in: a base URL typed over keeps
         # that provider only while it is still that provider's server (``provider_after_edit``), decided from here
         # on every key typed, so a URL half typed loses nothing.
-        self.origins: list[tuple[str, str]] = [(e.provider, e.base_url) for e in self.endpoints]
+        # (A provider chosen in the Provider box is no origin: back at "From the base URL", the URL decides.)
+        self.origins: list[tuple[str, str]] = [("" if e.provider_chosen else e.provider, e.base_url)
+                                               for e in self.endpoints]
         self.default = state.default
         self._syncing = False
         self._build()
@@ -208,9 +211,23 @@ class PreferencesDialog(QDialog):
             "turns and a stopped call's connection is closed, so the server stops generating. Hosted API: calls run "
             "side by side; a cancelled call's tokens are paid for. Auto: self-hosted when the base URL's host is "
             "localhost, *.local, or is or resolves to a private address.")
+        # Whose variables (<PROVIDER>_CONTEXT_WINDOW) the model reads where its base URL does not say it (a server
+        # behind a proxy): "From the base URL" (``Endpoint.variables_provider``), or a provider, kept as URLs are typed.
+        from core.llm.providers import PROVIDERS
+
+        self.provider_combo = QComboBox()
+        self.provider_combo.setObjectName("providerChoice")
+        self.provider_combo.addItem(FROM_THE_URL, "")
+        for provider in PROVIDERS.values():
+            self.provider_combo.addItem(provider.label or provider.name, provider.name)
+        self.provider_combo.setToolTip(plain_tip(
+            "Which provider's server this is, for its variables (<PROVIDER>_CONTEXT_WINDOW). From the base URL: the "
+            "provider whose address it is, or the preset's or Fill In's while the URL is still that provider's. "
+            "Choose one for a server the URL does not name, such as one behind a proxy or a gateway."))
         form.addRow("Name", self.name_edit)
         form.addRow("Model name", string_row)
         form.addRow("Base URL", self.url_edit)
+        form.addRow("Provider", named(self.provider_combo, "Provider"))
         form.addRow("Server", named(self.hosting_combo, "Server"))
         form.addRow("Model", self.model_edit)
         form.addRow("Key from", named(self.source_combo, "Key from"))
@@ -233,6 +250,7 @@ class PreferencesDialog(QDialog):
         self.source_combo.currentIndexChanged.connect(self._form_edited)
         self.timeout_spin.valueChanged.connect(self._form_edited)
         self.hosting_combo.currentIndexChanged.connect(self._form_edited)
+        self.provider_combo.currentIndexChanged.connect(self._form_edited)
         self.store_key_btn.clicked.connect(self.store_key)
         self.model_string_btn.clicked.connect(self.fill_from_model_string)
         self.model_string_edit.returnPressed.connect(self.fill_from_model_string)
@@ -296,6 +314,8 @@ class PreferencesDialog(QDialog):
         self.key_name_edit.setText(ep.key_name)
         self.timeout_spin.setValue(ep.timeout)
         self.hosting_combo.setCurrentIndex(max(0, [v for _t, v in SELF_HOSTED_CHOICES].index(ep.self_hosted)))
+        self.provider_combo.setCurrentIndex(max(0, self.provider_combo.findData(ep.provider))
+                                            if ep.provider_chosen else 0)
         self.provider_note.setText(provider_note(ep))
         self._syncing = False
         self._update_key_widgets()
@@ -344,10 +364,12 @@ class PreferencesDialog(QDialog):
             self._syncing = False
         base_url = self.url_edit.text().strip()
         origin, origin_url = self.origins[row - 1]
+        chosen = self.provider_combo.currentData() or ""
         new = Endpoint(self.name_edit.text().strip(), base_url, self.model_edit.text().strip(),
                        source, "" if source == "none" else key_name, self.timeout_spin.value(),
                        self.hosting_combo.currentData(),
-                       origin if base_url == origin_url else provider_after_edit(origin, base_url))
+                       chosen or (origin if base_url == origin_url else provider_after_edit(origin, base_url)),
+                       provider_chosen=bool(chosen))
         self.endpoints[row - 1] = new
         if self.default == old.name:
             self.default = new.name

@@ -4,11 +4,13 @@ The tree cuts a long text in the middle (``Qt.ElideMiddle``: a series of alike t
 "ada → helper (delegation)" in the ~165 px a 1,100 px window gives the column was cut to "ada → he…egation)":
 the agent's name and the mark were gone. A delegation's row is fitted here instead, before Qt draws it,
 to the width its text has (``thread_labels.fit_resource_label``: the least telling part goes first). Every
-other row is drawn as the view draws it; the tooltip keeps the whole label and the stored id."""
+other row is drawn as the view draws it, but for an untitled thread's first words ("“Summarise my notes about…”"),
+which are cut at their end: cut in the middle they read "“Summa…bout…”". The tooltip keeps the whole label and the
+stored id."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
 from studio.logic.thread_labels import fit_resource_label, is_delegation
@@ -23,6 +25,9 @@ class ResourceLabelDelegate(QStyledItemDelegate):
 
     def initStyleOption(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:  # noqa: N802
         super().initStyleOption(option, index)
+        if index.column() == 0 and index.data(TreeRoles.OPENING):
+            option.textElideMode = Qt.TextElideMode.ElideRight
+            return
         if index.column() != 0 or index.data(TreeRoles.KIND) != "resource":
             return
         resource_id = index.data(TreeRoles.RESOURCE_ID)

@@ -195,6 +195,28 @@ class TimelineDelegate(ShortFormDelegate):
         elif x - text_w >= rect.left():
             painter.drawText(QRectF(x - text_w, rect.top(), text_w - 2, rect.height()),
                              int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), label)
+        elif node.running or node.unfinished:
+            self._paint_on_bar(painter, rect, bar, node)
+
+    def _paint_on_bar(self, painter: QPainter, rect: QRectF, bar: QRectF, node: TimelineRow) -> None:
+        """A span still open, or whose writer died, has its bar drawn to the trace's end, so its word ("running",
+        "never finished") fits on neither side of it in a narrow tree, and the Duration cell beside it may read only
+        "unfinished" or "—" there: the word is drawn on the bar, on a plate of the view's background, in the longest
+        of its forms the cell holds."""
+        metrics = painter.fontMetrics()
+        forms = (node.duration_text, *(UNFINISHED_FORMS[:1] if node.unfinished else ()))
+        label = next((f for f in forms if metrics.horizontalAdvance(f) + 6 <= rect.width()), None)
+        if label is None:
+            return
+        text_w = metrics.horizontalAdvance(label) + 6
+        left = min(max(bar.left(), rect.left()), rect.right() - text_w)
+        plate = QRectF(left, rect.center().y() - metrics.height() / 2, text_w, metrics.height())
+        painter.setPen(Qt.PenStyle.NoPen)
+        view = self.parent()
+        painter.setBrush(view.palette().base() if isinstance(view, QWidget) else QColor("#1e1f22"))
+        painter.drawRoundedRect(plate, 3, 3)
+        painter.setPen(QColor("#9aa4b2"))
+        painter.drawText(plate, int(Qt.AlignmentFlag.AlignCenter), label)
 
 
 class TimelineLegend(QWidget):

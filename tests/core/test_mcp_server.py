@@ -2109,3 +2109,31 @@ def test_a_refusal_the_schema_kinds_do_not_cover_keeps_the_validators_words_with
     assert said.startswith("'a' got a string (4,000 characters), which was refused: String should have at most 5 "
                            "characters; the arguments were refused (Value error, vvv"), said
     assert said.isprintable() and len(said) < 600 and "\x1b" not in said and "v" * 201 not in said
+
+
+def test_a_stdio_client_that_closes_its_write_end_gets_every_reply(tmp_path: Path) -> None:
+    """``printf '<requests>' | memory-studio mcp ...``: the client sends its requests and closes the server's standard
+    input. The SDK ended the session at end of input and cancelled the calls still running: the ``remember`` was
+    saved (its worker thread ran to the end) but the client read no result for it. Every request sent before the
+    end of input is answered now, and the server then exits."""
+    db = tmp_path / "memory.db"
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                 "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "printf", "version": "1"}}},
+             {"jsonrpc": "2.0", "method": "notifications/initialized"},
+             {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                 "name": "remember", "arguments": {"text": "oat milk on Friday", "thread": "t1"}}},
+             {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+                 "name": "remember", "arguments": {"text": "and bread", "thread": "t1"}}},
+             {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "list_threads", "arguments": {}}}]
+    done = subprocess.run([sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--resource", "ada"],
+                          input="".join(json.dumps(line) + "\n" for line in lines), capture_output=True, text=True,
+                          encoding="utf-8", env=dict(os.environ), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = {a["id"]: a for a in map(json.loads, done.stdout.splitlines())}
+    assert sorted(answers) == [1, 2, 3, 4], done.stdout
+    for request_id in (2, 3, 4):
+        assert "result" in answers[request_id] and not answers[request_id]["result"].get("isError"), answers[request_id]
+    assert json.loads(answers[2]["result"]["content"][0]["text"])["thread"] == "t1"
+    with open_store(db, read_only=True) as store:
+        assert sorted(m.text for m in Memory(store).recall(thread_id="t1", per_page=False)) == [
+            "and bread", "oat milk on Friday"]

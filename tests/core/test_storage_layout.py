@@ -6,9 +6,11 @@ import json
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import libsql_experimental as libsql
 import pytest
+import sqlalchemy as sa
 
 from core import Memory, MemoryOptions, Message, open_store
 from core.storage import DatabaseOpenError, ReadOnlyError
@@ -383,6 +385,49 @@ def test_tree_summaries_are_list_resources_and_thread_summaries_from_one_read(st
     assert ids == ["cy", "dee", "ada", "bo"]
     bo = next(r for r in resources if r.id == "bo")
     assert (bo.thread_count, bo.message_count, bo.has_working_memory) == (0, 0, True)
+
+
+@pytest.mark.backends
+def test_tree_summaries_read_each_untitled_threads_first_user_message_in_the_same_statement(store):
+    """The Studio's tree names an untitled thread by the first words of its first user message (it named it by when it
+    started): ``openings=True`` reads the start of that message's stored content with the thread list, in the one
+    statement (no read per thread), for untitled threads only, cut to ``OPENING_CHARS`` characters."""
+    from datetime import datetime, timedelta, timezone
+
+    from core.storage.memory_store import OPENING_CHARS
+
+    t0 = datetime(2026, 5, 1, 9, tzinfo=timezone.utc)
+    mem = store.memory
+    for tid, title in (("u1", None), ("u2", "  "), ("titled", "Groceries"), ("u-empty", None), ("u-bot", None)):
+        mem.create_thread(thread_id=tid, resource_id="ada", title=title)
+    long = "Plan a trip to Lisbon in May — café, trams and é " + "x" * 3000
+    mem.save_messages([
+        Message.assistant("Hello! How can I help?", thread_id="u1", resource_id="ada", created_at=t0),
+        Message.user(long, thread_id="u1", resource_id="ada", created_at=t0 + timedelta(seconds=1)),
+        Message.user("a later question", thread_id="u1", resource_id="ada", created_at=t0 + timedelta(seconds=2)),
+        Message.user("What did I buy?", thread_id="u2", resource_id="ada", created_at=t0),
+        Message.user("milk", thread_id="titled", resource_id="ada", created_at=t0),
+        Message.assistant("only the assistant spoke", thread_id="u-bot", resource_id="ada", created_at=t0)])
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    sa.event.listen(store.db.engine, "before_cursor_execute", count)
+    try:
+        plain = mem.tree_summaries()
+        sent = len(statements)
+        resources, threads = mem.tree_summaries(openings=True)
+    finally:
+        sa.event.remove(store.db.engine, "before_cursor_execute", count)
+    assert len(statements) - sent == sent  # the same statements: the openings come with the thread list
+    assert resources == plain[0] and [s.thread for s in threads] == [s.thread for s in plain[1]]
+    assert all(s.opening is None for s in plain[1])
+    opening = {s.thread.id: s.opening for s in threads}
+    assert opening["titled"] is None and opening["u-empty"] is None and opening["u-bot"] is None
+    assert Message.from_row({"id": "x", "role": "user", "content": opening["u2"], "createdAt": t0.isoformat(),
+                             "thread_id": "u2"}).text == "What did I buy?"
+    assert len(opening["u1"]) == OPENING_CHARS and "Plan a trip to Lisbon in May — café, trams and é" in opening["u1"]
 
 
 def test_tree_summaries_of_a_database_mastra_wrote(tmp_path):

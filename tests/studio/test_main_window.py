@@ -5,6 +5,7 @@ opened — with the file's bytes and mtime unchanged afterwards."""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -442,6 +443,35 @@ def test_the_status_bar_names_the_open_file_once_with_its_name_whole(qtbot: Any,
         assert not status.elided()  # the message whole beside it
         assert status.geometry().right() < path.geometry().left()
         assert path.geometry().right() <= window.statusBar().width()
+
+
+@pytest.mark.parametrize("theme", ["dark"])  # (as users run it: its font is the larger)
+def test_migrating_names_the_file_and_its_outcome_stays_after_the_reopen(qtbot: Any, make_window: Any,
+                                                                         tmp_path: Path, themed: Any, theme: str) -> None:
+    """"Migrating <path>…" and "Migrated <path>: N migration(s) applied" repeated the path the status bar shows beside
+    them (the rule of "Opened <file>"), and the outcome was gone at once: the reopen that follows a migration said
+    "Opening <path>…", then "Opened <file>", so how many migrations ran was never read. The messages name the file,
+    and the outcome is what the status bar says once the file is open again."""
+    folder = tmp_path.joinpath("home", "ada", "projects", "a-mastra-app-with-a-long-folder-name")
+    folder.mkdir(parents=True)
+    path = folder / "mastra.db"
+    make_mastra_db(path)
+    window = make_window()
+    window.resize(1100, 800)
+    window.show()
+    window.open_database(str(path))
+    _wait_open(qtbot, window)
+    window.commands.run("file.migrate")
+    box = _dialog(qtbot, window)
+    box.property("yesButton").click()
+    assert window.status_text.text() == "Migrating mastra.db…"
+    qtbot.waitUntil(lambda: window.session is not None and window.session.owned and not window.session.read_only,
+                    timeout=WAIT_OPEN)
+    said = window.status_text.text()
+    assert re.fullmatch(r"Migrated mastra\.db: [1-9]\d* migrations", said), said
+    assert str(folder) not in said and not window.status_text.elided()  # (whole beside the path, at 1,100 px)
+    assert window.badge.text() == "WRITABLE"
+    assert str(path) in window.path_label.toolTip()
 
 
 def test_a_closed_sessions_pool_runs_no_late_request(qtbot: Any, tmp_path: Path) -> None:

@@ -625,6 +625,15 @@ def test_threads_whose_ids_share_a_head_are_told_apart_in_the_tree(qtbot: Any, m
     assert labels == ["(untitled) · …t3", "(untitled) · …t4", "Standup · …t11", "Standup · …t2", "Standup · …t5"]
 
 
+def _thread_indexes(pane: ResourcesPane, resource_id: str) -> list[Any]:
+    """The tree's rows of ``resource_id``'s threads (its row expanded), column 0, as the view shows them."""
+    tree, proxy = pane.tree, pane.tree.model()
+    tree.expandAll()
+    parent = next(proxy.index(r, 0) for r in range(proxy.rowCount())
+                  if proxy.index(r, 0).data(TreeRoles.RESOURCE_ID) == resource_id)
+    return [proxy.index(row, 0, parent) for row in range(proxy.rowCount(parent))]
+
+
 @pytest.mark.parametrize("theme", [None, "dark", "light"])
 def test_untitled_threads_served_read_apart_by_when_they_started(
         qtbot: Any, make_session: Any, small_db: Path, qapp: Any, theme: str | None) -> None:
@@ -658,18 +667,81 @@ def test_untitled_threads_served_read_apart_by_when_they_started(
         assert labels == {f"(untitled) · {format_datetime(made[0][1])[:16]}",
                           f"(untitled) · {format_datetime(made[1][1])}",  # (one minute: to the second)
                           f"(untitled) · {format_datetime(made[2][1])}"}
-        tree, proxy = pane.tree, pane.tree.model()
-        tree.expandAll()
+        tree = pane.tree
         metrics = tree.fontMetrics()
-        parent = next(proxy.index(r, 0) for r in range(proxy.rowCount())
-                      if proxy.index(r, 0).data(TreeRoles.RESOURCE_ID) == "walker")
-        for row in range(proxy.rowCount(parent)):
-            index = proxy.index(row, 0, parent)
+        for index in _thread_indexes(pane, "walker"):
             shown = index.data()
             room = tree.visualRect(index).width()
             assert metrics.horizontalAdvance(shown) + 8 <= room, (shown, room)  # (whole: not cut to "(untit…")
             assert metrics.horizontalAdvance(shown) <= metrics.horizontalAdvance("x") * TITLE_LEAST_CHARS, shown
             assert index.data(TreeRoles.THREAD_ID) in (index.data(Qt.ItemDataRole.ToolTipRole) or "")
+    pane.session.pool.wait(10_000)
+    assert file_state(small_db) == before
+
+
+@pytest.mark.parametrize("theme", ["dark"])
+def test_untitled_threads_read_the_first_words_of_their_first_message(
+        qtbot: Any, make_session: Any, small_db: Path, qapp: Any, theme: str) -> None:
+    """An untitled thread read "(untitled) · 2026-12-07 09:15" (when it started; its id before that): the first
+    words of its first user message say more (noted by s35-walk11). It reads them in quotes, whole in the tree's
+    column and within a title's least room; two that begin alike add when each started; one with no user message yet
+    keeps its start; its tooltip says it has no title; the filter finds the words; looking wrote nothing."""
+    from studio.panes.resources import TITLE_LEAST_CHARS
+    from studio.theme import apply_theme
+
+    from .conftest import file_state
+
+    t0 = datetime(2026, 12, 7, 9, 15, 42, tzinfo=timezone.utc)
+    writer = open_store(small_db)
+    messages = []
+    for n, (tid, first) in enumerate((("w1", "Plan a trip to Lisbon in May with the kids, trams and pastries"),
+                                      ("w2", "Hi"), ("w3", "  Hi\n"), ("w4", None))):
+        writer.memory.create_thread(thread_id=tid, resource_id="walker", created_at=t0 + timedelta(minutes=n))
+        messages.append(Message.assistant("Hello! What can I do?", thread_id=tid, resource_id="walker",
+                                          created_at=t0 + timedelta(minutes=n)))
+        if first is not None:
+            messages.append(Message.user(first, thread_id=tid, resource_id="walker",
+                                         created_at=t0 + timedelta(minutes=n, seconds=5)))
+    writer.memory.save_messages(messages)
+    writer.close()
+    before = file_state(small_db)
+    with theme_restored(qapp):
+        apply_theme(qapp, theme)
+        pane = _resources(qtbot, make_session(small_db))
+        pane.resize(380, 600)
+        qtbot.waitUntil(lambda: sum(r[0] == "walker" for r in pane.thread_rows()) == 4, timeout=10_000)
+        labels = {r[1] for r in pane.thread_rows() if r[0] == "walker"}
+        assert labels == {"“Plan a trip to Lisbon in…”", f"“Hi” · {format_datetime(t0 + timedelta(minutes=1))[:16]}",
+                          f"“Hi” · {format_datetime(t0 + timedelta(minutes=2))[:16]}",
+                          f"(untitled) · {format_datetime(t0 + timedelta(minutes=3))[:16]}"}
+        tree = pane.tree
+        metrics = tree.fontMetrics()
+        for index in _thread_indexes(pane, "walker"):
+            shown = index.data()
+            assert metrics.horizontalAdvance(shown) + 8 <= tree.visualRect(index).width(), shown  # whole
+            assert metrics.horizontalAdvance(shown) <= metrics.horizontalAdvance("x") * TITLE_LEAST_CHARS, shown
+            if index.data(TreeRoles.THREAD_ID) == "w1":
+                tip = index.data(Qt.ItemDataRole.ToolTipRole)
+                assert "(untitled): its first message begins “Plan a trip to Lisbon in…”" in tip and "w1" in tip
+        pane.tree.grab().save(str(small_db.parent / "untitled-openings.png"))
+        # Where the words do not fit (a narrow tree) they are cut at their end, not in the middle ("“Plan…in…”")
+        from PySide6.QtWidgets import QStyleOptionViewItem
+
+        from studio.widgets.item_text import text_room
+
+        index = next(i for i in _thread_indexes(pane, "walker") if i.data(TreeRoles.THREAD_ID) == "w1")
+        whole = metrics.horizontalAdvance("“Plan a trip to Lisbon in…”")
+        pane.resize(200, 600)
+        qtbot.waitUntil(lambda: tree.visualRect(index).width() < whole, timeout=10_000)
+        option = QStyleOptionViewItem()
+        tree.initViewItemOption(option)
+        option.rect = tree.visualRect(index)
+        tree.itemDelegateForIndex(index).initStyleOption(option, index)
+        drawn = option.fontMetrics.elidedText(option.text, option.textElideMode, text_room(option))
+        assert drawn.startswith("“Plan a") and drawn.endswith("…") and drawn != option.text, drawn
+        pane.filter.setText("lisbon")
+        qtbot.waitUntil(lambda: [r[:2] for r in pane.thread_rows() if r[0] == "walker"] == [
+            ("walker", "“Plan a trip to Lisbon in…”")], timeout=10_000)
     pane.session.pool.wait(10_000)
     assert file_state(small_db) == before
 

@@ -442,19 +442,26 @@ def test_a_presets_provider_follows_the_base_url_typed_over_it() -> None:
     assert provider_after_edit("ollama", "", {}) == "" and provider_after_edit("ollama", "not a url", {}) == ""
 
 
+def _dialog_adding(qtbot: Any, prefs: Preferences, monkeypatch: pytest.MonkeyPatch, preset: str) -> PreferencesDialog:
+    """Preferences shown, a model added from ``preset``; no ``<PROVIDER>_BASE_URL`` of the machine's moves a
+    provider's address."""
+    from core.llm.providers import PROVIDERS
+
+    for provider in PROVIDERS.values():
+        monkeypatch.delenv(provider.base_url_env, raising=False)
+    dialog = PreferencesDialog(prefs)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.add_endpoint(preset)
+    return dialog
+
+
 def test_a_base_url_typed_over_a_presets_reads_the_providers_variables_it_is(
         qtbot: Any, prefs: Preferences, monkeypatch: pytest.MonkeyPatch, no_leaked_widgets: None) -> None:
     """A model added from the Ollama preset, its base URL typed over with LM Studio's, read OLLAMA_* (the preset's
     provider was kept): its Variables line and its model follow what was typed, key by key; nothing is written
     until Save."""
-    from core.llm.providers import PROVIDERS
-
-    for provider in PROVIDERS.values():  # (no <PROVIDER>_BASE_URL of the machine's moves a provider's address)
-        monkeypatch.delenv(provider.base_url_env, raising=False)
-    dialog = PreferencesDialog(prefs)
-    qtbot.addWidget(dialog)
-    dialog.show()
-    dialog.add_endpoint("Ollama")
+    dialog = _dialog_adding(qtbot, prefs, monkeypatch, "Ollama")
     note = dialog.provider_note
 
     def type_url(url: str) -> None:
@@ -485,3 +492,51 @@ def test_a_base_url_typed_over_a_presets_reads_the_providers_variables_it_is(
         assert (model.context_window, model.context_window_env) == (4096, "LMSTUDIO_CONTEXT_WINDOW")
     finally:
         model.close()
+
+
+@pytest.mark.parametrize("theme", ["dark"])
+def test_a_model_behind_a_proxy_names_its_provider_in_the_provider_box(
+        qtbot: Any, prefs: Preferences, monkeypatch: pytest.MonkeyPatch, no_leaked_widgets: None,
+        themed: str | None, theme: str, tmp_path: Path) -> None:
+    """The base URL alone decided whose variables a model reads: an LM Studio reached through a proxy
+    (``https://llm-gw.example.com/lmstudio/v1``) or OpenAI through a company gateway read none, and Preferences could
+    not be told (Fill In put the provider's own URL back; a URL typed over it dropped the provider again). The
+    Provider box says it: "From the base URL" (as before, the default) or a provider, kept whatever URL is typed,
+    saved, read back, read by the model built for a turn, and named in the model pickers' labels."""
+    dialog = _dialog_adding(qtbot, prefs, monkeypatch, "LM Studio")
+    combo, note = dialog.provider_combo, dialog.provider_note
+    assert combo.currentText() == "From the base URL" and note.text().startswith("LM Studio: LMSTUDIO_CONTEXT_WINDOW")
+    dialog.url_edit.selectAll()
+    qtbot.keyClicks(dialog.url_edit, "https://llm-gw.example.com/lmstudio/v1")
+    assert note.text().startswith("None: its base URL is no provider's")
+    combo.setCurrentIndex(combo.findData("lmstudio"))
+    assert note.text() == "LM Studio (chosen): LMSTUDIO_CONTEXT_WINDOW is read as its context size."
+    qtbot.keyClicks(dialog.url_edit, "2")  # a URL typed after the choice keeps it
+    assert dialog.current_endpoint().base_url.endswith("/v12")  # type: ignore[union-attr]
+    assert note.text().startswith("LM Studio (chosen)")
+    qtbot.waitUntil(lambda: note.height() >= note.heightForWidth(note.width()) > 0, timeout=5_000)
+    assert note.visibleRegion().boundingRect().height() >= note.heightForWidth(note.width())  # (whole, the row added)
+    dialog.grab().save(str(tmp_path / "provider-chosen.png"))
+    dialog.save()
+    assert dialog.problems.text() == ""
+
+    again = Preferences(QSettings(prefs.settings.fileName(), QSettings.Format.IniFormat))
+    (saved,) = again.endpoints
+    assert (saved.provider, saved.provider_chosen) == ("lmstudio", True)
+    choice = again.model("LM Studio")
+    assert choice is not None and choice.label.endswith("(LM Studio)")
+    model = choice.build(environ={"LMSTUDIO_CONTEXT_WINDOW": "4096"})
+    try:
+        assert (model.context_window, model.context_window_env) == (4096, "LMSTUDIO_CONTEXT_WINDOW")
+    finally:
+        model.close()
+
+    reopened = PreferencesDialog(again)
+    qtbot.addWidget(reopened)
+    reopened.list.setCurrentRow(1)
+    assert reopened.provider_combo.currentData() == "lmstudio"
+    reopened.provider_combo.setCurrentIndex(0)  # back to the URL's rule: none for this URL
+    assert reopened.provider_note.text().startswith("None: its base URL is no provider's")
+    reopened.save()
+    assert (again.endpoints[0].provider, again.endpoints[0].provider_chosen) == ("", False)
+    assert not again.model("LM Studio").label.endswith(")")  # type: ignore[union-attr]

@@ -12,6 +12,7 @@ from core.traces.spans import SpanRecord, TraceFilters
 from studio.logic.traces_layout import (
     ERROR_COLOR,
     chat_transcript,
+    empty_list_notice,
     error_parts,
     filters_for,
     format_duration,
@@ -176,6 +177,20 @@ def test_filters_follow_the_selection_unless_all_threads() -> None:
     assert filters_for(sel, all_threads=True, name="  chef ", status="error") == TraceFilters(
         status="error", name="chef")
     assert filters_for(Selection(), all_threads=False) == TraceFilters()
+
+
+def test_an_empty_list_says_what_it_is_narrowed_to_and_what_lists_every_run() -> None:
+    assert empty_list_notice(TraceFilters()) is None  # (not narrowed: ``store_notice`` says "No traces yet")
+    thread = empty_list_notice(TraceFilters(resource_id="ada", thread_id="t1"))
+    assert thread is not None and thread.level == "info"
+    assert thread.text.startswith("No traced run of this thread: its messages were saved without one")
+    assert "All Threads lists the runs of every thread." in thread.text
+    resource = empty_list_notice(TraceFilters(resource_id="ada"))
+    assert resource is not None and resource.text.startswith("No traced run of this resource")
+    matched = empty_list_notice(TraceFilters(thread_id="t1", status="error", name="chef"))
+    assert matched is not None and matched.text == (
+        "No run matches the filter (status error, name “chef”). Any status and an empty filter list every run of "
+        "this thread.")
 
 
 def test_store_notices_say_what_state_the_trace_store_is_in() -> None:

@@ -23,7 +23,7 @@ from core.traces.spans import SpanRecord
 from studio.main_window import PANES, TRACES
 from studio.panes.traces import PAGE, TAB_ERROR, TAB_MESSAGES, TracesPane
 from studio.selection import Selection
-from studio.widgets.timeline import COL_DURATION
+from studio.widgets.timeline import COL_DURATION, COL_TIMELINE
 
 from tests.core.test_storage_busy_reads import HOLD_EXCLUSIVE  # (the other process holding the lock)
 
@@ -126,7 +126,8 @@ def test_thread_filter_follows_the_selection_and_all_threads_widens_it(no_leaked
     assert pane.traces and {t.entity_name for t in pane.traces} == {"chef"}
     reload(qtbot, pane, lambda: pane.status_combo.setCurrentIndex(pane.status_combo.findData("error")))
     assert pane.traces == [] and pane.total == 0
-    assert not pane.banner.isVisible()  # a filter that matches nothing is not "no traces yet"
+    # a filter that matches nothing is not "no traces yet": it says the filter left nothing (since session 36)
+    assert "No traces yet" not in pane.banner.text() and pane.banner.text().startswith("No run matches the filter")
 
 
 def test_error_spans_are_marked_and_their_stack_is_shown(no_leaked_widgets, qtbot, make_session, tmp_path):
@@ -720,6 +721,67 @@ def _says_never_finished(pane, pid: int) -> None:
     for view, index in ((pane.trace_table, pane.trace_model.index(0, 0)), (pane.trace_table, pane.trace_model.index(0, 4)),
                         (pane.tree, pane.span_model.index(0, COL_DURATION))):
         _drawn_whole(view, index, ("never finished", "unfinished"))
+    # and the Timeline cell says it (its bar runs to the trace's end: no room was left beside it for the words)
+    assert [text for text, _ in _timeline_labels(pane.tree, pane.span_model.index(0, COL_TIMELINE))] == [
+        "never finished"]
+
+
+def _timeline_labels(view: Any, index: Any) -> list[tuple[str, Any]]:
+    """The texts the span tree's delegate draws in ``index``'s Timeline cell, each with the room it was given (in the
+    cell's coordinates), painted as the view paints it (a painter that notes each ``drawText``)."""
+    from PySide6.QtCore import QRectF
+    from PySide6.QtGui import QImage, QPainter
+    from PySide6.QtWidgets import QStyleOptionViewItem
+
+    drawn: list[tuple[str, Any]] = []
+
+    class Noting(QPainter):
+        def drawText(self, *args: Any) -> None:  # noqa: N802 (Qt's name)
+            rect, _flags, text = args
+            drawn.append((text, QRectF(rect)))
+            super().drawText(*args)
+
+    option = QStyleOptionViewItem()
+    view.initViewItemOption(option)
+    option.rect = view.visualRect(index)
+    image = QImage(option.rect.right() + 1, option.rect.bottom() + 1, QImage.Format.Format_ARGB32)
+    painter = Noting(image)
+    painter.setFont(view.font())
+    try:
+        view.itemDelegate().paint(painter, option, index)
+    finally:
+        painter.end()
+    return [(text, rect.translated(-option.rect.left(), -option.rect.top())) for text, rect in drawn]
+
+
+@pytest.mark.parametrize("theme", ["dark"])
+def test_the_timeline_says_a_span_never_finished_in_the_narrowest_tree(no_leaked_widgets, qtbot, make_session,
+                                                                       demo_db, themed, theme):
+    """The Timeline cell of a span whose writer died drew no label at all when the tree was narrow: its bar runs to
+    the trace's end, so "never finished" fitted on neither side of it (and the Duration cell beside it reads
+    "unfinished" or "—" there, saying that the Timeline says it). At the least width the pane gives the waterfall
+    the label is drawn on the bar, whole, in the room of the cell."""
+    import dataclasses
+
+    from studio.logic.traces_layout import layout_trace
+    from studio.panes.traces import SPAN_TIMELINE_PX
+
+    pane = open_pane(qtbot, make_session, demo_db)
+    pane.resize(pane.minimumSizeHint().width(), 600)
+    qtbot.waitUntil(lambda: pane.tree.columnWidth(COL_TIMELINE) <= SPAN_TIMELINE_PX + 2, timeout=WAIT)
+    root = next(s for s in pane.spans if s.parent_span_id is None)
+    spans = [dataclasses.replace(s, ended_at=None) if s is root else s for s in pane.spans]
+    pane.layout_model = layout_trace(spans, unfinished=frozenset({root.span_id}))
+    pane.span_model.set_layout(pane.layout_model)
+    qtbot.wait(50)
+    index = pane.span_model.index_of(root.span_id, COL_TIMELINE)
+    cell = pane.tree.visualRect(index)
+    labels = _timeline_labels(pane.tree, index)
+    assert [text for text, _ in labels] in (["never finished"], ["unfinished"]), (labels, cell.width())
+    (text, room), = labels
+    assert room.left() >= 0 and room.right() <= cell.width(), (room, cell.width())
+    assert pane.tree.fontMetrics().horizontalAdvance(text) <= room.width(), (text, room.width())
+    assert pane.grab().save(str(demo_db.parent / "narrow-unfinished.png"))
 
 
 def _drawn_whole(view: Any, index: Any, forms: tuple[str, ...]) -> str:
@@ -826,3 +888,30 @@ def test_a_first_read_that_fails_is_retried_until_the_list_shows(no_leaked_widge
     qtbot.waitUntil(lambda: len(pane.traces) == 17, timeout=WAIT)
     assert pane.trace_model.rowCount() == 17 and not pane.banner.isVisible()
     assert pane.source is not None and pane.source.location.endswith("observability.duckdb")
+
+
+@pytest.mark.parametrize("theme", ["dark"])
+def test_a_thread_without_traced_runs_says_why_its_list_is_empty(no_leaked_widgets, qtbot, make_session, demo_db,
+                                                                 themed, theme, tmp_path):
+    """A thread whose messages no traced run wrote (an import, an MCP client's remember) showed a blank list under
+    "Thread …: no model call reported token usage", and the span view said "The trace shown before is not in this
+    list any more", as if a run had gone (found by s36-rest8's walk of the app). The banner says why the list is
+    empty and what lists every run; the span view says there is nothing to show; a status filter that leaves nothing
+    says so too. Looking wrote nothing."""
+    from core import Memory, Message
+
+    with open_store(demo_db) as writer:  # (what MCP's remember or an import leaves: messages, no run)
+        Memory(writer).save_messages([Message.user("Remember the dentist on Friday", thread_id="remembered",
+                                                   resource_id="ada")])
+    pane = open_pane(qtbot, make_session, demo_db)
+    assert pane.trace_id is not None and not pane.banner.isVisible()
+    reload(qtbot, pane, lambda: pane.set_selection(Selection("ada", "remembered")))
+    assert pane.traces == [] and pane.banner.isVisible()
+    assert pane.banner.text().startswith("No traced run of this thread: its messages were saved without one")
+    assert "All Threads lists the runs of every thread" in pane.banner.text()
+    assert "No trace to show." in pane.span_facts.text() and "not in this list any more" not in pane.span_facts.text()
+    pane.grab().save(str(tmp_path / "no-traced-run.png"))
+    reload(qtbot, pane, lambda: pane.set_selection(Selection("sam", "sam-standup")))
+    assert pane.traces and not pane.banner.isVisible()  # (a thread with runs: no banner)
+    reload(qtbot, pane, lambda: pane.status_combo.setCurrentIndex(pane.status_combo.findText("error")))
+    assert pane.traces == [] and pane.banner.text().startswith("No run matches the filter (status error)")
