@@ -126,9 +126,22 @@ def _one_value_a_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         for key, value in pairs:
-            if obj[key] != value or type(obj[key]) is not type(value):
+            if not _same(obj[key], value):
                 raise _KeyTwice(key)
     return obj
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two values of the body are one value: equal and of the same types all the way down (Python's ``==``
+    takes ``[true]`` for ``[1]`` and ``1`` for ``1.0``, which a reader in front of the gateway tells apart). Depth is
+    the body's, which the guard caps (``JsonDepth``)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
 
 
 #: The chat route as idempotency keys are scoped to it.

@@ -122,6 +122,13 @@ def test_a_key_sent_twice_in_one_object_with_two_values_is_refused(served):
     status, answer = served.raw("PUT", "/api/memory/threads/t3/working-memory?resourceId=ada&agentId=a",
                                 '{"workingMemory": "# A", "workingMemory": "# B"}')
     assert (status, answer["error"]["code"]) == (400, "duplicate_key")
+    # Two values Python's == takes as one (true and 1, inside a list or an object) are two values (s36-trust7: the
+    # types were compared at the top of the value only).
+    for first, second in (("[true]", "[1]"), ('{"on": 1}', '{"on": 1.0}'), ('[{"a": false}]', '[{"a": 0}]')):
+        status, answer = served.raw("POST", "/v1/chat/completions", twice.replace(
+            '"resource_id": "bob"}', f'"flag": {first}, "flag": {second}}}').replace('"t3"', '"t5"'))
+        assert (status, answer["error"]["code"], answer["error"]["param"]) == (400, "duplicate_key", "flag"), first
+    assert served.received() == [] and served.memory.get_thread("t5") is None
     # One value sent twice is that value.
     status, _ = served.raw("POST", "/v1/chat/completions", twice.replace('"bob"', '"ada"'))
     assert status == 200 and served.memory.get_thread("t3").resource_id == "ada"
