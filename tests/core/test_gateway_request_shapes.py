@@ -242,3 +242,22 @@ def test_a_parts_note_shows_its_url_as_written_and_an_image_carrying_text_is_nam
         assert [f.text for f in info.calls[0].prompt.fragments if f.role == "user"] == [f"Hi decoy\n{notes}"]
     finally:
         store.close()
+
+
+def test_the_ignored_header_stays_small_enough_for_a_proxy_and_the_body_names_every_field(served):
+    """``x-memory-ignored`` joined every name a header can carry: 64 unused fields of 80 characters made a header of
+    over 5 KB (up to 8 KB with longer names), past the 4 KB nginx reads a reply's headers into by default
+    (``proxy_buffer_size``; DEPLOYMENT.md's set-up sets none), where it answers 502 to a turn that has run and been
+    stored (s36-trust7). The body still names every field."""
+    from core.gateway.openai_routes import IGNORED_HEADER_CHARS
+
+    fields = {f"x{i:02d}_{'y' * 76}": i for i in range(64)}
+    raw = served.client.chat.completions.with_raw_response.create(
+        model="a", messages=[{"role": "user", "content": "hi"}], metadata={"thread_id": "t6", "resource_id": "ada"},
+        extra_body=fields)
+    assert raw.parse().model_extra["memory"]["ignored"] == sorted(fields)
+    header = raw.headers["x-memory-ignored"]
+    shown = header.split(", ")
+    assert len(header) <= IGNORED_HEADER_CHARS and shown[:-1] == sorted(fields)[:len(shown) - 1]
+    assert shown[-1] == f"... and {64 - (len(shown) - 1)} more"
+    assert len(served.received()) == 1
