@@ -17,6 +17,7 @@ from core.ids import clipped
 from core.message_list import MessageList
 from core.messages import Message
 from core.stored_text import json_text
+from core.terminal_text import printable
 from core.timeutil import to_iso
 from core.tokens import REPLY_PRIMER, Tokenizer, count_message_tokens
 
@@ -235,19 +236,28 @@ def shown_text(message: Mapping[str, Any], text: str | None = None) -> str:
     The parts are not counted in its tokens (an estimate of text)."""
     text = _counted_text(message) if text is None else text
     content = message.get("content")
-    notes = [part_note(p) for p in content if isinstance(p, Mapping) and not isinstance(p.get("text"), str)] \
+    notes = [part_note(p) for p in content if isinstance(p, Mapping) and not _is_text(p)] \
         if isinstance(content, list) else []
     return "\n".join([text, *notes]) if text and notes else "\n".join(notes) or text
 
 
+def _is_text(part: Mapping[str, Any]) -> bool:
+    """Whether a content part is text alone: a string ``text`` and a type that says text (``text``, ``input_text``,
+    ``output_text``) or none. An image part that also carries a ``text`` is an image (its note says so)."""
+    kind = part.get("type")
+    return isinstance(part.get("text"), str) and (kind is None or kind == "text" or str(kind).endswith("_text"))
+
+
 def part_note(part: Mapping[str, Any]) -> str:
     """A content part that is no text, as ``shown_text`` names it: ``[image_url: <its URL>]`` (a data URL cut to its
-    first 80 characters and its length), ``[input_audio: wav]``, ``[file: report.pdf]``, else ``[<its type>]``."""
+    first 80 characters and its length), ``[input_audio: wav]``, ``[file: report.pdf]``, else ``[<its type>]``. What it
+    quotes is written as ``printable`` writes it: a new line or a bidi override in a URL would show as a line the
+    model was not sent, or turn the text after it around."""
     kind = clipped(str(part.get("type") or "part"))
     value = part.get(kind) if kind in part else part.get("image_url") or part.get("filename") or part.get("file_id")
     if isinstance(value, Mapping):
         value = value.get("url") or value.get("filename") or value.get("format") or value.get("file_id")
-    return f"[{kind}: {clipped(value)}]" if isinstance(value, str) and value else f"[{kind}]"
+    return printable(f"[{kind}: {clipped(value)}]" if isinstance(value, str) and value else f"[{kind}]")
 
 
 def to_openai(message: Message, *, complete_calls_only: bool = False) -> list[dict[str, Any]]:

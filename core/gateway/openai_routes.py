@@ -126,9 +126,22 @@ def _one_value_a_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         for key, value in pairs:
-            if obj[key] != value or type(obj[key]) is not type(value):
+            if not _same(obj[key], value):
                 raise _KeyTwice(key)
     return obj
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two values of the body are one value: equal and of the same types all the way down (Python's ``==``
+    takes ``[true]`` for ``[1]`` and ``1`` for ``1.0``, which a reader in front of the gateway tells apart). Depth is
+    the body's, which the guard caps (``JsonDepth``)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
 
 
 #: The chat route as idempotency keys are scoped to it.
@@ -462,11 +475,25 @@ def memory_headers(turn: Turn, done: TurnFinished | None = None) -> dict[str, st
         headers["x-thread-id"] = turn.thread_id
     if turn.resource_id and _header_value(turn.resource_id):
         headers["x-resource-id"] = turn.resource_id
-    ignored = ", ".join(name for name in turn.ignored if _header_value(name) and "," not in name)
+    ignored = _ignored_header([name for name in turn.ignored if _header_value(name) and "," not in name])
     if ignored:  # (names a header cannot carry are in the body's "memory" object only)
         headers[IGNORED_HEADER] = ignored
     headers.update(notices_header([*turn.notices, *(done.notices if done is not None else ())]))
     return headers
+
+
+def _ignored_header(names: list[str]) -> str:
+    """``x-memory-ignored``: the names, joined, within ``IGNORED_HEADER_CHARS`` (then "... and N more"). All of them
+    (up to 64 of some 80 to 130 characters) made a header of up to 8 KB, past the 4 KB nginx reads a reply's headers
+    into by default (``proxy_buffer_size``, one memory page), where it answers 502 "upstream sent too big header": to
+    a turn that had run and been stored. The body's list is whole."""
+    shown = ""
+    for i, name in enumerate(names):
+        longer = f"{shown}, {name}" if shown else name
+        if len(longer) > IGNORED_HEADER_CHARS - len(", ... and 99 more"):  # (a name has at most ~130 characters)
+            return ", ".join(filter(None, [shown, f"... and {len(names) - i} more"]))
+        shown = longer
+    return shown
 
 
 def _header_value(value: str) -> bool:
@@ -483,6 +510,9 @@ def _memory_info(turn: Turn, done: TurnFinished) -> dict[str, Any]:
 
 #: The response header naming the request's fields the turn did not use (``turns.ignored_fields``).
 IGNORED_HEADER = "x-memory-ignored"
+#: The longest ``x-memory-ignored`` (``_ignored_header``): with the other headers, well within the 4 KB a proxy
+#: reads them into by default.
+IGNORED_HEADER_CHARS = 1024
 
 
 def _completion_id() -> str:

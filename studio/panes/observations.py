@@ -115,6 +115,7 @@ class ObservationsPane(QWidget):
         for label, _ in hint_rows(ThreadHints()):
             value = elastic(QLabel("—"), wrap=True)
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            value.setTextFormat(Qt.TextFormat.PlainText)  # the observer's words: never markup
             self.hint_labels[label] = value
             hints.addRow(caption(label + ":"), value)
         cl.addLayout(hints)

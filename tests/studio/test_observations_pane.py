@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtGui import Qt
 
-from core import open_store
+from core import Memory, MemoryOptions, open_store
 from core.observational import load_current
 from core.observational.store import commit_reflection
 from studio.logic.observations_layout import EMPTY_TEXT
@@ -302,3 +303,28 @@ def test_at_a_1440_px_window_the_buffered_observations_and_the_count_are_not_cut
     assert observations >= 0.4 * table.viewport().width() - 1, (observations, table.viewport().width())
     assert table.horizontalHeader().length() <= table.viewport().width()
     assert not pane.line_editor.note.elided(), pane.line_editor.note.text()
+
+
+def test_the_observers_hints_are_shown_as_written_never_as_markup(no_leaked_widgets, qtbot, make_session, demo_db):
+    """The hints are the observer model's words about the user's conversation (or any program's, in a database
+    someone else wrote): a current task '<img src="file:…">' read that file as an image, and '<b>' drew bold, as the
+    hint labels took their text as rich text when it looked like HTML (s36-trust7)."""
+    markup = '<b style="color:red">x</b><img src="file:///etc/hostname">'
+    store = open_store(demo_db)
+    memory = Memory(store, MemoryOptions(), name="m")
+    thread = memory.get_thread("sam-standup")
+    assert thread is not None
+    om = dict(thread.metadata["mastra"]["om"])
+    om.update(currentTask=f"task {markup}", suggestedResponse=f"reply {markup}", lastObservedAt=markup)
+    om.pop("lastObservedMessageCursor", None)  # (else the cursor's time is the one shown)
+    memory.update_thread("sam-standup", metadata={"mastra": {**thread.metadata["mastra"], "om": om}})
+    store.close()
+
+    pane = open_pane(qtbot, make_session, demo_db)
+    texts = {name: label.text() for name, label in pane.hint_labels.items()}
+    assert texts == {"Current task": f"task {markup}", "Suggested response": f"reply {markup}",
+                     "Last observed": markup}
+    drawn_as_markup = [name for name, label in pane.hint_labels.items()
+                       if label.textFormat() == Qt.TextFormat.RichText
+                       or label.textFormat() == Qt.TextFormat.AutoText and Qt.mightBeRichText(label.text())]
+    assert drawn_as_markup == []
