@@ -6,11 +6,15 @@ program looks the same in a database they share.
   are not carried (its observational-memory cursor and hints name the source's messages).
 - Its title is the one given, else "Clone of <source title>", else "" (an untitled source).
 - Working memory with scope "thread" is carried into the clone's metadata; with scope "resource" it is the
-  same resource's already, and is copied onto the new resource only when the clone moves to another one
-  (replacing what that resource had), as Mastra does.
-- Observational memory: the source's current generation is copied for the clone with the copied messages'
-  ids in place of the originals' (ids of messages not copied are dropped) and nothing in progress; a
-  resource's record only when the clone moves to another resource.
+  same resource's already, and nothing is copied.
+- Observational memory: the source thread's current generation (thread scope) is copied for the clone with the
+  copied messages' ids in place of the originals' (ids of messages not copied are dropped) and nothing in
+  progress; a resource's record is the same resource's already.
+- A clone given to another resource gets what is the thread's own (its messages, its thread-scope working memory
+  and observations), never the source resource's memory: that covers the source user's other threads (another
+  user would read them) and would replace, or outrank, what the destination resource has (its own memory gone
+  from its prompts). Mastra 1.71 copies both onto the destination; we differ on purpose (ARCHITECTURE "Where we
+  differ from Mastra on purpose").
 - With semantic recall on, the copies are embedded (Mastra embeds them too), in the same transaction.
 
 The copies keep their times and content, with ``metadata.clonedFrom`` naming the original (ours; Mastra
@@ -110,10 +114,11 @@ def clone_thread(
 def _carried_working_memory(
     memory: "Memory", source_thread_id: str, source_resource_id: str, owner: str
 ) -> tuple[str, str] | None:
-    """(scope, text) of the working memory the clone gets, or None: the source thread's own (scope "thread"),
-    or the source resource's when the clone moves to another resource (scope "resource")."""
+    """(scope, text) of the working memory the clone gets, or None: the source thread's own (scope "thread");
+    a resource's (scope "resource") is never copied, within the resource it is shared already, and onto another
+    resource it would hand one user's memory to another and replace that one's own."""
     opts = memory.effective_options().working_memory
-    if not opts.enabled or (opts.scope == "resource" and owner == source_resource_id):
+    if not opts.enabled or opts.scope == "resource":
         return None
     text = memory.working_memory_service.get(opts, thread_id=source_thread_id, resource_id=source_resource_id).text
     return (opts.scope, text) if text else None

@@ -326,20 +326,18 @@ def clone_record(
     conn: sa.Connection, store: "Store", *, source_thread_id: str, source_resource_id: str, thread_id: str,
     resource_id: str, id_map: Mapping[str, str], now: str,
 ) -> None:
-    """A cloned thread's observational memory, as Mastra 1.71's ``cloneObservationalMemory`` makes it: the
-    source thread's current generation (else its resource's) copied as a new row, the copied messages' ids in
-    place of the originals' (the others dropped), nothing in progress; a resource's row only when the clone
-    moves to another resource (otherwise the clone shares it already), its ``<thread id>`` tags renamed.
-    Our Studio marks are not copied (they date the source's chunks, not the clone's)."""
+    """A cloned thread's observational memory, as Mastra 1.71's ``cloneObservationalMemory`` makes it for a
+    thread-scoped record: the source thread's current generation copied as a new row, the copied messages' ids in
+    place of the originals' (the others dropped), nothing in progress, its ``<thread id>`` tags renamed. A
+    resource's record is never copied (Mastra copies it onto another resource; ``core.thread_clone`` says why not):
+    within the resource the clone shares it already. Our Studio marks are not copied (they date the source's
+    chunks, not the clone's)."""
     if not store.db.has_table(OM.name):
         return
     row = conn.execute(_select_key(lookup_key("thread", thread_id=source_thread_id, resource_id=None)).limit(1)
                        ).mappings().first()
-    if row is None:
-        row = conn.execute(_select_key(lookup_key("resource", thread_id=None, resource_id=source_resource_id))
-                           .limit(1)).mappings().first()
     moved = resource_id != source_resource_id
-    if row is None or (row["scope"] == "resource" and not moved):
+    if row is None:
         return
     new = dict(row)
 

@@ -76,9 +76,16 @@ def summarize_part(part: dict[str, Any]) -> str:
     return f"[{kind}]"
 
 
+#: The largest token count a marker's words give in full; a bigger one (only a damaged or crafted row holds one)
+#: reads "more than 10¹⁵", not thousands of digits (Python refuses past 4,300 of them).
+MOST_TOKENS_SHOWN = 10**15
+
+
 def _tokens(data: Mapping[str, Any], key: str) -> str:
     value = data.get(key)
-    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
+    if not isinstance(value, int) or isinstance(value, bool):
+        return "?"
+    return f"{value:,}" if abs(value) <= MOST_TOKENS_SHOWN else ("more than 10¹⁵" if value > 0 else "less than -10¹⁵")
 
 
 def om_marker_text(kind: str, data: Any) -> str | None:
@@ -107,7 +114,7 @@ def om_marker_text(kind: str, data: Any) -> str | None:
         return (f"activated {_tokens(data, 'chunksActivated')} buffered chunk(s): "
                 f"{_tokens(data, 'observationTokens')} tokens of observations")
     if event == "thread-update":
-        return f"title {_compact(data.get('oldTitle') or '', 60)} → {_compact(data.get('newTitle') or '', 60)}"
+        return f"title {_title(data.get('oldTitle'))} → {_title(data.get('newTitle'))}"
     return None
 
 
@@ -217,6 +224,14 @@ def _details_text(part: dict[str, Any]) -> str:
     if isinstance(details, list):
         return " ".join(str(d.get("text", "")) for d in details if isinstance(d, dict))
     return ""
+
+
+def _title(value: Any) -> str:
+    """A title a thread-update marker names, as the thread tree writes titles (``shown_title``: a bidirectional or
+    control character as its escape, so it reorders nothing after it), cut to 60 characters."""
+    from studio.logic.thread_labels import shown_title
+
+    return _compact(shown_title(value) if isinstance(value, str) else value or "", 60)
 
 
 def _compact(value: Any, limit: int) -> str:

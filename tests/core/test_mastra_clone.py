@@ -119,10 +119,12 @@ def test_a_clone_has_mastras_metadata_working_memory_and_observations(mastra_db:
     assert [m["content"] for m in sent if m["role"] == "assistant"] == ["Noted, thanks."]
 
 
-def test_a_clone_to_another_resource_takes_the_resources_working_memory_and_observations(tmp_path: Path) -> None:
+def test_a_clone_to_another_resource_never_takes_the_source_resources_memory(tmp_path: Path) -> None:
     """Resource scope: a clone in the same resource shares its working memory and observations (nothing is
-    copied); a clone given to another resource gets a copy of both, as Mastra's does (replacing what that
-    resource had)."""
+    copied). A clone given to another resource gets its messages, and neither of the source resource's: Mastra
+    copies both (its observations hold the source user's other threads, here a diagnosis, and the copy replaced
+    the destination's working memory and outranked its own observations), we differ on purpose (found by
+    s36-trust7)."""
     path = tmp_path / "res.db"
     with open_store(path) as store:
         store.migrate()
@@ -138,7 +140,15 @@ def test_a_clone_to_another_resource_takes_the_resources_working_memory_and_obse
         '"totalTokensObserved", "observationTokenCount", "isObserving", "isReflecting", "observedMessageIds", '
         '"isBufferingObservation", "isBufferingReflection", "lastBufferedAtTokens", "createdAt", "updatedAt") '
         "VALUES ('r-1', 'resource:ada', 'resource', 'ada', NULL, ?, 'initial', ?, 0, 0, 10, 5, 1, 0, '[\"m1\"]', "
-        "0, 0, 0, ?, ?)", ('<thread id="src">\n* 🔴 (09:00) User flies to Oslo.\n</thread>', CONFIG, STAMP, STAMP))
+        "0, 0, 0, ?, ?)", ('<thread id="src">\n* 🔴 (09:00) User flies to Oslo.\n</thread>\n'
+                           '<thread id="other">\n* 🔴 (10:00) User has lupus.\n</thread>', CONFIG, STAMP, STAMP))
+    con.execute(
+        'INSERT INTO mastra_observational_memory (id, "lookupKey", scope, "resourceId", "threadId", '
+        '"activeObservations", "originType", config, "generationCount", "pendingMessageTokens", '
+        '"totalTokensObserved", "observationTokenCount", "isObserving", "isReflecting", "observedMessageIds", '
+        '"isBufferingObservation", "isBufferingReflection", "lastBufferedAtTokens", "createdAt", "updatedAt") '
+        "VALUES ('r-2', 'resource:eve', 'resource', 'eve', NULL, ?, 'initial', ?, 0, 0, 10, 5, 0, 0, '[]', "
+        "0, 0, 0, ?, ?)", ('<thread id="eves">\n* 🔴 (08:00) Eve likes tea.\n</thread>', CONFIG, STAMP, STAMP))
     con.commit()
     con.close()
     with open_store(path) as store:
@@ -146,15 +156,16 @@ def test_a_clone_to_another_resource_takes_the_resources_working_memory_and_obse
         memory.clone_thread("src", new_thread_id="same")
         _, moved = memory.clone_thread("src", new_thread_id="moved", resource_id="eve")
         assert memory.get_working_memory(resource_id="ada") == "# User\n- Name: Ada\n"
-        assert memory.get_working_memory(resource_id="eve") == "# User\n- Name: Ada\n"
+        assert memory.get_working_memory(resource_id="eve") == "# User\n- Name: Eve\n"
+        assert [m.text for m in moved] == ["I fly to Oslo"] and moved[0].resource_id == "eve"
+        sent = memory.assemble(thread_id="moved", resource_id="eve", input="next").messages
+        assert not any("lupus" in str(m["content"]) or "Ada" in str(m["content"]) for m in sent)
         assert memory.get_thread("same").metadata == {  # type: ignore[union-attr]
             "clone": {"sourceThreadId": "src", "clonedAt": memory.get_thread("same").metadata["clone"]["clonedAt"],  # type: ignore[union-attr]
                       "lastMessageId": "m1"}}
     rows = _om_rows(path)
     assert sorted(rows) == ["resource:ada", "resource:eve"]
-    copy = rows["resource:eve"]
-    assert copy["activeObservations"] == '<thread id="moved">\n* 🔴 (09:00) User flies to Oslo.\n</thread>'
-    assert json.loads(copy["observedMessageIds"]) == [moved[0].id] and copy["isObserving"] == 0
+    assert rows["resource:eve"]["id"] == "r-2" and "lupus" not in rows["resource:eve"]["activeObservations"]
 
 
 def test_a_clone_with_recall_on_is_found_by_search(mastra_db: Path) -> None:

@@ -248,6 +248,21 @@ def test_mastras_observation_markers_read_as_words_and_the_reply_stays_in_sight(
     assert summarize(msg.copy(content=started)).preview == "[observing 93 tokens]"
 
 
+def test_a_crafted_markers_numbers_and_titles_read_safely() -> None:
+    """A marker from a crafted or damaged row: a token count of 5,001 digits made a 6,000-character row label (and
+    past 4,300 digits Python refuses to write an int at all), and a thread-update's titles kept their bidirectional
+    overrides, which reversed the rest of the row; now the count reads as a bound and the titles as the tree
+    writes them (found by s36-trust7)."""
+    from studio.logic.message_format import om_marker_text
+
+    huge = om_marker_text("data-om-observation-start", {"tokensToObserve": 10**5000})
+    assert huge == "observing more than 10¹⁵ tokens"
+    assert om_marker_text("data-om-buffering-start", {"tokensToBuffer": 10**15}) == (
+        "buffering 1,000,000,000,000,000 tokens")
+    title = om_marker_text("data-om-thread-update", {"oldTitle": "Trip\u202e to Oslo", "newTitle": "a\nb"})
+    assert title == "title Trip\\u202e to Oslo → a\\nb" and "\u202e" not in title
+
+
 def test_the_observations_pane_dates_mastras_last_observation() -> None:
     """Mastra 1.71's hints (copied from its thread row) have the cursor and no ``lastObservedAt``: the pane
     said "Last observed: —" on every thread Mastra observed."""
