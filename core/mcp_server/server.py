@@ -387,12 +387,13 @@ class _Answering:
                 if self._unanswered is not None:
                     await self._unanswered.settled()
                 raise
-            reply = _refusal(item) if isinstance(item, Exception) else None
-            if reply is None:
+            replies = _refusals(item) if isinstance(item, Exception) else []
+            if not replies:
                 if self._unanswered is not None:
                     _note(self._unanswered, getattr(item, "message", None))
                 return item
-            await self._write.send(reply)
+            for reply in replies:
+                await self._write.send(reply)
 
     def __aiter__(self) -> _Answering:
         return self
@@ -425,24 +426,59 @@ def _note(unanswered: _Unanswered, message: Any) -> None:
             unanswered.answered(request_id)
 
 
-def _refusal(exc: Exception) -> Any:
-    """The JSON-RPC error answering a request line the SDK's parser refused, or None (not a request, or
-    no id found: nothing can be answered)."""
+#: How many requests of one batch line ``_refusals`` answers (each with an error): a line of a million is answered
+#: for the first ones, the rest as the SDK leaves them (unanswered), so a hostile line costs no more than this.
+MOST_BATCH_ANSWERS = 1_000
+
+
+def _refusals(exc: Exception) -> list[Any]:
+    """The JSON-RPC errors answering a request line the SDK's parser refused: one for a request, one per request
+    of a batch (a JSON array, which MCP since 2025-06-18 does not take and the SDK dropped without a word, so a
+    client waited for its answers for good); none when no request with an id is found (nothing can be answered)."""
     from mcp.shared.message import SessionMessage
     from mcp_types import ErrorData, JSONRPCError
     from pydantic import ValidationError
 
     if not isinstance(exc, ValidationError):
-        return None
+        return []
     errors = exc.errors()
-    line = next((e.get("input") for e in errors if isinstance(e.get("input"), str)), None)
-    if line is None:
-        return None
+    inputs = [e.get("input") for e in errors]
+    line = next((i for i in inputs if isinstance(i, str)), None)
+    if line is None:  # the SDK read the JSON and refused its shape: a batch is a list
+        batch = next((i for i in inputs if isinstance(i, list)), None)
+        return _batch_refusals(batch) if batch is not None else []
     try:
         request = json.loads(line)
     except (ValueError, RecursionError):  # too deep or too large for Python too: find the id by scanning
         keys, request_id = _top_level(line)
         request = {"id": request_id, "method": None} if "method" in keys and request_id is not None else None
+    if isinstance(request, list):
+        return _batch_refusals(request)
+    reply = _refusal(request, errors)
+    return [reply] if reply is not None else []
+
+
+def _batch_refusals(batch: list[Any]) -> list[Any]:
+    """An error for each request of a batch (its first ``MOST_BATCH_ANSWERS`` messages), saying to send them one
+    per line; notifications in it get none, as JSON-RPC has it."""
+    from mcp.shared.message import SessionMessage
+    from mcp_types import ErrorData, JSONRPCError
+
+    message = ("This server reads one JSON-RPC message per line: MCP (since 2025-06-18) has no batches. Send "
+               "each request on a line of its own. Nothing was run or saved.")
+    asked = [r["id"] for r in batch[:MOST_BATCH_ANSWERS] if isinstance(r, dict) and _is_id(r.get("id")) and "method" in r]
+    if asked:
+        log.warning("refused a batch of %d message(s): MCP takes one message per line", len(batch))
+    return [SessionMessage(JSONRPCError(jsonrpc="2.0", id=i, error=ErrorData(code=-32600, message=message)))
+            for i in asked]
+
+
+def _refusal(request: Any, errors: Any) -> Any:
+    """The JSON-RPC error answering one request the SDK's parser refused (``errors``: its reasons), or None (not a
+    request, or no id: nothing can be answered)."""
+    from mcp.shared.message import SessionMessage
+    from mcp_types import ErrorData, JSONRPCError
+
     if not isinstance(request, dict) or not _is_id(request.get("id")) or "method" not in request:
         return None
     problem = lone_surrogate(request)

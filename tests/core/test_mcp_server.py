@@ -2137,3 +2137,31 @@ def test_a_stdio_client_that_closes_its_write_end_gets_every_reply(tmp_path: Pat
     with open_store(db, read_only=True) as store:
         assert sorted(m.text for m in Memory(store).recall(thread_id="t1", per_page=False)) == [
             "and bread", "oat milk on Friday"]
+
+
+def test_a_batch_over_stdio_gets_an_error_for_each_of_its_requests(tmp_path: Path) -> None:
+    """A JSON-RPC batch (an array of requests on one line; MCP has none since 2025-06-18): the SDK dropped the line
+    with a log record, so a client waited for the answers to its ids for good. Each request of it gets an error
+    saying to send them one per line, nothing of it is run, a notification in it gets none, and the session goes
+    on."""
+    db = tmp_path / "memory.db"
+    batch = [{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                 "name": "remember", "arguments": {"text": "never stored", "thread": "t1"}}},
+             {"jsonrpc": "2.0", "id": "b", "method": "ping"},
+             {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                 "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "batch", "version": "1"}}},
+             {"jsonrpc": "2.0", "method": "notifications/initialized"}, batch, [],
+             {"jsonrpc": "2.0", "id": 3, "method": "ping"}]
+    done = subprocess.run([sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--resource", "ada"],
+                          input="".join(json.dumps(line) + "\n" for line in lines), capture_output=True, text=True,
+                          encoding="utf-8", env=dict(os.environ), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["id"] for a in answers] == [1, 2, "b", 3], done.stdout
+    for refused in answers[1:3]:
+        assert refused["error"]["code"] == -32600 and "no batches" in refused["error"]["message"]
+        assert "Send each request on a line of its own. Nothing was run or saved." in refused["error"]["message"]
+    assert answers[3]["result"] == {}
+    with open_store(db, read_only=True) as store:
+        assert Memory(store).get_thread("t1") is None  # the batch's remember never ran
