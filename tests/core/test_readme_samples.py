@@ -376,6 +376,31 @@ def test_deployments_serve_table_lists_every_serve_flag() -> None:
     assert documented == flags
 
 
+def test_deployments_serve_table_gives_each_flags_default_as_serve_has_it() -> None:
+    # The table's default column is what a user relies on without passing the flag: each row of flags whose
+    # default is a value (`127.0.0.1`, 16, none) has the parser's; a row whose default is words is left out.
+    section = doc_section("docs/DEPLOYMENT.md", "Serving agents: `memory-studio serve`")
+    table = section.split("| option | default | what it does |", 1)[1].split("\n\n", 1)[0]
+    defaults = {action.dest: action.default for action in command_parsers()[("serve",)]._actions}
+    compared, wrong = [], []
+    for row in table.splitlines()[1:]:
+        option, default = row.strip("| ").split(" | ")[:2]
+        flags = re.findall(r"(?<![\w-])--([a-z][a-z-]*)", option)
+        values = [re.sub(r"\s*\(.*\)$", "", value).strip("`") for value in default.split(", ")]
+        if default.startswith("(") or any(" " in value for value in values):
+            continue
+        if len(values) == 1:
+            values *= len(flags)
+        for flag, value in zip(flags, values, strict=True):
+            actual = defaults[flag.replace("-", "_")]
+            compared.append(flag)
+            if value == "none" and not actual or value != "none" and str(actual).removesuffix(".0") == value:
+                continue
+            wrong.append(f"--{flag}: the table says {value}, serve has {actual!r}")
+    assert not wrong, "\n".join(wrong)
+    assert {"host", "port", "max-body-mb", "default-resource", "idempotency-ttl", "log-level", "token"} <= set(compared)
+
+
 def github_anchor(heading: str) -> str:
     """The fragment GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
@@ -426,3 +451,24 @@ def test_every_variable_and_extra_the_docs_name_exists() -> None:
     extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
     wanted = set(re.findall(r"memory-studio\[([a-z-]+)\]", text))
     assert wanted and wanted <= extras
+
+
+def test_the_readmes_command_list_has_every_subcommand_and_only_those() -> None:
+    # The README's list under "Command line" is where a user looks for what the CLI can do: each subcommand (a
+    # nested one such as `tokens check` too, and each word a command takes as its action, `models install`) is
+    # on it, and each line starts with a command the CLI has.
+    block, = code_blocks(doc_section("README.md", "Command line"), "sh")
+    listed = [shlex.split(line.split("  #", 1)[0]) for line in block.splitlines() if line.strip()]
+    assert all(argv[0] == "memory-studio" for argv in listed)
+    parsers = command_parsers()
+    wanted = {path for path in parsers if path}
+    for path, parser in parsers.items():
+        for action in parser._actions:
+            if not action.option_strings and action.choices and not isinstance(action, argparse._SubParsersAction):
+                wanted |= {path + (choice,) for choice in action.choices}
+    missing = sorted(" ".join(path) for path in wanted
+                     if not any(argv[1:2] == [path[0]] and set(path[1:]) <= set(argv[2:]) for argv in listed))
+    assert not missing, "not on the README's command list: " + ", ".join(missing)
+    unknown = [" ".join(argv) for argv in listed if not argv[1].startswith("-") and (argv[1],) not in parsers]
+    assert not unknown, unknown
+    assert ("tokens", "check") in wanted and ("models", "status") in wanted and ("traces", "prune") in wanted
