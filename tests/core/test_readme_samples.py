@@ -469,6 +469,13 @@ def test_the_readmes_command_list_has_every_subcommand_and_only_those() -> None:
     missing = sorted(" ".join(path) for path in wanted
                      if not any(argv[1:2] == [path[0]] and set(path[1:]) <= set(argv[2:]) for argv in listed))
     assert not missing, "not on the README's command list: " + ", ".join(missing)
+    app_help = subprocess.run([sys.executable, "-m", "studio.cli", "--help"], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    app_flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", app_help.stdout.split("options:", 1)[1])) - {"--help"}
+    assert {"--db", "--allow-writes", "--no-demo", "--self-check"} <= app_flags
+    studio_lines = [{word.strip("[]") for word in argv[1:]} for argv in listed if argv[1].startswith("-")]
+    unlisted = sorted(flag for flag in app_flags if not any(flag in words for words in studio_lines))
+    assert not unlisted, "the Studio's flags not on the README's command list: " + ", ".join(unlisted)
     unknown = [" ".join(argv) for argv in listed if not argv[1].startswith("-") and (argv[1],) not in parsers]
     assert not unknown, unknown
     assert ("tokens", "check") in wanted and ("models", "status") in wanted and ("traces", "prune") in wanted
