@@ -479,3 +479,13 @@ def test_the_readmes_command_list_has_every_subcommand_and_only_those() -> None:
     unknown = [" ".join(argv) for argv in listed if not argv[1].startswith("-") and (argv[1],) not in parsers]
     assert not unknown, unknown
     assert ("tokens", "check") in wanted and ("models", "status") in wanted and ("traces", "prune") in wanted
+
+
+def test_every_variable_the_code_reads_is_in_the_docs() -> None:
+    # The other way round from the test above: a `MEMORY_STUDIO_*` variable the engine or the Studio reads is one a
+    # user can find in README.md or DEPLOYMENT.md (an undocumented one is a setting nobody knows to set).
+    text = "\n".join(path.read_text(encoding="utf-8") for path in (ROOT / "README.md", ROOT / "docs" / "DEPLOYMENT.md"))
+    read = {name for folder in ("core", "studio") for path in (ROOT / folder).rglob("*.py")
+            for name in re.findall(r"[\"'](MEMORY_STUDIO_[A-Z0-9_]*[A-Z0-9])[\"']", path.read_text(encoding="utf-8"))}
+    assert {"MEMORY_STUDIO_DB", "MEMORY_STUDIO_TRACES_KEEP_MB", "MEMORY_STUDIO_OTEL_CAPTURE_CONTENT"} <= read
+    assert not sorted(name for name in read if not re.search(rf"\b{name}\b", text)), "read by the code, in no doc"
