@@ -479,6 +479,10 @@ def test_the_readmes_command_list_has_every_subcommand_and_only_those() -> None:
     unknown = [" ".join(argv) for argv in listed if not argv[1].startswith("-") and (argv[1],) not in parsers]
     assert not unknown, unknown
     assert ("tokens", "check") in wanted and ("models", "status") in wanted and ("traces", "prune") in wanted
+    # `memory-studio --help` lists the subcommands from core.cli.COMMANDS, a tuple apart from the parser
+    from core.cli import COMMANDS
+    assert sorted(COMMANDS) == sorted(path[0] for path in parsers if len(path) == 1)
+    assert "Subcommands: " + ", ".join(COMMANDS) + "." in " ".join(app_help.stdout.split())
 
 
 def test_every_variable_the_code_reads_is_in_the_docs() -> None:
