@@ -493,3 +493,12 @@ def test_every_variable_the_code_reads_is_in_the_docs() -> None:
             for name in re.findall(r"[\"'](MEMORY_STUDIO_[A-Z0-9_]*[A-Z0-9])[\"']", path.read_text(encoding="utf-8"))}
     assert {"MEMORY_STUDIO_DB", "MEMORY_STUDIO_TRACES_KEEP_MB", "MEMORY_STUDIO_OTEL_CAPTURE_CONTENT"} <= read
     assert not sorted(name for name in read if not re.search(rf"\b{name}\b", text)), "read by the code, in no doc"
+
+
+def test_every_command_takes_db_but_those_the_readme_names(tmp_path: Path) -> None:
+    # "Every command takes `--db` (except `models` …; `tokens` …; and `serve` takes it only with `--model`)".
+    assert "Every command takes `--db` (except `models`" in (ROOT / "README.md").read_text(encoding="utf-8")
+    without = {path[0] for path, parser in command_parsers().items() if path and "--db" not in option_strings(parser)}
+    assert without == {"models", "tokens"}
+    code, printed = cli("serve", "--agents", "myapp.agents:agents", "--db", str(tmp_path / "x.db"))
+    assert code == 1 and "--db goes with --model only" in printed and not (tmp_path / "x.db").exists()
