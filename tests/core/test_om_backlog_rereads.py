@@ -22,6 +22,21 @@ from tests.core.test_om_batches import START, TOKENIZER, Backlog, observed, text
 pytestmark = pytest.mark.backends
 
 
+def _backlog_in_pairs(db_path: Path | str, reply: Any) -> tuple[Backlog, list[Message]]:
+    """The backlog (its stored messages as read first) with an observer replying by ``reply`` and batches of about
+    two messages, so a turn observes it in several calls."""
+    h = Backlog(db_path, ScriptedModel(reply, name="observer"))
+    before = h.stored()
+    h.om["max_tokens_per_batch"] = two_messages(before)
+    h.memory = h._memory(h.om)
+    return h, before
+
+
+def _turn_observing(h: Backlog) -> None:
+    notes = h.turn("go on", reply=None).notes["observational-memory"]
+    assert "observationError" not in notes, notes
+
+
 def test_what_another_writer_stores_edits_or_deletes_between_two_calls_counts_for_the_next(
         db_path: Path | str) -> None:
     calls: list[list[dict[str, Any]]] = []
@@ -42,13 +57,8 @@ def test_what_another_writer_stores_edits_or_deletes_between_two_calls_counts_fo
             assert other.memory.delete_messages([stored[5].id]) == 1
         return observed(len(calls))
 
-    observer = ScriptedModel(reply, name="observer")
-    h = Backlog(db_path, observer)
-    before = h.stored()
-    h.om["max_tokens_per_batch"] = two_messages(before)
-    h.memory = h._memory(h.om)
-    notes = h.turn("go on", reply=None).notes["observational-memory"]
-    assert "observationError" not in notes, notes
+    h, _ = _backlog_in_pairs(db_path, reply)
+    _turn_observing(h)
     histories = [str(m[2]["content"]) for m in calls]
     sent = "\n".join(histories)
     # Every message stored when each call was planned was observed once, in order; the deleted one never, the
@@ -93,13 +103,8 @@ def test_each_call_stores_the_tokens_it_leaves_unobserved_and_an_edited_message_
                                                           created_at=last.created_at)])
         return observed(len(calls))
 
-    observer = ScriptedModel(reply, name="observer")
-    h = Backlog(db_path, observer)
-    before = h.stored()
-    h.om["max_tokens_per_batch"] = two_messages(before)
-    h.memory = h._memory(h.om)
-    notes = h.turn("go on", reply=None).notes["observational-memory"]
-    assert "observationError" not in notes, notes
+    h, before = _backlog_in_pairs(db_path, reply)
+    _turn_observing(h)
     said = messages_tokens(TOKENIZER, [Message.user("go on")])
     grown = messages_tokens(TOKENIZER, h.stored()[-1:]) - messages_tokens(TOKENIZER, before[-1:])
     assert grown > 0
