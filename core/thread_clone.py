@@ -87,7 +87,7 @@ def clone_thread(
         for m in msgs
     ]
     id_map = {m.id: c.id for m, c in zip(msgs, copies)}
-    carried = _carried_working_memory(memory, source.id, source.resource_id, owner)
+    carried = _carried_working_memory(memory, source.id, source.resource_id)
     recall = memory.recall_index if not memory.options.read_only else None
     staged = recall.stage(copies) if recall is not None and copies else None
     with store.db.write() as conn:
@@ -96,10 +96,9 @@ def clone_thread(
             title=title or (f"Clone of {source.title}" if source.title else ""), metadata=meta, conn=conn)
         saved = store.memory.save_messages(copies, conn=conn) if copies else []
         if carried is not None:
-            scope, text = carried
             memory.working_memory_service.store_as_is(
-                conn, memory.effective_options().working_memory, scope, new_id_ if scope == "thread" else owner,
-                text, author="clone", note=f"working memory of {source_thread_id}, cloned")
+                conn, memory.effective_options().working_memory, "thread", new_id_, carried, author="clone",
+                note=f"working memory of {source_thread_id}, cloned")
         clone_record(conn, store, source_thread_id=source_thread_id, source_resource_id=source.resource_id,
                      thread_id=new_id_, resource_id=owner, id_map=id_map, now=iso_now(memory.clock))
         if staged is not None:
@@ -111,14 +110,12 @@ def clone_thread(
     return CloneResult(thread, list(saved) if copies else [])
 
 
-def _carried_working_memory(
-    memory: "Memory", source_thread_id: str, source_resource_id: str, owner: str
-) -> tuple[str, str] | None:
-    """(scope, text) of the working memory the clone gets, or None: the source thread's own (scope "thread");
-    a resource's (scope "resource") is never copied, within the resource it is shared already, and onto another
-    resource it would hand one user's memory to another and replace that one's own."""
+def _carried_working_memory(memory: "Memory", source_thread_id: str, source_resource_id: str) -> str | None:
+    """The working memory the clone gets, or None: the source thread's own (scope "thread"); a resource's (scope
+    "resource") is never copied, within the resource it is shared already, and onto another resource it would hand
+    one user's memory to another and replace that one's own."""
     opts = memory.effective_options().working_memory
     if not opts.enabled or opts.scope == "resource":
         return None
     text = memory.working_memory_service.get(opts, thread_id=source_thread_id, resource_id=source_resource_id).text
-    return (opts.scope, text) if text else None
+    return text or None

@@ -435,8 +435,6 @@ def _refusals(exc: Exception) -> list[Any]:
     """The JSON-RPC errors answering a request line the SDK's parser refused: one for a request, one per request
     of a batch (a JSON array, which MCP since 2025-06-18 does not take and the SDK dropped without a word, so a
     client waited for its answers for good); none when no request with an id is found (nothing can be answered)."""
-    from mcp.shared.message import SessionMessage
-    from mcp_types import ErrorData, JSONRPCError
     from pydantic import ValidationError
 
     if not isinstance(exc, ValidationError):

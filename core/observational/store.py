@@ -358,10 +358,9 @@ def clone_record(
     meta = load_json(row["metadata"]) if row["metadata"] else None
     if isinstance(meta, dict):
         meta = {k: v for k, v in meta.items() if k != STUDIO_KEY} or None
-    scope = row["scope"]
-    new.update(
-        id=str(uuid.uuid4()), threadId=thread_id if scope == "thread" else None, resourceId=resource_id,
-        lookupKey=lookup_key(scope, thread_id=thread_id, resource_id=resource_id),
+    new.update(  # (a thread's record: its lookup key is the thread's)
+        id=str(uuid.uuid4()), threadId=thread_id, resourceId=resource_id,
+        lookupKey=lookup_key("thread", thread_id=thread_id, resource_id=resource_id),
         activeObservations=retag(row["activeObservations"]) or "", activeObservationsPendingUpdate=None,
         lastReflectionAt=None, observedMessageIds=json_text(observed) if observed is not None else None,
         bufferedObservations=None, bufferedObservationTokens=None, bufferedMessageIds=None,
