@@ -220,6 +220,10 @@ def prompt_diff(a: "AssembledPrompt", b: "AssembledPrompt") -> list[FragmentChan
                 _why_missing(frag, b, a, entering=True))))
         elif old.kind == "input" and frag.kind == "memory" and old.text == frag.text:
             continue  # the earlier turn's input, now part of the history: nothing changed in the context
+        elif old.source == frag.source == OM and old.text == frag.text:
+            # The same block read from another observation record (a reflection wrote the next generation): the
+            # preamble, the marker, the task or the reminder it left as they were is what the model read before.
+            continue
         elif old.text != frag.text or old.source != frag.source or old.stored_ids != frag.stored_ids:
             out.append((frag.index, FragmentChange(
                 "changed", frag.source, tuple(dict.fromkeys((*old.stored_ids, *frag.stored_ids))), old.text, frag.text,
