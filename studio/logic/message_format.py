@@ -234,10 +234,14 @@ def _title(value: Any) -> str:
     return _compact(shown_title(value) if isinstance(value, str) else value or "", 60)
 
 
-def _compact(value: Any, limit: int) -> str:
+def compact(value: Any, limit: int) -> str:
+    """``value`` on one line of at most ``limit`` characters (JSON for what is not text), cut with "…"."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_compact = compact
 
 
 def pretty_json(value: Any) -> str:

@@ -8,6 +8,7 @@ reshape its ``AssembledPrompt`` record into rows, bar segments and skip reasons 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -17,6 +18,7 @@ from core import AssembledPrompt, Fragment, Memory, MemoryOptions, Message
 from core.agent_configs import AgentConfig
 from core.storage import Store
 from studio.logic.dates import format_datetime
+from studio.logic.message_format import compact
 from studio.logic.om_buffer_layout import MESSAGE_ROLES, observed_first, plain_marks
 from studio.logic.short_ids import short_id
 
@@ -313,6 +315,51 @@ def text_preview(text: str | None, limit: int = 140) -> str:
 
 
 
+def fragment_preview(prompt: AssembledPrompt, f: Fragment) -> str:
+    """A fragment's Text cell (the inspector's and Replay's): its text on one line, except for a message that called
+    tools, which reads as the message list reads it, each call with what it returned, then the reply
+    ("lookupOrder({"order_id": "CD-213"}) → {"status": "shipped"} · It has shipped."). Its text is the wire form the
+    model reads (the calls' JSON, then each result), which the detail shows: in a cell it began
+    '[{"id": "call_36_0", "type": "function", "function": {"name"…' and the call's name was cut."""
+    wire = [prompt.messages[i] for i in f.message_indexes if 0 <= i < len(prompt.messages)]
+    calls = tool_calls_text(wire)
+    return text_preview(calls if calls is not None else f.text)
+
+
+def tool_calls_text(wire: Sequence[Mapping[str, Any]]) -> str | None:
+    """Chat messages that hold tool calls as one line (``fragment_preview``); None when none of them calls a tool."""
+    if not any(m.get("role") == "assistant" and m.get("tool_calls") for m in wire):
+        return None
+    results = {m.get("tool_call_id"): m.get("content") for m in wire if m.get("role") == "tool"}
+    parts: list[str] = []
+    for m in wire:
+        if m.get("role") != "assistant":
+            continue
+        said = _content_text(m.get("content"))
+        if said.strip():
+            parts.append(said)
+        for call in m.get("tool_calls") or ():
+            if not isinstance(call, Mapping):
+                continue
+            fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except ValueError:
+                    pass
+            line = f"{fn.get('name') or '?'}({compact(args if args not in (None, '') else {}, 80)})"
+            cid = call.get("id")
+            parts.append(f"{line} → {compact(_content_text(results[cid]), 120)}" if cid in results else f"{line} …")
+    return " · ".join(parts)
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and "text" in p)
+    return "" if content is None else str(content)
+
+
 def input_stored_ids(prompt: AssembledPrompt, inputs: Sequence[str]) -> dict[int, tuple[str, ...]]:
     """Fragment index -> the stored input message(s) it holds. The engine's input fragments carry no
     stored ids (a new input is not stored yet); a stored turn's input is a stored message, which can
@@ -371,18 +418,18 @@ def fragment_rows(prompt: AssembledPrompt, inputs: Sequence[str] = ()) -> list[F
     total = max(prompt.total_tokens, 1)
     input_stored = input_stored_ids(prompt, inputs)
     first = frozenset(observed_first(prompt))
-    rows = [_row(f, total, input_stored.get(f.index)) for f in prompt.fragments]
+    rows = [_row(f, total, input_stored.get(f.index), fragment_preview(prompt, f)) for f in prompt.fragments]
     if not first:
         return rows
     return [replace(r, observed_first=sum(1 for i in r.stored_ids if i in first)) if f.role in MESSAGE_ROLES else r
             for r, f in zip(rows, prompt.fragments)]
 
 
-def _row(f: Fragment, total: int, stored: tuple[str, ...] | None = None) -> FragmentRow:
+def _row(f: Fragment, total: int, stored: tuple[str, ...] | None = None, preview: str | None = None) -> FragmentRow:
     return FragmentRow(
         index=f.index, role=ROLE_LABELS.get(f.role, f.role), source=f.source, kind=f.kind,
         stored_ids=stored if stored is not None else message_ids(f), score=f.score, tokens=f.tokens, share=f.tokens / total,
-        preview=text_preview(f.text), text=f.text, created_at=f.created_at, color=source_color(f.source),
+        preview=text_preview(f.text) if preview is None else preview, text=f.text, created_at=f.created_at, color=source_color(f.source),
         detail=dict(f.detail), observation_record=observation_record_of(f),
     )
 

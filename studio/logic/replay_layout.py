@@ -22,6 +22,7 @@ from studio.logic.diffing import DiffLine, line_diff
 from studio.logic.edit_marks import changed_since
 from studio.logic.prompt_layout import (
     ROLE_LABELS,
+    fragment_preview,
     ids_per_input,
     input_stored_ids,
     message_ids,
@@ -272,7 +273,7 @@ def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = (),
         rows.append(StepRow(
             f.index, ROLE_LABELS.get(f.role, f.role), f.source, input_stored.get(f.index, message_ids(f)),
             f.tokens, f.text,
-            text_preview(f.text), f.score, change.kind if change else None, change.reason if change else None,
+            fragment_preview(prompt, f), f.score, change.kind if change else None, change.reason if change else None,
             change.text_before if change else None, source_color(f.source), observation_record_of(f),
             change.source_before if change else None))
     for rest in placed.values():
