@@ -662,6 +662,8 @@ class PromptInspectorPane(QWidget):
         self.pin_btn.setToolTip(self._pin_tip(self.selected_fragment()))
         self.commands.refresh_enabled()
         if self.fragment_model.rowCount():
+            if kept is None:  # another thread's prompt: from its top, not where the last one's was scrolled to
+                self.fragment_table.scrollToTop()
             self.fragment_table.selectRow(self._row_like(kept))
         self.assembled.emit(preview)
 

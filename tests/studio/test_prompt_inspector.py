@@ -499,3 +499,35 @@ def test_the_context_line_puts_whose_window_it_is_under_the_totals_rather_than_c
     pane.resize(2400, 860)  # where the whole fits: one line, as before
     qtbot.waitUntil(lambda: bar.width() > 2000, timeout=5_000)
     assert bar.head_lines(bar.width()) == [f"Context window  {usage.summary}  · {usage.window_owner}"]
+
+
+def test_another_threads_prompt_is_shown_from_its_first_fragment(qtbot, no_leaked_widgets, tmp_path):
+    """The fragment table kept where the previous thread's prompt was scrolled: having read the last fragment of one
+    long prompt, picking another thread showed its table from fragment #1, the instructions above the view's top edge
+    with nothing to say they were there (found 2026-12-07 by s37-walk14 at 1,440 x 900). Another thread's prompt now
+    starts at its top, the first memory fragment selected as before."""
+    store = open_store(tmp_path / "memory.db")
+    mem = Memory(store, MemoryOptions(last_messages=20, working_memory={"enabled": True}), name="assistant")
+    for thread in ("t-one", "t-two"):
+        mem.create_thread(resource_id="alice", thread_id=thread, title=thread)
+        mem.save_messages([(Message.user if i % 2 == 0 else Message.assistant)(
+            f"{thread} message {i}", thread_id=thread, resource_id="alice", created_at=T0 + timedelta(minutes=i),
+            id=f"{thread}-{i}") for i in range(20)])
+    mem.register("helper", instructions="You help Alice.")  # fragment #0, above the first memory fragment
+    session = StudioSession(store)
+    try:
+        pane = PromptInspectorPane(session)
+        qtbot.addWidget(pane)
+        pane.resize(1200, 800)
+        pane.show()
+        select(qtbot, pane, Selection("alice", "t-one"))
+        table = pane.fragment_table
+        last = pane.fragment_model.rowCount() - 1
+        table.selectRow(last)  # reading the prompt's end: the view scrolls down to it
+        qtbot.waitUntil(lambda: table.rowAt(0) > 0)
+        select(qtbot, pane, Selection("alice", "t-two"))
+        assert pane.fragment_model.rows()[0].source == "instructions"
+        assert table.rowAt(0) == 0, table.rowAt(0)  # the first fragment is the first row in sight
+        assert pane.selected_fragment() == pane.fragment_model.rows()[pane._first_interesting_row()]
+    finally:
+        session.close()
