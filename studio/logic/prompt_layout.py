@@ -341,7 +341,8 @@ def tool_calls_text(wire: Sequence[Mapping[str, Any]]) -> str | None:
         for call in m.get("tool_calls") or ():
             if not isinstance(call, Mapping):
                 continue
-            fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+            found = call.get("function")
+            fn: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
             args = fn.get("arguments")
             if isinstance(args, str):
                 try:
