@@ -56,15 +56,15 @@ def summarize_part(part: dict[str, Any]) -> str:
         return "(thinking) " + str(part.get("reasoning") or _details_text(part))
     if kind == "tool-invocation":
         inv = part.get("toolInvocation") or {}
-        call = f"{inv.get('toolName', '?')}({_compact(inv.get('args', {}), 80)})"
+        call = f"{inv.get('toolName', '?')}({compact(inv.get('args', {}), 80)})"
         if "result" in inv:
-            return f"{call} → {_compact(inv.get('result'), 120)}"
+            return f"{call} → {compact(inv.get('result'), 120)}"
         return f"{call} …"
     if kind == "file":
         return f"[{part.get('filename') or 'file'} · {part.get('mimeType') or part.get('mediaType') or '?'}]"
     if kind.startswith("data-"):
         said = om_marker_text(kind, part.get("data"))
-        return f"[{said}]" if said else f"{{{kind}}} {_compact(part.get('data'), 120)}"
+        return f"[{said}]" if said else f"{{{kind}}} {compact(part.get('data'), 120)}"
     if kind == "step-start":
         return ""
     if kind in ("source", "source-url", "source-document"):
@@ -72,7 +72,7 @@ def summarize_part(part: dict[str, Any]) -> str:
         src = source if isinstance(source, dict) else part
         return f"[source: {src.get('title') or src.get('url') or kind}]"
     if kind == "error":
-        return f"[error] {_compact(part.get('error') or part.get('text'), 120)}"
+        return f"[error] {compact(part.get('error') or part.get('text'), 120)}"
     return f"[{kind}]"
 
 
@@ -104,7 +104,7 @@ def om_marker_text(kind: str, data: Any) -> str | None:
                 f"{_tokens(data, 'observationTokens')} tokens of observations")
     if event in ("observation-failed", "buffering-failed"):
         what = "buffering" if event == "buffering-failed" else "reflection" if reflecting else "observation"
-        return f"{what} failed: {_compact(data.get('error'), 100)}"
+        return f"{what} failed: {compact(data.get('error'), 100)}"
     if event == "buffering-start":
         return f"buffering {_tokens(data, 'tokensToBuffer')} tokens"
     if event == "buffering-end":
@@ -231,7 +231,7 @@ def _title(value: Any) -> str:
     control character as its escape, so it reorders nothing after it), cut to 60 characters."""
     from studio.logic.thread_labels import shown_title
 
-    return _compact(shown_title(value) if isinstance(value, str) else value or "", 60)
+    return compact(shown_title(value) if isinstance(value, str) else value or "", 60)
 
 
 def compact(value: Any, limit: int) -> str:
@@ -239,9 +239,6 @@ def compact(value: Any, limit: int) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-_compact = compact
 
 
 def pretty_json(value: Any) -> str:

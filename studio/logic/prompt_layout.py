@@ -430,7 +430,8 @@ def _row(f: Fragment, total: int, stored: tuple[str, ...] | None = None, preview
     return FragmentRow(
         index=f.index, role=ROLE_LABELS.get(f.role, f.role), source=f.source, kind=f.kind,
         stored_ids=stored if stored is not None else message_ids(f), score=f.score, tokens=f.tokens, share=f.tokens / total,
-        preview=text_preview(f.text) if preview is None else preview, text=f.text, created_at=f.created_at, color=source_color(f.source),
+        preview=text_preview(f.text) if preview is None else preview, text=f.text, created_at=f.created_at,
+        color=source_color(f.source),
         detail=dict(f.detail), observation_record=observation_record_of(f),
     )
 
