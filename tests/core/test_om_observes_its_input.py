@@ -7,6 +7,7 @@ the Agent and through the gateway; previews and read-only turns write nothing; r
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +21,7 @@ from core.gateway import GatewayServer, create_app
 from core.llm import ModelError, ScriptedModel
 from core.observational import CONTINUATION_TEXT, load_current, load_history, messages_tokens
 from core.storage import open_store
+from core.storage.memory_store import MessageQuery
 from core.timeutil import FixedClock
 from core.tokens import EstimatingTokenizer
 from core.traces.tracer import InMemorySpanExporter, Tracer
@@ -352,5 +354,68 @@ def test_a_turn_that_observes_its_input_and_reflects_rebuilds_exactly_or_says_wh
                 assert said, turn.input_text  # never inexact without saying what is not known
                 unknown += 1
         assert unknown >= 1
+    finally:
+        store.close()
+
+
+SERVE_MODULE = textwrap.dedent('''
+    import os
+    from pathlib import Path
+
+    from core import Memory, MemoryOptions, open_store
+    from core.agent import Agent
+    from core.llm import ModelError, ScriptedModel
+    from core.tokens import EstimatingTokenizer
+
+    FACT = "<observations>\\nDate: Nov 20, 2026\\n* 🔴 (09:00) User said fact number {n} about Oslo trip.\\n</observations>"
+    SEEN = Path(os.environ["GW_FLEET_DB"] + ".failed")
+
+
+    def observe(messages, tools):
+        return FACT.format(n=str(messages[-1]["content"]).split("Turn ")[-1][:1])  # the newest turn's number
+
+
+    def answer(messages, tools):
+        if "Turn 1:" in str(messages[-1]["content"]) and not SEEN.exists():
+            SEEN.write_text("failed once")
+            raise ModelError("the provider said no", model_id="scripted/actor", status=400)
+        return "Noted."
+
+
+    def agents():
+        memory = Memory(open_store(os.environ["GW_FLEET_DB"]), MemoryOptions(last_messages=10, observational_memory={
+            "message_tokens": 50, "buffer_tokens": False, "observation_tokens": 100_000}),
+            tokenizer=EstimatingTokenizer(), observer_model=ScriptedModel(observe, name="observer"))
+        return [Agent("echo", instructions="Be brief.", model=ScriptedModel(answer), memory=memory)]
+''')
+
+
+@pytest.mark.libsql_only
+def test_a_serve_process_retried_by_the_openai_client_stores_and_observes_the_input_once(
+        tmp_path: Path, db_path: Path | str) -> None:
+    """`memory-studio serve` (a real process) and the official client: the model call of the turn that observed its
+    input fails; the client sends the same request again."""
+    from .gateway_processes import client, serve_processes
+
+    db = tmp_path / "serve.db"
+    with serve_processes(tmp_path, "om_input_agents", SERVE_MODULE, db) as run:
+        url, _proc = run()
+        meta = {"thread_id": "t1", "resource_id": "ada"}
+        conversation = [{"role": "user", "content": TURN.format(i=0)}]
+        reply = client(url).chat.completions.create(model="echo", messages=conversation, metadata=meta)
+        conversation += [{"role": "assistant", "content": str(reply.choices[0].message.content)},
+                         {"role": "user", "content": TURN.format(i=1)}]
+        with pytest.raises(openai.APIStatusError):
+            client(url).chat.completions.create(model="echo", messages=conversation, metadata=meta)
+        again = client(url).chat.completions.create(model="echo", messages=conversation, metadata=meta)
+        assert again.choices[0].message.content == "Noted."
+    store = open_store(db)
+    try:
+        stored = store.memory.list_messages(MessageQuery(thread_id="t1"))
+        assert [(m.role, m.text[:6]) for m in stored] == [("user", "Turn 0"), ("assistant", "Noted."),
+                                                          ("user", "Turn 1"), ("assistant", "Noted.")]
+        record = load_current(store, thread_id="t1")
+        assert record is not None and record.active_observations.count("fact number") == 2
+        assert stored[2].id in record.observed_message_ids
     finally:
         store.close()
