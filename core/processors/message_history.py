@@ -4,6 +4,7 @@ and saving the turn afterwards (spec §2.3)."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Iterable
 
 from core.message_list import Provenance
 from core.messages import Message
@@ -108,9 +109,11 @@ def turn_failed(ctx: ProcessorContext) -> bool:
     return ctx.finish_reason == "error"
 
 
-def save_turn(ctx: ProcessorContext, processor_id: str) -> list[Message] | None:
+def save_turn(ctx: ProcessorContext, processor_id: str, stored: Iterable[str] = ()) -> list[Message] | None:
     """Persist this turn's input and response (the output side of history and of observational
-    memory). Returns what was saved, or None when nothing may be saved (and says why)."""
+    memory). Returns what was saved, or None when nothing may be saved (and says why). ``stored``: ids of
+    input messages the turn stored already (observational memory stores an input it observes before the
+    model call): not saved again, yet counted among ``ctx.saved``."""
     req = ctx.request
     if not req.thread_id:
         ctx.skip(processor_id, "no thread id, nothing saved")
@@ -127,9 +130,11 @@ def save_turn(ctx: ProcessorContext, processor_id: str) -> list[Message] | None:
         ctx.skip(processor_id, "the model call failed; nothing of this turn was saved")
         return None
     writes, ctx.pending_writes = ctx.pending_writes, []
-    new = ctx.messages.new_messages()
+    early = set(stored)
+    new = [m for m in ctx.messages.new_messages() if m.id not in early]
     # ``writes`` only when there are any: a plain save function (services built without a Memory)
     # need not know about staged working-memory updates.
     saved = ctx.services.save_messages(new, writes=writes) if writes else ctx.services.save_messages(new)
+    ctx.saved.extend(m for m in ctx.messages.messages("input") if m.id in early)
     ctx.saved.extend(saved)
     return saved

@@ -42,8 +42,8 @@ from core.observational.tokens import count_text, messages_tokens
 from core.options import ObservationalMemoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
 from core.processors.message_history import save_turn
-from core.storage.memory_store import ParsedRows
-from core.timeutil import as_utc, to_iso
+from core.storage.memory_store import MessageQuery, ParsedRows
+from core.timeutil import as_utc, parse_iso, to_iso
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,8 @@ class _Turn:
     # (after every observer call of a long backlog the turn reads what is left again, to take in what was
     # stored, edited or deleted meanwhile; parsing all of it each time cost half of such a turn's CPU).
     parsed: ParsedRows = field(default_factory=dict)
+    # A past turn reconstructed: the messages it observed and still sent raw (``_kept_replies``, ``_kept_then``).
+    kept: list[Message] = field(default_factory=list)
 
     @property
     def chunks(self) -> list[BufferedChunk]:
@@ -153,9 +155,62 @@ class ObservationalMemory(BaseProcessor):
         state = observations.as_of(ctx.store, key=key, thread_id=req.thread_id, resource_id=req.resource_id,
                                    before=req.before, turn_input=(req.as_of.created_at, req.as_of.id),
                                    not_memory=req.not_memory)
-        if state.unknowns:
-            ctx.note(self.id, unknown=state.unknowns)
-        return _Turn(key, state.record, state.hints, state.unobserved, dict(state.others))
+        kept, unknown = self._kept_then(ctx, state.record)
+        if state.unknowns or unknown:
+            ctx.note(self.id, unknown=[*state.unknowns, *unknown])
+        return _Turn(key, state.record, state.hints, state.unobserved, dict(state.others), kept=kept)
+
+    def _kept_then(self, ctx: ProcessorContext, record: OMRecord | None) -> tuple[list[Message], list[str]]:
+        """A past turn rebuilt without its record: when it observed its own input (``_observe_with_input``), the
+        messages it observed and still sent raw (``_kept_replies``: the reply after the thread's cursor as the turn
+        found it, when that cursor named a user message); and what is not known. The log's ``appended`` marks say
+        when each chunk joined it and its cursor's time; a chunk of the shared log (resource scope) names its
+        thread. Buffered observation never takes a turn's input: nothing to find then."""
+        req = ctx.request
+        assert req.as_of is not None and req.thread_id is not None
+        observation = record.config.get("observation") if record is not None else None
+        if record is None or not isinstance(observation, dict) or \
+                observation.get("bufferTokens") not in (None, False, 0):
+            return [], []
+        said = to_iso(req.as_of.created_at)
+        chunks = record.chunks
+        marks = {int(m[0]): (m[1], m[2]) for m in record.studio.get("appended") or ()
+                 if isinstance(m, list) and len(m) == 3 and isinstance(m[0], int)}
+        # Each chunk: when it joined the log (None: no mark) and its cursor's time (its boundary line, or its mark's).
+        dated = [(marks.get(k + 1, (None, None))[0], c.boundary if k else marks.get(1, (None, None))[1])
+                 for k, c in enumerate(chunks)]
+        own = next((k for k, (_at, cursor) in enumerate(dated) if cursor == said), None)
+        if own is None:
+            return [], []  # the turn did not observe its own input
+        if own == 0 and record.origin_type == "reflection":
+            # The turn observed its input, then reflected: its generation's first chunk is the rewrite of every
+            # observation before, the cursors of the turns before it are in the generation before (not read here).
+            last = list(ctx.store.memory.list_messages(MessageQuery(
+                thread_id=req.thread_id, resource_id=req.resource_id, last=1, before=req.before)))
+            return [], ["whether the reply before this turn's input was still sent raw, observed (Mastra's rule: the "
+                        "reply of a turn that observed its own input): the turn's reflection rewrote the log that "
+                        "dated it"] if last and last[-1].role != "user" else []
+        mine = [k for k in range(own) if record.scope != "resource" or rs.chunk_thread(chunks[k].text) == req.thread_id]
+        before = [k for k in mine if dated[k][0] is not None and str(dated[k][0]) < said]
+        if len(before) != len([k for k in mine if dated[k][0] is None or str(dated[k][0]) < said]):
+            return [], ["whether a reply this turn observed was still sent raw (Mastra's rule: the reply of a turn "
+                        "that observed its own input): the log does not date all of its chunks (a Mastra row)"]
+        if not before:
+            return [], []  # nothing of the thread observed before the turn: no cursor, nothing kept
+        cursor = dated[before[-1]][1]
+        if not isinstance(cursor, str):
+            return [], []
+        rows = list(ctx.store.memory.list_messages(MessageQuery(
+            thread_id=req.thread_id, resource_id=req.resource_id, since=parse_iso(cursor), before=req.before)))
+        at_cursor = [m for m in rows if to_iso(m.created_at) == cursor]
+        if not at_cursor or at_cursor[-1].role != "user":
+            return [], []
+        kept: list[Message] = []
+        for msg in rows[rows.index(at_cursor[-1]) + 1:]:
+            if msg.role == "user":
+                break
+            kept.append(msg)
+        return kept, []
 
     def _pending(self, ctx: ProcessorContext, turn: _Turn, input_tokens: int) -> int:
         return (messages_tokens(ctx.tokenizer, turn.unobserved) + messages_tokens(ctx.tokenizer, rs.flat(turn.others))
@@ -178,6 +233,10 @@ class ObservationalMemory(BaseProcessor):
         may_write = ctx.live and not req.read_only
 
         stored_ids = {m.id for m in turn.unobserved}
+        if not opts.buffering and req.as_of is None:
+            retried = self._retried_input(ctx, turn)
+            if retried is not None:
+                stored_ids.add(retried.id)
         all_inputs = ctx.messages.messages("input")
         inputs = [m for m in all_inputs if m.id not in stored_ids]
         if len(inputs) != len(all_inputs):  # a client re-sent stored messages; don't count them twice later
@@ -188,25 +247,105 @@ class ObservationalMemory(BaseProcessor):
                  messageTokens=opts.message_tokens, observationTokens=opts.observation_tokens,
                  buffering=opts.buffering)
         job = self._job(ctx, key, req.thread_id)
+        kept: list[Message] = list(turn.kept)
         if opts.buffering:
             turn = self._buffered(ctx, job, turn, pending, input_tokens, now, may_write)
         elif pending >= opts.message_tokens:
-            if not turn.unobserved and not turn.others:
-                ctx.note(self.id, observation="the new input alone reaches the threshold; it is observed "
-                         "once it has been saved (next turn)")
-            elif not may_write:
+            if not may_write:
                 # A turn backing off observes nothing: the note says so (``observationError``), not "would run".
                 if not self._backing_off(ctx, turn, "observer", now):
                     why = "read-only turn" if req.read_only else "preview"
+                    with_input = " (the input is stored first and observed with them)" if inputs else ""
                     ctx.note(self.id, observation=f"{why}: an observation would run now: {pending:,} unobserved "
-                             f"tokens ≥ {opts.message_tokens:,}")
+                             f"tokens ≥ {opts.message_tokens:,}{with_input}")
                     if _previews_next(ctx):
-                        self._note_observe_first(ctx, job, turn, input_tokens, waits=False)
+                        self._note_observe_first(ctx, job, turn, input_tokens, waits=False, inputs=inputs)
             else:
-                turn = self._observe(ctx, job, turn, input_tokens, now)
+                turn, kept = self._observe_with_input(ctx, job, turn, inputs, input_tokens, now)
         turn = self._reflection(ctx, job, turn, now, may_write)
         self._note_unrecovered(ctx, turn, now)
-        self._inject(ctx, turn, now)
+        self._inject(ctx, turn, now, kept)
+
+    # -- observing the turn's own input (synchronous observation, as Mastra 1.71) -------------------
+    def _observe_with_input(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, inputs: list[Message],
+                            input_tokens: int, now: datetime) -> tuple[_Turn, list[Message]]:
+        """The turn whose input makes the unobserved tokens reach ``message_tokens`` observes that input too, as
+        Mastra 1.71 does: one observer call over the thread's unobserved messages and the input. The observation's
+        cursor names only stored messages, so the input is stored just before the observation that covers it is
+        (``_store_inputs``), never before its observer call succeeded: a failed observer call stores nothing, and the
+        turn goes on with the input raw. What stays raw in the prompt besides the input (``kept``): Mastra's rule,
+        see ``_kept_replies``. If the model call then fails, the input stays stored and observed (its observation
+        is not undone); a retry of the same input is taken as that stored message (``_retried_input``), so it is
+        neither stored nor observed twice."""
+        if ctx.services.observer_model is None or self._backing_off(ctx, turn, "observer", now):
+            return self._observe(ctx, job, turn, input_tokens, now), []  # (says why nothing is observed)
+        kept = self._kept_replies(ctx, turn)
+        turn = self._observe(ctx, job, turn, input_tokens, now, inputs=list(inputs))
+        left = {m.id for m in turn.unobserved}
+        return turn, [m for m in kept if m.id not in left]
+
+    def _store_inputs(self, ctx: ProcessorContext, batch: list[Message], inputs: list[Message]) -> list[Message]:
+        """Store the turn's inputs in ``batch`` (just observed, about to be committed; removed from ``inputs``), the
+        turn's own input messages replaced by the stored copies (a stamp may move after the thread's newest
+        message). ``batch`` as stored."""
+        given = {m.id for m in inputs}
+        mine = [m for m in batch if m.id in given]
+        if not mine:
+            return batch
+        saved = {m.id: m for m in ctx.services.save_messages(mine)}
+        for msg in saved.values():
+            entry = ctx.messages.entry(msg.id)
+            ctx.messages.remove([msg.id])
+            ctx.messages.add(msg, "input", entry.provenance if entry is not None else Provenance("input"))
+        inputs[:] = [m for m in inputs if m.id not in saved]
+        state = ctx.notes.get(self.id, {})
+        ctx.note(self.id, inputStored=[*state.get("inputStored", ()), *saved.keys()])
+        return [saved.get(m.id, m) for m in batch]
+
+    def _kept_replies(self, ctx: ProcessorContext, turn: _Turn) -> list[Message]:
+        """The messages Mastra 1.71 keeps raw in the prompt of a turn that observes them: the reply of an earlier
+        turn that observed its own input. Mastra marks such an observation inside that turn's response message,
+        before the reply was written; its cleanup keeps the parts after a completed marker as unobserved, so that
+        reply is observed now and still sent raw (seen in its requests: turn 2 sends turn 1's reply raw). Here: when
+        the thread's cursor names a user message (an input observed in its own turn), the unobserved messages after
+        it up to the next user message."""
+        cursor = turn.hints.cursor
+        if cursor is None or not turn.unobserved:
+            return []
+        named = ctx.store.memory.get_messages([cursor.id])
+        if not named or named[0].role != "user":
+            return []
+        out: list[Message] = []
+        for msg in turn.unobserved:
+            if msg.role == "user":
+                break
+            out.append(msg)
+        return out
+
+    def _retried_input(self, ctx: ProcessorContext, turn: _Turn) -> Message | None:
+        """A retry of a turn whose input was stored and observed (``_observe_with_input``) but whose model call
+        failed: the thread's newest stored message is that user message, observed, with nothing after it, and the
+        newest input says the same. The input is taken as the stored message (same id), so the turn neither stores
+        it again nor counts it as unobserved."""
+        req = ctx.request
+        inputs = ctx.messages.messages("input")
+        cursor = turn.hints.cursor
+        if cursor is None or turn.unobserved or not inputs or inputs[-1].role != "user" or req.thread_id is None:
+            return None
+        newest = list(ctx.store.memory.list_messages(MessageQuery(thread_id=req.thread_id,
+                                                                  resource_id=req.resource_id, last=1)))
+        if not newest or newest[-1].id != cursor.id or newest[-1].role != "user" or \
+                newest[-1].content_key() != inputs[-1].content_key():
+            return None
+        stored, given = newest[-1], inputs[-1]
+        if stored.id != given.id:
+            entry = ctx.messages.entry(given.id)
+            ctx.messages.remove([given.id])
+            ctx.messages.add(stored, "input", entry.provenance if entry is not None else Provenance("input"))
+        ctx.note(self.id, retriedInput={"stored": stored.id, "given": given.id,
+                                        "why": "the same input was stored and observed by a turn whose model call "
+                                               "failed; it is not stored or observed again"})
+        return stored
 
     # -- buffering ---------------------------------------------------------------------------------
     def _buffered(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, pending: int, input_tokens: int,
@@ -347,16 +486,21 @@ class ObservationalMemory(BaseProcessor):
                  "the messages it did not observe stay raw meanwhile")
 
     def _note_observe_first(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, input_tokens: int, *,
-                            waits: bool) -> None:
+                            waits: bool, inputs: list[Message] | None = None) -> None:
         """A preview of a turn that calls the observer before its own model call: the preview makes no
         model call, so it names the messages that call would take out of the window (``observeFirst``),
         in the order ``_observe`` takes them, as if each observation succeeds. Whether this Memory has an
-        observer does not matter: the Studio previews with none, the turn runs with its agent's."""
+        observer does not matter: the Studio previews with none, the turn runs with its agent's. ``inputs``: the
+        turn's input, observed with them (synchronous observation, ``_observe_with_input``) yet kept in the prompt,
+        as are the replies ``_kept_replies`` names (``input`` and ``kept``)."""
         req = ctx.request
         assert req.thread_id is not None
         opts = self._options(ctx)
-        batches = rs.observation_order(req.thread_id, turn.unobserved, turn.others) if opts.scope == "resource" \
-            else [(req.thread_id, list(turn.unobserved))]
+        given = list(inputs or ())
+        kept = {m.id for m in self._kept_replies(ctx, turn)} if given else set()
+        own = [*turn.unobserved, *given]
+        batches = rs.observation_order(req.thread_id, own, turn.others) if opts.scope == "resource" \
+            else [(req.thread_id, own)]
         pending = self._pending(ctx, turn, input_tokens)
         taken: list[Message] = []
         calls: list[ObserverCall] = []
@@ -377,8 +521,12 @@ class ObservationalMemory(BaseProcessor):
             exact = exact and exact_here
         if taken:
             first = calls[0] if calls else None
+            stay = kept | {m.id for m in given}
             ctx.note(self.id, observeFirst={
-                "messages": [m.id for m in taken], "tokens": messages_tokens(ctx.tokenizer, taken),
+                "messages": [m.id for m in taken if m.id not in stay], "tokens": messages_tokens(ctx.tokenizer, taken),
+                **({"input": [m.id for m in taken if m.id in stay and m.id not in kept],
+                    "kept": [m.id for m in taken if m.id in kept]}
+                   if given else {}),
                 "threads": sorted({m.thread_id or req.thread_id for m in taken}), "waitsForBackground": waits,
                 # Each observer call (``max_tokens_per_batch``, the observer's window), as planned from the log now;
                 # the first one's request exactly as the turn sends it (``OMJob.plan``, the turn's own path).
@@ -395,9 +543,10 @@ class ObservationalMemory(BaseProcessor):
 
     # -- observing ---------------------------------------------------------------------------------
     def _observe(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, input_tokens: int, now: datetime,
-                 *, blocked: bool = False) -> _Turn:
+                 *, blocked: bool = False, inputs: list[Message] | None = None) -> _Turn:
         """Observe synchronously: the thread's unobserved messages, and in resource scope the other
-        threads' too, oldest first, until the pending tokens are under the threshold."""
+        threads' too, oldest first, until the pending tokens are under the threshold. ``inputs``: the turn's input,
+        observed after the thread's messages (``_observe_with_input``); each is taken out as it is stored."""
         req = ctx.request
         assert req.thread_id is not None
         if ctx.services.observer_model is None:
@@ -407,13 +556,15 @@ class ObservationalMemory(BaseProcessor):
             return turn
         opts = self._options(ctx)
         resource = opts.scope == "resource"
-        batches = rs.observation_order(req.thread_id, turn.unobserved, turn.others) if resource \
-            else [(req.thread_id, list(turn.unobserved))]
+        extra = inputs if inputs is not None else []
+        own = [*turn.unobserved, *extra]
+        batches = rs.observation_order(req.thread_id, own, turn.others) if resource else [(req.thread_id, own)]
         observed: list[dict[str, Any]] = []
         for thread_id, _ in batches:
-            if observed and self._pending(ctx, turn, input_tokens) < opts.message_tokens:
+            left = messages_tokens(ctx.tokenizer, extra) if inputs is not None else input_tokens
+            if observed and self._pending(ctx, turn, left) < opts.message_tokens:
                 break
-            turn, whole = self._observe_thread(ctx, job, turn, thread_id, input_tokens, now, blocked, observed)
+            turn, whole = self._observe_thread(ctx, job, turn, thread_id, input_tokens, now, blocked, observed, extra)
             if not whole:
                 break  # failed, or lost a race: the turn goes on with what is stored
         if observed:
@@ -421,19 +572,21 @@ class ObservationalMemory(BaseProcessor):
         return turn
 
     def _observe_thread(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str, input_tokens: int,
-                        now: datetime, blocked: bool, observed: list[dict[str, Any]]) -> tuple[_Turn, bool]:
+                        now: datetime, blocked: bool, observed: list[dict[str, Any]],
+                        inputs: list[Message]) -> tuple[_Turn, bool]:
         """Observe ``thread_id``'s unobserved messages in batches (``max_tokens_per_batch``, the observer's window):
         each call's result and cursor are stored before the next call is planned from what is stored then, so a
         failure keeps what was observed and the retry starts after it. Whether every batch was observed."""
         done, last_first = 0, None
         costs: dict[int, tuple[Message, int]] = {}  # each message's tokens, by the message read (``_cost``)
-        while pending := self._thread_unobserved(ctx, turn, thread_id):
+        own = thread_id == ctx.request.thread_id
+        while pending := self._thread_unobserved(ctx, turn, thread_id) + (list(inputs) if own else []):
             if pending[0].id == last_first:
                 return turn, False  # (stored, yet the same messages are unobserved: never observe them twice)
             last_first = pending[0].id
             made = len(observed)
             turn = self._observe_batch(ctx, job, turn, thread_id, pending, input_tokens, now, blocked, observed, done,
-                                       costs)
+                                       costs, inputs)
             if len(observed) == made:
                 return turn, False
             done += 1
@@ -462,7 +615,7 @@ class ObservationalMemory(BaseProcessor):
 
     def _observe_batch(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str, pending: list[Message],
                        input_tokens: int, now: datetime, blocked: bool, observed: list[dict[str, Any]],
-                       done: int, costs: dict[int, tuple[Message, int]]) -> _Turn:
+                       done: int, costs: dict[int, tuple[Message, int]], inputs: list[Message] | None = None) -> _Turn:
         """Observe the first batch of ``pending`` (``done`` batches of the thread observed before it this turn).
         Each call plans only itself, from the log the one before stored: the same batch as planning the whole rest
         again would start with, without that planning (quadratic in the number of batches); the calls after it are
@@ -507,14 +660,21 @@ class ObservationalMemory(BaseProcessor):
                          f"again after {retry_at}", observationRetryAt=retry_at)
                 return turn
             text = rs.attributed(thread_id, parsed.observations) if opts.scope == "resource" else parsed.observations
+            if inputs is not None:
+                # The turn's own input (``_observe_with_input``): counted with the messages until stored now, with
+                # the observation that covers it (the cursor names only stored messages).
+                remaining = _stored_cost(ctx, costs, turn) + sum(_cost(ctx, costs, m) for m in inputs) - batch_tokens
+                batch = self._store_inputs(ctx, batch, inputs)
+                after = 0
+            else:
+                remaining, after = _stored_cost(ctx, costs, turn) - batch_tokens, input_tokens
             last = batch[-1]
             cursor = om_store.Cursor(to_iso(last.created_at), last.id)
             active = append_chunk(record.active_observations if record else "", text, cursor.created_at)
-            remaining = _stored_cost(ctx, costs, turn) - batch_tokens
             obs = om_store.Observation(
                 active_observations=active, observation_tokens=count_text(ctx.tokenizer, active),
                 observed_ids=[m.id for m in batch], tokens_observed=batch_tokens,
-                pending_after=max(0, remaining) + input_tokens, cursor=cursor, current_task=parsed.current_task,
+                pending_after=max(0, remaining) + after, cursor=cursor, current_task=parsed.current_task,
                 suggested_response=parsed.suggested_response, thread_title=parsed.thread_title,
             )
             committed = om_store.commit_observation(
@@ -634,10 +794,15 @@ class ObservationalMemory(BaseProcessor):
         return replace(turn, record=committed)
 
     # -- the context -------------------------------------------------------------------------------
-    def _inject(self, ctx: ProcessorContext, turn: _Turn, now: datetime) -> None:
+    def _inject(self, ctx: ProcessorContext, turn: _Turn, now: datetime, kept: list[Message] | None = None) -> None:
         req = ctx.request
         record = turn.record
+        stored_inputs = set(ctx.notes.get(self.id, {}).get("inputStored", ()))
+        for msg in kept or ():  # observed now, sent raw as Mastra does (``_kept_replies``)
+            ctx.messages.add(msg, "memory", Provenance(self.id, (msg.id,), detail={"observedThisTurn": True}))
         for msg in turn.unobserved:
+            if msg.id in stored_inputs:  # the turn's input, stored with an observation another writer won: sent once
+                continue
             ctx.messages.add(msg, "memory", Provenance(self.id, (msg.id,), detail={"unobserved": True}))
         ctx.messages.clear_system(TAG)
         others = rs.other_conversations_block(turn.others)
@@ -693,7 +858,7 @@ class ObservationalMemory(BaseProcessor):
 
     # -- output ----------------------------------------------------------------------------------
     def process_output(self, ctx: ProcessorContext) -> None:
-        saved = save_turn(ctx, self.id)
+        saved = save_turn(ctx, self.id, stored=ctx.notes.get(self.id, {}).get("inputStored", ()))
         if saved is None:
             return
         req = ctx.request

@@ -159,6 +159,7 @@ def as_of(
         record = with_log(record, log_prefix(record.active_observations, kept))
     if record is not None and record.scope == "resource":
         unknowns.append(OTHERS_NOT_SHOWN)
+        cursor = _thread_cursor(record, thread_id, cursor)
     thread = store.memory.get_thread(thread_id)
     # Hints are shown only beside observations: with none at the time, which hints those were does not matter.
     shown = record is not None and bool(record.active_observations.strip())
@@ -172,6 +173,28 @@ def as_of(
                   cursor is None or to_iso(m.created_at) > cursor or
                   (to_iso(m.created_at) == cursor and m.id not in observed))]
     return ObservationState(record, hints, unobserved, unknowns)
+
+
+def _thread_cursor(record: OMRecord, thread_id: str, shared: str | None) -> str | None:
+    """The time of ``thread_id``'s cursor in a resource's shared log as shown (``record``, its log cut to the turn's
+    time): the cursor of its newest chunk (its boundary line, or the first chunk's ``appended`` mark). Each observer
+    call takes one thread's oldest messages and appends a chunk naming that thread, so a thread's cursor is its own
+    newest chunk's, not the log's: a turn observes its own input (synchronous observation) while an older reply of
+    another thread stays unobserved, and the log's cursor is then past it. ``shared`` (the log's cursor) when a chunk
+    names no thread (a reflection, a Mastra row) or the first chunk's cursor is not recorded."""
+    from core.observational.resource_scope import chunk_thread
+
+    chunks = record.chunks
+    if any(chunk_thread(c.text) is None for c in chunks):
+        return shared
+    mine = [k for k, c in enumerate(chunks) if chunk_thread(c.text) == thread_id]
+    if not mine:
+        return None
+    last = mine[-1]
+    if last:
+        return chunks[last].boundary
+    first = [m[2] for m in record.studio.get("appended") or () if isinstance(m, list) and len(m) == 3 and m[0] == 1]
+    return first[0] if first and isinstance(first[0], str) else shared
 
 
 def _hints_then(hints: ThreadHints, thread_id: str, rows: list[OMRecord], cutoff: str, end: str,

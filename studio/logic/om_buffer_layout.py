@@ -235,7 +235,10 @@ MESSAGE_ROLES = ("user", "assistant", "tool")
 
 def _observe_first(prompt: AssembledPrompt, first: Mapping[str, Any]) -> str | None:
     ids = list(observed_first(prompt))
-    if not ids:
+    # Synchronous observation takes the message being sent too, and keeps it (and, as Mastra 1.71 does, the reply of
+    # a turn that observed its own message) in the prompt: observed, yet not leaving the window.
+    said, kept = list(first.get("input") or ()), list(first.get("kept") or ())
+    if not ids and not said and not kept:
         return None
     shown = {i: f for f in prompt.fragments for i in f.stored_ids if f.role in MESSAGE_ROLES}
     named = []
@@ -246,10 +249,16 @@ def _observe_first(prompt: AssembledPrompt, first: Mapping[str, Any]) -> str | N
                      else f"{i[:8]} (another conversation of this resource)")
     more = f" and {len(ids) - OBSERVE_FIRST_LISTED} more" if len(ids) > OBSERVE_FIRST_LISTED else ""
     wait = "wait for the background observer, then " if first.get("waitsForBackground") else ""
-    return (f"{wait}observe {len(ids)} message(s) "
+    stays = [w for w, n in (("the message being sent", said), ("the reply before it", kept)) if n]
+    going = ("those messages leave the window and " if not stays else f"{len(ids)} of them leave the window and "
+             if ids else "")
+    kept_said = (f" ({' and '.join(stays)} {'stay' if len(stays) > 1 else 'stays'} in the prompt, observed as well)"
+                 if stays else "")
+    return (f"{wait}observe {len(ids) + len(said) + len(kept)} message(s) "
             f"({int(first.get('tokens') or 0):,} tokens) with the observer model, which this preview does not "
-            f"call{_batches_said(first)}. The prompt it sends will differ here: those messages leave the window and "
-            f"the observations made of them are added. Would go: {'; '.join(named)}{more}.")
+            f"call{_batches_said(first)}. The prompt it sends will differ here: {going}"
+            f"the observations made of them are added{kept_said}."
+            + (f" Would go: {'; '.join(named)}{more}." if ids else ""))
 
 
 def _batches_said(first: Mapping[str, Any]) -> str:

@@ -58,10 +58,11 @@ def test_a_failing_observer_is_told_to_the_client_with_its_retry_time(serve: Any
     observer = ScriptedModel([failure] * 3, name="observer")
     model = ScriptedModel(lambda m, t: "ok")
     client = serve(observer, model)
-    first, headers = _ask(client, LONG, streamed=streamed)  # (the input alone: observed once stored)
+    first, headers = _ask(client, "I am planning raised beds.", streamed=streamed)  # under the threshold
     assert first["notices"] == [] and "x-memory-notices" not in headers
-    failed, headers = _ask(client, "and the paths?", streamed=streamed)
-    assert len(observer.requests) == 1
+    assert observer.requests == []
+    failed, headers = _ask(client, LONG, streamed=streamed)  # crosses it: observed in this turn, the input too
+    assert len(observer.requests) == 1 and LONG.strip()[:40] in str(observer.requests[0].messages[-1]["content"])
     [notice] = failed["notices"]
     assert notice["code"] == "observation_failed"
     assert "upstream said no" in notice["message"] and "http://observer.test" in notice["message"]
@@ -83,8 +84,7 @@ def test_an_unexpected_observer_error_keeps_its_words_in_the_log(serve: Any, cap
         raise RuntimeError("database /srv/private/om.db is locked by pid 4242")
 
     client = serve(ScriptedModel(broken, name="observer"), ScriptedModel(lambda m, t: "ok"))
-    _ask(client, LONG, streamed=False)
-    told, headers = _ask(client, "and the paths?", streamed=False)
+    told, headers = _ask(client, LONG, streamed=False)  # the input crosses the threshold: observed in its turn
     [notice] = told["notices"]
     assert notice["code"] == "observation_failed" and notice["retry_at"]
     assert "/srv/private" not in str(told) and "RuntimeError" not in notice["message"]

@@ -134,12 +134,14 @@ def test_actor_prompt_order_after_observation(harness: Harness) -> None:
     assert all(f.tag == TAG for f in om_fragments if f.role == "system")
     assert om_fragments[-1].detail["part"] == "continuation"
 
-    # Next turn (under the threshold): the last turn stays raw after the reminder, then the new input.
+    # Next turn (under the threshold): the observing turn's input was observed with it (as Mastra 1.71 does), so
+    # only its reply stays raw after the reminder, then the new input.
     prompt, _ = harness.turn("And for the soil?")
     roles = [m["role"] for m in prompt.messages]
-    assert roles == ["system"] * 6 + ["user", "user", "assistant", "user"]
+    assert roles == ["system"] * 6 + ["user", "assistant", "user"]
     assert prompt.messages[6]["content"] == CONTINUATION_TEXT
-    assert prompt.messages[7]["content"] == "What wood should I buy?"
+    assert prompt.messages[7]["content"] == "ok"
+    assert prompt.messages[8]["content"] == "And for the soil?"
     assert len(harness.observer.requests) == 1
 
 
@@ -155,8 +157,10 @@ def test_observer_call_shape(db_path: Path | str) -> None:
     history = first.messages[2]["content"]
     assert history.startswith("## New Message History to Observe\n\nJan 2 2025:\nUser (9:00 AM): alpha")
     assert "\nAssistant (9:02 AM): beta" in history and "\nUser (9:03 AM): gamma" in history
+    # The input that crossed the threshold is observed in its own turn (Mastra 1.71), after the stored messages.
+    assert history.endswith("\nUser (9:06 AM): What wood should I buy?\n")
 
-    h.turn(long_text("zeta"), "fine")  # crosses again: 2 stored (input+answer) + this input
+    h.turn(long_text("zeta"), "fine")  # crosses again: the stored answer + this input
     second = h.observer.requests[1].messages[1]["content"]
     order = [second.index("## Previous Observations"), second.index("## Prior Thread Metadata"),
              second.index("## Your Task")]
@@ -164,7 +168,9 @@ def test_observer_call_shape(db_path: Path | str) -> None:
     assert "* 🔴 (09:00) User is planning a garden" in second
     assert "- prior current-task: Primary: choosing materials for raised beds." in second
     assert "- prior suggested-response: Offer a shopping list for three beds." in second
-    assert "What wood should I buy?" in h.observer.requests[1].messages[2]["content"]
+    second_history = h.observer.requests[1].messages[2]["content"]
+    assert "What wood should I buy?" not in second_history  # observed once, in the turn that sent it
+    assert "Assistant (9:08 AM): answer" in second_history and second_history.endswith("zeta\n")
 
 
 def test_row_and_thread_metadata_after_observation(harness: Harness) -> None:
@@ -173,8 +179,12 @@ def test_row_and_thread_metadata_after_observation(harness: Harness) -> None:
                                            "mastra": {"keep": 1}})
     harness.turn(long_text("alpha"), long_text("beta"))
     harness.turn(long_text("gamma"), long_text("delta"))
-    observed = harness.stored()
+    before = harness.stored()
     _, ctx = harness.turn("What wood should I buy?", "Cedar.")
+    # The input that crossed the threshold was observed in its turn, stored with that observation (Mastra 1.71).
+    question = [m for m in harness.stored() if m.text == "What wood should I buy?"]
+    assert len(question) == 1 and ctx.notes["observational-memory"]["inputStored"] == [question[0].id]
+    observed = [*before, *question]
     rows = harness.rows()
     assert len(rows) == 1
     row = rows[0]
@@ -186,8 +196,9 @@ def test_row_and_thread_metadata_after_observation(harness: Harness) -> None:
     assert row["totalTokensObserved"] == messages_tokens(TOKENIZER, observed)
     assert row["observationTokenCount"] == count_text(TOKENIZER, row["activeObservations"])
     assert "(09:00) User is planning a garden with raised beds [garden]." in row["activeObservations"]  # raw kept
-    # After saving the turn, only the new question and answer are pending.
+    # After saving the turn, only the answer is pending.
     new = [m for m in harness.stored() if m.id not in {o.id for o in observed}]
+    assert [m.text for m in new] == ["Cedar."]
     assert row["pendingMessageTokens"] == messages_tokens(TOKENIZER, new)
 
     meta = harness.metadata()
@@ -249,6 +260,9 @@ def test_failed_observer_call_loses_nothing_and_retries(db_path: Path | str, fai
 
     prompt, ctx = h.turn("What wood should I buy?", reply=None)  # input phase only
     assert len(h.observer.requests) == 1
+    # The observer call held the input too, but a failed call stores nothing: not the input either.
+    assert "What wood should I buy?" in h.observer.requests[0].messages[2]["content"]
+    assert [m.id for m in h.stored()] == [m.id for m in stored] and "inputStored" not in ctx.notes["observational-memory"]
     # Nothing observed; the only change is the back-off the failure left on the row (issue 19: a
     # failed observer is not asked again on every turn).
     after = h.rows()
@@ -265,7 +279,9 @@ def test_failed_observer_call_loses_nothing_and_retries(db_path: Path | str, fai
     prompt, _ = h.turn("What wood should I buy?", "Cedar.")  # the retry succeeds
     assert len(h.observer.requests) == 2
     row = load_current(h.store, thread_id="t1")
-    assert row is not None and set(row.observed_message_ids) == {m.id for m in stored}
+    questions = [m for m in h.stored() if m.text == "What wood should I buy?"]
+    assert len(questions) == 1  # stored once, with the observation that covers it
+    assert row is not None and set(row.observed_message_ids) == {m.id for m in stored} | {questions[0].id}
     assert prompt.messages[6]["content"] == CONTINUATION_TEXT
 
 
@@ -407,8 +423,9 @@ def test_a_small_context_window_drops_observations_with_what_frames_them(db_path
         return [f.detail.get("part") or "raw" for f in prompt.fragments if f.source == "observational-memory"]
 
     full = preview(None)
+    # (Each observing turn observed its own input too: what is left raw is the fifth reply and the last turn.)
     assert parts(full) == ["instructions", "open", "chunk", "chunk", "current-task", "suggested-response",
-                           "continuation", "raw", "raw", "raw", "raw"]
+                           "continuation", "raw", "raw", "raw"]
     raw = sum(f.tokens for f in full.fragments if f.source == "observational-memory" and "part" not in f.detail)
     oldest_chunk = next(f for f in full.fragments if f.detail.get("part") == "chunk").tokens
     # Room for everything but the raw messages and half the oldest chunk: the raw messages go (history,

@@ -106,7 +106,8 @@ def test_each_call_stores_the_tokens_it_leaves_unobserved_and_an_edited_message_
     h, before = _backlog_in_pairs(db_path, reply)
     _turn_observing(h)
     said = messages_tokens(TOKENIZER, [Message.user("go on")])
-    grown = messages_tokens(TOKENIZER, h.stored()[-1:]) - messages_tokens(TOKENIZER, before[-1:])
+    edited = [m for m in h.stored() if m.id == before[-1].id]  # (the input is stored after it: observed in its turn)
+    grown = messages_tokens(TOKENIZER, edited) - messages_tokens(TOKENIZER, before[-1:])
     assert grown > 0
     # The first call's figure was read before the edit; every later one after it, and matches what is stored.
     assert len(seen) >= 3, seen

@@ -95,15 +95,18 @@ def two_messages(stored: list[Message]) -> int:
 
 def test_a_backlog_of_three_caps_is_observed_in_three_ordered_calls(db_path: Path | str) -> None:
     exporter = InMemorySpanExporter()
-    observer = ScriptedModel([observed(1), observed(2), observed(3)], name="observer")
+    observer = ScriptedModel([observed(1), observed(2), observed(3), observed(4)], name="observer")
     h = Backlog(db_path, observer, tracer=Tracer(exporter))
     stored = h.stored()
     assert len(stored) == 6
     h.om["max_tokens_per_batch"] = two_messages(stored)
     h.memory = h._memory(h.om)
     prompt = h.turn("go on")
-    # Three calls, oldest first, each taking exactly its two messages.
-    assert h.histories() == [format_history(stored[0:2]), format_history(stored[2:4]), format_history(stored[4:6])]
+    # Three calls, oldest first, each taking exactly its two messages; then the turn's input, observed in its turn
+    # (Mastra 1.71): a call of its own, since no batch has room for it.
+    (said,) = [m for m in h.stored() if m.text == "go on"]
+    assert h.histories() == [format_history(stored[0:2]), format_history(stored[2:4]), format_history(stored[4:6]),
+                             format_history([said])]
     # Each call was built from the log as the call before left it: the second sees the first's observations
     # and hints, the third the first two's.
     tasks = [str(r.messages[1]["content"]) for r in observer.requests]
@@ -115,12 +118,12 @@ def test_a_backlog_of_three_caps_is_observed_in_three_ordered_calls(db_path: Pat
     log = record.active_observations
     assert log.index("batch 1.") < log.index("batch 2.") < log.index("batch 3.")
     notes = prompt.notes["observational-memory"]
-    assert [o["batch"] for o in notes["observed"]] == [1, 2, 3]
+    assert [o["batch"] for o in notes["observed"]] == [1, 2, 3, 4]
     assert not {m.id for m in stored} & {f.detail.get("messageId") for f in prompt.fragments}
     # One span per call, numbered.
     spans = [s for s in exporter.spans if s.name == "memory: observe"]
     assert [(s.attributes["batch"], s.attributes["batches"], s.attributes["messages"]) for s in spans] == \
-        [(1, 3, 2), (2, 3, 2), (3, 3, 2)]
+        [(1, 4, 2), (2, 4, 2), (3, 4, 2), (4, 4, 1)]
 
 
 def test_a_failure_on_the_second_call_keeps_the_first_and_the_retry_starts_after_it(db_path: Path | str) -> None:
@@ -166,14 +169,15 @@ def test_a_model_with_a_small_context_window_gets_calls_that_fit_it(db_path: Pat
     assert len(observer.requests) >= 2
     for request in observer.requests:
         assert request_tokens(TOKENIZER, request.messages) <= budget.prompt_limit
-    # Every stored message observed once, in order, in whole messages.
+    # Every stored message observed once, in order, in whole messages, and the turn's input after them.
     histories = h.histories()
+    stored += [m for m in h.stored() if m.text == "go on"]
     at = 0
     for hist in histories:
         taken = [m for m in stored[at:] if m.text.strip()[:40] in hist]
         assert taken and format_history(taken) == hist
         at += len(taken)
-    assert at == 6
+    assert at == 7
     record = load_current(h.store, "t1")
     assert record is not None and record.active_observations.count("User described batch") == len(histories)
 
@@ -234,18 +238,20 @@ def test_resource_scope_observes_each_thread_in_batches(db_path: Path | str) -> 
     h.memory = h._memory(h.om)
     h.turn("go on", thread="t2")
     histories = h.histories()
-    assert len(histories) == 6  # two threads of six messages each, two messages a call
+    # two threads of six messages each, two messages a call, then the turn's input (in t2, the newest thread)
+    assert len(histories) == 7
     for request in observer.requests:
         body = str(request.messages[2]["content"])
         assert messages_tokens(TOKENIZER, [m for t in ("t1", "t2") for m in h.stored(t)
                                            if m.text.strip()[:40] in body]) <= cap
     expected = [format_history(h.stored("t1")[i:i + 2]) for i in (0, 2, 4)]
     expected += [format_history(h.stored("t2")[i:i + 2]) for i in (0, 2, 4)]
+    expected += [format_history([m for m in h.stored("t2") if m.text == "go on"])]
     assert histories == expected
     record = load_current(h.store, resource_id="u1", scope="resource")
     assert record is not None
     assert record.active_observations.count('<thread id="t1">') == 3
-    assert record.active_observations.count('<thread id="t2">') == 3
+    assert record.active_observations.count('<thread id="t2">') == 4
 
 
 def test_the_preview_shows_the_first_call_byte_for_byte(db_path: Path | str) -> None:
@@ -259,7 +265,7 @@ def test_the_preview_shows_the_first_call_byte_for_byte(db_path: Path | str) -> 
     h.turn("go on")
     sent = observer.requests[0].messages
     assert json.dumps(first["firstRequest"]["messages"], ensure_ascii=False) == json.dumps(sent, ensure_ascii=False)
-    assert first["batches"] == [2, 2, 2]
+    assert first["batches"] == [2, 2, 2, 1]  # the backlog, then the turn's input
     assert len(observer.requests) == len(first["batches"])
 
 
@@ -345,12 +351,16 @@ def test_each_call_is_the_one_planning_the_whole_rest_again_would_start_with(db_
         thread = f"case-{case}"
         window = rng.choice([None, rng.randrange(1_400, 4_000)])
         cap = rng.randrange(150, 900)
-        state: dict[str, Any] = {"calls": 0}
+        state: dict[str, Any] = {"calls": 0, "input": []}
 
-        def old_first_call(thread: str = thread, window: int | None = window, cap: int = cap) -> list[dict[str, Any]]:
+        def old_first_call(thread: str = thread, window: int | None = window, cap: int = cap,
+                           state: dict[str, Any] = state) -> list[dict[str, Any]]:
             record = load_current(store, thread)
             hints = thread_hints(thread_metadata(store, thread))
             pending = unobserved_messages(store, thread_id=thread, resource_id="u1", record=record, hints=hints)
+            # The turn's input is observed after the backlog (Mastra 1.71), and stored with the call that covers it.
+            stored = {m.id for m in store.memory.get_messages([m.id for m in state["input"]])}
+            pending += [m for m in state["input"] if m.id not in stored]
 
             def build(batch: Any, tail: int | None) -> list[dict[str, Any]]:
                 return build_observer_messages(
@@ -392,6 +402,7 @@ def test_each_call_is_the_one_planning_the_whole_rest_again_would_start_with(db_
         ctx = mem.new_context(mem.request_context(thread_id=thread, resource_id="u1"))
         ctx.live = True
         mem.prepare_input(ctx, input="go on", instructions="You are a helper.")
+        state["input"] = ctx.messages.messages("input")
         notes = mem.run_input(ctx).notes["observational-memory"]
         assert "observationError" not in notes, notes
         assert not unobserved_messages(store, thread_id=thread, resource_id="u1", record=load_current(store, thread),

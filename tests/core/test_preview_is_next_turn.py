@@ -138,8 +138,12 @@ def test_a_preview_names_the_messages_the_next_turn_observes_first_exactly_when_
     runs = previews_and_turns(store, {"message_tokens": 60, "buffer_tokens": False})
     observing = noted_exactly_when(runs, "observeFirst", lambda observed, _reflected: bool(observed))
     assert len(observing) >= 2
-    for _n, preview, sent, observed, first in observing:
-        assert set(first["messages"]) == observed and first["threads"] == [THREAD]
+    for n, preview, sent, observed, first in observing:
+        # The turn observed what the preview named: the messages that leave the window, the reply kept raw
+        # (Mastra's rule) and its own input, stored with the observation (the preview's input is not stored).
+        (said,) = observed - set(first["messages"]) - set(first["kept"])
+        assert [m.text for m in store.memory.get_messages([said])] == [TEXTS[n - 1]] and len(first["input"]) == 1
+        assert set(first["messages"]) | set(first["kept"]) | {said} == observed and first["threads"] == [THREAD]
         assert first["waitsForBackground"] is False and first["tokens"] > 0
         # What the notice says: these messages left the window, observations were added.
         gone = {f.text for f in preview.fragments

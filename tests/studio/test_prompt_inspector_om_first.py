@@ -114,8 +114,12 @@ def test_the_notice_appears_exactly_when_the_next_turn_observes_first(qtbot: Any
     first = om["observeFirst"]
     assert preview.notice is not None and preview.notice.startswith(NOTICE)
     assert banner.startswith(NOTICE) and pane.banner.level == "warning"
-    assert f"observe {len(first['messages'])} message(s)" in preview.notice
-    assert "those messages leave the window and the observations made of them are added" in preview.notice
+    # The message being sent is observed too (synchronous observation, as Mastra 1.71) and stays in the prompt.
+    assert len(first["input"]) == 1
+    taken = len(first["messages"]) + len(first["input"]) + len(first["kept"])
+    assert f"observe {taken} message(s)" in preview.notice
+    assert f"{len(first['messages'])} of them leave the window and the observations made of them are added " \
+        "(the message being sent" in preview.notice
     named = [f for f in preview.prompt.fragments if f.stored_ids and f.stored_ids[0] in first["messages"]]
     assert named and f"Would go: {named[0].role} “{named[0].text[:60]}" in preview.notice
     _shots(qtbot, pane, "observe_first")
@@ -210,7 +214,8 @@ def test_a_backlog_over_max_tokens_per_batch_shows_the_first_observer_call_as_se
     assert checksum(pane.session.store) == before
     first = preview.prompt.notes["observational-memory"]["observeFirst"]
     batches = first["batches"]
-    assert len(batches) >= 2 and sum(batches) == len(first["messages"])
+    # (every message the calls take: those that go, the message being sent and a reply kept raw)
+    assert len(batches) >= 2 and sum(batches) == len(first["messages"]) + len(first["input"]) + len(first["kept"])
     more = len(batches) - 1
     assert preview.notice is not None
     assert f"in {len(batches)} calls of at most 45 message tokens" in preview.notice
