@@ -2139,6 +2139,20 @@ def test_a_stdio_client_that_closes_its_write_end_gets_every_reply(tmp_path: Pat
             "and bread", "oat milk on Friday"]
 
 
+def _piped(db: Path, lines: list[Any]) -> list[Any]:
+    """What ``memory-studio mcp --resource ada`` answers to ``initialize``, ``notifications/initialized`` and
+    ``lines`` written to its standard input at once, which is then closed (``printf '…' | memory-studio mcp``); it
+    must exit 0."""
+    opening = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                   "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "piped", "version": "1"}}},
+               {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    done = subprocess.run([sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--resource", "ada"],
+                          input="".join(json.dumps(line) + "\n" for line in opening + lines), capture_output=True,
+                          text=True, encoding="utf-8", env=dict(os.environ), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
 def test_a_batch_over_stdio_gets_an_error_for_each_of_its_requests(tmp_path: Path) -> None:
     """A JSON-RPC batch (an array of requests on one line; MCP has none since 2025-06-18): the SDK dropped the line
     with a log record, so a client waited for the answers to its ids for good. Each request of it gets an error
@@ -2149,16 +2163,8 @@ def test_a_batch_over_stdio_gets_an_error_for_each_of_its_requests(tmp_path: Pat
                  "name": "remember", "arguments": {"text": "never stored", "thread": "t1"}}},
              {"jsonrpc": "2.0", "id": "b", "method": "ping"},
              {"jsonrpc": "2.0", "method": "notifications/initialized"}]
-    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                 "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "batch", "version": "1"}}},
-             {"jsonrpc": "2.0", "method": "notifications/initialized"}, batch, [],
-             {"jsonrpc": "2.0", "id": 3, "method": "ping"}]
-    done = subprocess.run([sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--resource", "ada"],
-                          input="".join(json.dumps(line) + "\n" for line in lines), capture_output=True, text=True,
-                          encoding="utf-8", env=dict(os.environ), timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    answers = [json.loads(line) for line in done.stdout.splitlines()]
-    assert [a["id"] for a in answers] == [1, 2, "b", 3], done.stdout
+    answers = _piped(db, [batch, [], {"jsonrpc": "2.0", "id": 3, "method": "ping"}])
+    assert [a["id"] for a in answers] == [1, 2, "b", 3], answers
     for refused in answers[1:3]:
         assert refused["error"]["code"] == -32600 and "no batches" in refused["error"]["message"]
         assert "Send each request on a line of its own. Nothing was run or saved." in refused["error"]["message"]
@@ -2174,18 +2180,10 @@ def test_a_stdio_request_whose_id_is_not_a_string_or_an_integer_is_answered_with
     what to send; nothing of it runs, and the session goes on."""
     db = tmp_path / "memory.db"
     odd_ids: list[Any] = [1.5, True, {}, [], None]
-    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                 "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "ids", "version": "1"}}},
-             {"jsonrpc": "2.0", "method": "notifications/initialized"},
-             *({"jsonrpc": "2.0", "id": odd, "method": "tools/call", "params": {
-                 "name": "remember", "arguments": {"text": "never stored", "thread": "t1"}}} for odd in odd_ids),
-             {"jsonrpc": "2.0", "id": 3, "method": "ping"}]
-    done = subprocess.run([sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--resource", "ada"],
-                          input="".join(json.dumps(line) + "\n" for line in lines), capture_output=True, text=True,
-                          encoding="utf-8", env=dict(os.environ), timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    answers = [json.loads(line) for line in done.stdout.splitlines()]
-    assert [a["id"] for a in answers] == [1, None, None, None, None, None, 3], done.stdout
+    answers = _piped(db, [*({"jsonrpc": "2.0", "id": odd, "method": "tools/call", "params": {
+        "name": "remember", "arguments": {"text": "never stored", "thread": "t1"}}} for odd in odd_ids),
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"}])
+    assert [a["id"] for a in answers] == [1, None, None, None, None, None, 3], answers
     kinds = ["the number 1.5", "true", "an object (0 keys)", "an array (0 items)", "null"]
     for refused, kind in zip(answers[1:6], kinds):
         assert refused["error"]["code"] == -32600, refused
