@@ -413,6 +413,11 @@ def _check_ids(args: argparse.Namespace, names: Sequence[str]) -> None:
             check_optional_id(value, f"{name} id")
 
 
+#: ``render_prompt``'s key to the lines that name a part of a message that is no text (``Fragment.part_notes``).
+PART_NOTES_LEGEND = ("Lines marked + name a part that is no text (an image, a file, audio): the model was sent the "
+                     "part itself, and its tokens are not counted.")
+
+
 def render_prompt(prompt: AssembledPrompt, *, origin: str | None = None) -> str:
     from core.terminal_text import visible
 
@@ -421,14 +426,20 @@ def render_prompt(prompt: AssembledPrompt, *, origin: str | None = None) -> str:
         f"{len(prompt.messages)} messages, {prompt.total_tokens} tokens ({prompt.tokenizer}) "
         f"of a {prompt.context_window:,}-token window",
         *([f"Options from {origin}"] if origin else []),
+        *([PART_NOTES_LEGEND] if any(f.part_notes for f in prompt.fragments) else []),
         "",
     ]
     for f in prompt.fragments:
         where = f.source + (f" score={f.score:.3f}" if f.score is not None else "")
         ids = f" from {', '.join(f.stored_ids[:3])}{'…' if len(f.stored_ids) > 3 else ''}" if f.stored_ids else ""
         lines.append(f"── [{f.index}] {f.role} · {where} · {f.tokens} tok{ids}")
-        body = f.text if f.kind != "tools" else ", ".join(f.detail.get("names", []))
-        lines.extend("   " + line for line in body.splitlines() or [""])
+        if f.kind == "tools":
+            lines.append("   " + ", ".join(f.detail.get("names", [])))
+            continue
+        notes, at = {start for start, _ in f.part_notes}, 0
+        for line, ended in zip(f.text.splitlines() or [""], f.text.splitlines(keepends=True) or [""]):
+            lines.append((" + " if at in notes else "   ") + line)  # (a typed line is always after three spaces)
+            at += len(ended)
     if prompt.skipped:
         lines.append("")
         lines.append("Processors that added nothing:")

@@ -8,7 +8,7 @@ recomputes the prompt another way (Mastra #17797: the panel showed recall the mo
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,10 @@ class Fragment:
     message_indexes: tuple[int, ...] = ()  # which entries of ``messages`` this fragment became
     created_at: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    # Where ``text`` names a content part that is no text (an image, a file: ``part_note``), as [start, end)
+    # character ranges, each a whole line: a user can type "[image_url: …]" too, so the text alone cannot tell a
+    # note from what was typed; views style these apart. Not sent, not counted, not compared.
+    part_notes: tuple[tuple[int, int], ...] = field(default=(), compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +60,7 @@ class Fragment:
             "messageIndexes": list(self.message_indexes),
             "createdAt": self.created_at,
             "detail": self.detail,
+            "partNotes": [list(span) for span in self.part_notes],
         }
 
 
@@ -168,7 +173,7 @@ def build_prompt(
         start = len(messages)
         messages.extend(wire)
         counted = [_counted_text(w) for w in wire]
-        text = "\n".join(shown_text(w, c) for w, c in zip(wire, counted))
+        text, part_notes = joined_notes([shown_with_notes(w, c) for w, c in zip(wire, counted)])
         tokens = sum(count_message_tokens(tokenizer, c) for c in counted)
         kind = {"memory": "memory", "input": "input", "context": "context", "response": "input"}.get(conv.source, "system")
         fragments.append(
@@ -177,6 +182,7 @@ def build_prompt(
                 kind=kind, stored_ids=conv.provenance.stored_ids or ((conv.message.id,) if conv.source == "memory" else ()),
                 score=conv.provenance.score, tokens=tokens, message_indexes=tuple(range(start, len(messages))),
                 created_at=_iso(conv.message.created_at), detail={"messageId": conv.message.id, **conv.provenance.detail},
+                part_notes=part_notes,
             )
         )
 
@@ -233,12 +239,38 @@ def shown_text(message: Mapping[str, Any], text: str | None = None) -> str:
     """An outgoing chat message as its fragment shows it: ``text`` (its counted text, ``_counted_text``, when not
     given) and a line naming each content part that is no text (an image and its URL, a file, audio), which the
     model was sent as well: a fragment's text alone would show a turn with an image as if it had been text only.
-    The parts are not counted in its tokens (an estimate of text)."""
+    The parts are not counted in its tokens (an estimate of text). ``shown_with_notes`` says where the notes are."""
+    return shown_with_notes(message, text)[0]
+
+
+#: A [start, end) character range of a fragment's text (``Fragment.part_notes``).
+Span = tuple[int, int]
+
+
+def shown_with_notes(message: Mapping[str, Any], text: str | None = None) -> tuple[str, tuple[Span, ...]]:
+    """``shown_text`` and where in it each part note is (a line of its own, after the text)."""
     text = _counted_text(message) if text is None else text
     content = message.get("content")
     notes = [part_note(p) for p in content if isinstance(p, Mapping) and not _is_text(p)] \
         if isinstance(content, list) else []
-    return "\n".join([text, *notes]) if text and notes else "\n".join(notes) or text
+    if not notes:
+        return text, ()
+    lines = [text, *notes] if text else notes
+    spans, at = [], len(text) + 1 if text else 0
+    for note in notes:
+        spans.append((at, at + len(note)))
+        at += len(note) + 1
+    return "\n".join(lines), tuple(spans)
+
+
+def joined_notes(pieces: Sequence[tuple[str, tuple[Span, ...]]]) -> tuple[str, tuple[Span, ...]]:
+    """Texts with their part notes (``shown_with_notes``) joined by a new line, as one fragment shows them."""
+    spans: list[Span] = []
+    at = 0
+    for text, notes in pieces:
+        spans.extend((start + at, end + at) for start, end in notes)
+        at += len(text) + 1
+    return "\n".join(text for text, _ in pieces), tuple(spans)
 
 
 def _is_text(part: Mapping[str, Any]) -> bool:

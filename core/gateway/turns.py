@@ -28,7 +28,7 @@ import functools
 import inspect
 import logging
 import uuid
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -149,6 +149,7 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     resource = _one("resource_id", metadata.get("resource_id"), single_header(headers, "x-resource-id"))
     conversation = _one("conversation_id", metadata.get("conversation_id"), single_header(headers, "x-conversation-id"))
     user = client_id("user", body.get("user"))
+    unused = unused_ids(metadata, headers, user_beside=resource if user else None, has_memory=has_memory)
     defaulted = not (resource or user) and caller.only_resource is None
     # (``user`` names the resource only when nothing else does: beside a resource id it is the end-user tag
     # OpenAI's clients send, never read, so only the resource the turn is about is checked)
@@ -182,18 +183,42 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     notices = where_notices(agent=model, has_memory=has_memory, resource=resource, defaulted=defaulted,
                             new_thread=new_thread)
     return Turn(model, message, thread, resource, body.get("stream") is True, include_usage is True, legacy,
-                caller.name, ignored_fields(body, has_memory=has_memory), tuple(notices))
+                caller.name, ignored_fields(body, has_memory=has_memory, unused=unused), tuple(notices))
 
 
-def ignored_fields(body: Mapping[str, Any], *, has_memory: bool = True) -> tuple[str, ...]:
+#: How ``unused_ids`` names a thread or conversation id sent to an agent without memory.
+NO_MEMORY_ID = "the agent has no memory: no thread is read or stored"
+
+
+def unused_ids(metadata: Mapping[str, Any], headers: Mapping[str, str], *, user_beside: str | None,
+               has_memory: bool) -> list[str]:
+    """The ids of a chat body (``metadata``) or its headers the turn does not use, in ``ignored_fields``' words
+    (comma-free, as the header lists names by commas): ``user`` beside a resource id (``user_beside``, non-empty
+    when both came: the resource id names the resource and ``user`` is the end-user tag OpenAI's clients send), and
+    the thread and conversation ids sent to an agent without memory (``NO_MEMORY_ID``)."""
+    names = []
+    if user_beside:
+        by = "metadata.resource_id" if metadata.get("resource_id") else "the x-resource-id header"
+        names.append(f"user ({by} names the resource)")
+    if not has_memory:
+        for key in ("thread_id", "conversation_id"):
+            if metadata.get(key):
+                names.append(f"metadata.{key} ({NO_MEMORY_ID})")
+            if single_header(headers, f"x-{key.replace('_', '-')}"):
+                names.append(f"x-{key.replace('_', '-')} header ({NO_MEMORY_ID})")
+    return names
+
+
+def ignored_fields(body: Mapping[str, Any], *, has_memory: bool = True, unused: Iterable[str] = ()) -> tuple[str, ...]:
     """The fields of a chat-completions body the turn does not use (``READ_FIELDS``), sorted, after
     ``SYSTEM_PROMPT_IGNORED`` when the messages hold a system or developer message and
     ``earlier_messages_ignored`` when they hold others before the new one; each name cut
     to ``SHOWN_CHARS`` and at most ``MAX_IGNORED_SHOWN`` of them (then "… and N more"): the answer and the
     turn's trace say them, so a client that sent ``temperature`` learns it was not the one used, and one that sent
     a conversation's earlier messages to a new thread learns they were not stored. What of the new message is not
-    used comes first (``new_message_ignored``); ``metadata``'s keys other than the ids are ``metadata.<key>``."""
-    names = sorted(clipped(str(k)) for k in body if k not in READ_FIELDS)
+    used comes first (``new_message_ignored``); ``metadata``'s keys other than the ids are ``metadata.<key>``; the
+    ids read but not used (``unused``: ``unused_ids``) are sorted in with the fields."""
+    names = sorted([*(clipped(str(k)) for k in body if k not in READ_FIELDS), *unused])
     metadata = body.get("metadata")
     if isinstance(metadata, Mapping):  # (its other keys are not stored: OpenAI keeps them with a stored completion)
         names = sorted([*names, *(f"metadata.{clipped(str(k))}" for k in metadata if k not in METADATA_READ)])

@@ -24,11 +24,16 @@ verdict on its token, ``core.gateway.access``) is read from the HTTP request the
 from __future__ import annotations
 
 import functools
+import io
 import json
 import logging
+import os
 import re
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any, TypeVar
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Annotated, Any, BinaryIO, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -45,7 +50,8 @@ from pydantic import Field, ValidationError
 from core.errors import MemoryStudioError
 from core.gateway.access import ANYONE, Caller, caller_of
 from core.gateway.errors import operators_storage_error, storage_message
-from core.ids import lone_surrogate
+from core.ids import lone_surrogate, shown
+from core.json_kind import json_kind
 from core.mcp_server.arguments import arguments_not_an_object, arguments_refused, arguments_unfit, as_sent, over_limit
 from core.mcp_server.tools import (
     DEFAULT_READ,
@@ -298,10 +304,64 @@ async def run_stdio(server: MCPServer) -> None:
     from mcp.server.stdio import stdio_server
 
     lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async runs, with both sides wrapped
-    async with stdio_server() as (read_stream, write_stream):
-        unanswered = _Unanswered(write_stream)
-        await lowlevel.run(_Answering(read_stream, write_stream, unanswered), unanswered,
-                           lowlevel.create_initialization_options())
+    with _stdin_wire() as wire:
+        lines = _Lines(anyio.wrap_file(io.TextIOWrapper(wire, encoding="utf-8", errors="replace")))
+        # (the SDK only iterates its stdin: _Lines is that much of an AsyncFile)
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            unanswered = _Unanswered(write_stream)
+            await lowlevel.run(_Answering(read_stream, write_stream, unanswered, lines), unanswered,
+                               lowlevel.create_initialization_options())
+
+
+@contextmanager
+def _stdin_wire() -> Iterator[BinaryIO]:
+    """Standard input's wire, for the transport alone: while serving, descriptor 0 points at the null device, so a
+    child process or a stray read gets end of file rather than a client's line (what the SDK does when it opens
+    standard input itself; it is opened here so that ``_Lines`` sees each line). Where descriptors cannot be
+    duplicated, standard input is read in place."""
+    try:
+        wire = os.dup(0)
+    except OSError:
+        yield sys.stdin.buffer
+        return
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            os.dup2(null, 0)
+        finally:
+            os.close(null)
+    except OSError:
+        os.close(wire)
+        yield sys.stdin.buffer
+        return
+    try:  # (never closed: a reader thread may still be blocked on it when the session ends)
+        yield os.fdopen(wire, "rb", closefd=False)
+    finally:
+        os.dup2(wire, 0)
+
+
+class _Lines:
+    """Standard input's lines as the SDK's transport reads them, each kept (``taken``) until ``_Answering`` takes
+    the message the SDK made of it: the SDK reads a request whose id is neither a string nor an integer (``1.5``,
+    ``true``, ``{}``, ``null``) as a notification without an id, so only the line tells it was a request. The SDK
+    sends one item per line, in order, and reads the next line only when the last was taken, so at most two wait."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._read: deque[str] = deque()
+
+    def taken(self) -> str | None:
+        return self._read.popleft() if self._read else None
+
+    def __aiter__(self) -> _Lines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._inner.readline()
+        if not line:
+            raise StopAsyncIteration
+        self._read.append(line)
+        return str(line)
 
 
 class _Unanswered:
@@ -310,8 +370,10 @@ class _Unanswered:
     At the end of standard input the SDK ends the session and cancels the calls still running: a client that sent
     its requests and closed its write end (``printf '...' | memory-studio mcp``) read no answer to them, though a
     ``remember`` among them was saved (its worker thread ran to the end). ``_Answering`` notes each request it passes
-    on (``asked``) and, at the end of input, waits here (``settled``) until each has been answered (or cancelled by
-    the client, which the SDK leaves unanswered) before it reports the end."""
+    on (``asked``) and, at the end of input, waits here (``settled``) until each has been answered or the SDK has
+    said it settled without an answer (a request the client cancelled: the SDK's ``on_request_unanswered``).
+    Cancellations are not counted from the client's notices: one naming an id two requests share, or one answered
+    already, or naming ``"7"`` for request 7, does not say which request (if any) the SDK cancelled."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -330,6 +392,22 @@ class _Unanswered:
             self._ids[request_id] = left
         if not self._ids:
             self._settled.set()
+
+    def noted(self, item: Any) -> Any:
+        """``item`` (a message the client sent), noted when it is a request, with a hook the SDK runs when that
+        request settles without an answer (stdio's messages carry no metadata of their own)."""
+        from mcp.shared.message import ServerMessageMetadata, SessionMessage
+        from mcp_types import JSONRPCRequest
+
+        message = getattr(item, "message", None)
+        if not isinstance(message, JSONRPCRequest) or getattr(item, "metadata", None) is not None:
+            return item
+        self.asked(message.id)
+
+        async def unanswered() -> None:
+            self.answered(message.id)
+
+        return SessionMessage(message, metadata=ServerMessageMetadata(on_request_unanswered=unanswered))
 
     async def settled(self) -> None:
         await self._settled.wait()
@@ -367,13 +445,15 @@ class _Answering:
     JSON allows a lone surrogate escape (``"\\ud800"``; JavaScript's ``JSON.stringify`` writes one for a
     broken string), which the SDK's parser refuses: over HTTP the client gets a parse error, but over stdio
     the refusal only reached the server's log, and the client waited for an answer that never came. Such a
-    request (still JSON to Python's parser, so its id is known) gets an error naming the character; anything
-    else passes through as the SDK gave it. With ``unanswered`` (``_Unanswered``), the end of input is reported only
-    once every request passed on has been answered.
+    request (still JSON to Python's parser, so its id is known) gets an error naming the character; with ``lines``
+    (``_Lines``), a request whose id is no string or integer, which the SDK took for a notification, gets one with a
+    null id (``_id_refusal``); anything else passes through as the SDK gave it. With ``unanswered``
+    (``_Unanswered``), the end of input is reported only once every request passed on has been answered.
     """
 
-    def __init__(self, inner: Any, write: Any, unanswered: _Unanswered | None = None) -> None:
-        self._inner, self._write, self._unanswered = inner, write, unanswered
+    def __init__(self, inner: Any, write: Any, unanswered: _Unanswered | None = None,
+                 lines: _Lines | None = None) -> None:
+        self._inner, self._write, self._unanswered, self._lines = inner, write, unanswered, lines
 
     @property
     def last_context(self) -> Any:  # the sender's context, which the SDK reads from its stream
@@ -387,11 +467,14 @@ class _Answering:
                 if self._unanswered is not None:
                     await self._unanswered.settled()
                 raise
-            replies = _refusals(item) if isinstance(item, Exception) else []
+            line = self._lines.taken() if self._lines is not None else None
+            if isinstance(item, Exception):
+                replies = _refusals(item)
+            else:
+                refused = _id_refusal(item, line)
+                replies = [refused] if refused is not None else []
             if not replies:
-                if self._unanswered is not None:
-                    _note(self._unanswered, getattr(item, "message", None))
-                return item
+                return self._unanswered.noted(item) if self._unanswered is not None else item
             for reply in replies:
                 await self._write.send(reply)
 
@@ -414,16 +497,27 @@ class _Answering:
         await self.aclose()
 
 
-def _note(unanswered: _Unanswered, message: Any) -> None:
-    """Note in ``unanswered`` a request the client sent, or forget one it cancelled (the SDK answers it no more)."""
-    from mcp_types import JSONRPCNotification, JSONRPCRequest
+def _id_refusal(item: Any, line: str | None) -> Any:
+    """The error answering a request whose id is neither a string nor an integer (``line``: what the client sent),
+    which the SDK read as a notification (``item``) and ran as one or dropped, so the client waited for good. JSON-RPC
+    answers an id it cannot use with ``"id": null``; nothing of the request is run. None for anything else."""
+    from mcp.shared.message import SessionMessage
+    from mcp_types import ErrorData, JSONRPCError, JSONRPCNotification
 
-    if isinstance(message, JSONRPCRequest):
-        unanswered.asked(message.id)
-    elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
-        request_id = (message.params or {}).get("requestId")
-        if _is_id(request_id):
-            unanswered.answered(request_id)
+    if line is None or not isinstance(getattr(item, "message", None), JSONRPCNotification) or '"' not in line:
+        return None
+    try:
+        sent = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(sent, dict) or "id" not in sent or _is_id(sent["id"]):
+        return None
+    named = shown(sent.get("method"))  # (a string: the SDK read a notification of it)
+    log.warning("refused request %s: its id is %s", named, json_kind(sent["id"]))
+    message = (f"The request {named} has {json_kind(sent['id'])} as its id: MCP takes a string or an integer as a "
+               "request's id (and no id at all on a notification). Send the request again with such an id. Nothing "
+               "was run or saved.")
+    return SessionMessage(JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=-32600, message=message)))
 
 
 #: How many requests of one batch line ``_refusals`` answers (each with an error): a line of a million is answered

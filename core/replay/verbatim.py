@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from core.prompt import AssembledPrompt, Fragment, shown_text
+from core.prompt import AssembledPrompt, Fragment, shown_with_notes
 from core.replay.record import CallRecord, CallReplay, ReplayInfo, TurnRecord, request_hash, with_facts_checked
 from core.tokens import count_message_tokens
 
@@ -68,10 +68,11 @@ def call_prompt(record: TurnRecord, call: CallRecord, tokenizer: "Tokenizer") ->
     for i, message in enumerate(messages):
         role = str(message.get("role") or ("tool" if message.get("type") == "function_call_output" else "assistant"))
         said = _text(message)
-        text = shown_text(message, said)  # (its images and files named; its tokens those of its text)
+        text, notes = shown_with_notes(message, said)  # (its images and files named; its tokens those of its text)
         kind = "system" if role in ("system", "developer") else "input" if i == last_user else "context"
         fragments.append(Fragment(index=len(fragments), role=role, text=text, source=source, kind=kind,
-                                  tokens=count_message_tokens(tokenizer, said), message_indexes=(i,)))
+                                  tokens=count_message_tokens(tokenizer, said), message_indexes=(i,),
+                                  part_notes=notes))
     tools = [dict(t) for t in call.tools]
     if tools:
         text = json.dumps(tools, ensure_ascii=False)

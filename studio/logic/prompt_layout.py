@@ -258,6 +258,7 @@ class FragmentRow:
     observation_record: str | None = None  # an observation block's record (its ``stored_ids`` are messages only)
     # How many of its stored messages the next turn first observes (``observed_first``): they leave the window.
     observed_first: int = 0
+    part_notes: tuple[tuple[int, int], ...] = ()  # where ``text`` names a part that is no text (``Fragment``'s)
 
     @property
     def text_label(self) -> str:
@@ -433,6 +434,7 @@ def _row(f: Fragment, total: int, stored: tuple[str, ...] | None = None, preview
         preview=text_preview(f.text) if preview is None else preview, text=f.text, created_at=f.created_at,
         color=source_color(f.source),
         detail=dict(f.detail), observation_record=observation_record_of(f),
+        part_notes=f.part_notes,
     )
 
 

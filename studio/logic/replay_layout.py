@@ -174,6 +174,7 @@ class StepRow:
     color: str
     observation_record: str | None = None  # an observation block's record (its ``stored_ids`` are messages only)
     source_before: str | None = None  # a changed fragment that came by another way before (``prompt_diff``)
+    part_notes: tuple[tuple[int, int], ...] = ()  # where ``text`` names a part that is no text (``Fragment``'s)
 
     @property
     def mark(self) -> str:
@@ -275,7 +276,7 @@ def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = (),
             f.tokens, f.text,
             fragment_preview(prompt, f), f.score, change.kind if change else None, change.reason if change else None,
             change.text_before if change else None, source_color(f.source), observation_record_of(f),
-            change.source_before if change else None))
+            change.source_before if change else None, f.part_notes))
     for rest in placed.values():
         rows.extend(_left_row(c) for c in rest)
     return rows

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import QEvent, QMimeData, QObject, Qt
@@ -113,8 +114,11 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self.bold = _fmt("#4FA3D9", bold=True)
         self.label = _fmt("#4FA3D9")
         self.placeholder = _fmt("#8A8F98", italic=True)
+        self.part_note_blocks: frozenset[int] = frozenset()  # (``CodeEditor.load``: upright, no Markdown)
 
     def highlightBlock(self, text: str) -> None:
+        if self.currentBlock().blockNumber() in self.part_note_blocks:
+            return  # (the editor shades it; a typed "[…]" is a grey italic placeholder)
         if self.HEADING.match(text):
             self.setFormat(0, len(text), self.heading)
             return
@@ -155,6 +159,20 @@ class ProseHighlighter(MarkdownHighlighter):
 
 
 
+#: What starts a new block when a ``QTextDocument`` takes plain text (``\u2028`` does not: a line break in a block).
+_BLOCK_BREAK = re.compile("\r\n|[\r\n\u2029]")
+#: What a pane says beside a viewer with part notes (``CodeEditor.load``).
+PART_NOTES_HINT = ("Shaded lines name a part of the message that is no text (an image, a file, audio): the model "
+                   "was sent the part itself. Text typed to look like one is not shaded.")
+
+
+def note_blocks(text: str, spans: Sequence[tuple[int, int]]) -> list[int]:
+    """The block (line) numbers of a viewer loaded with ``text`` that hold the part notes at ``spans``
+    (``Fragment.part_notes``: character ranges, each a whole line): counted as the document breaks lines, which a
+    carriage return or a paragraph separator in a message's text does too."""
+    return [len(_BLOCK_BREAK.findall(text, 0, start)) for start, _ in spans]
+
+
 INDENT = "  "  # what Tab inserts: the JSON the Studio formats is indented by two (``pretty_json``), as a Markdown list
 
 
@@ -178,6 +196,7 @@ class CodeEditor(QPlainTextEdit):
         self.setTabStopDistance(self.fontMetrics().horizontalAdvance(" ") * 2)
         self.setReadOnly(read_only)
         self.highlighter: QSyntaxHighlighter | None = None
+        self.part_note_blocks: list[int] = []  # the lines shaded as part notes (``load``)
         self.set_language(language)
 
     def set_language(self, language: str) -> None:
@@ -192,6 +211,8 @@ class CodeEditor(QPlainTextEdit):
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange and self.shows_marks and self.highlighter is not None:
             self.highlighter.rehighlight()  # the priority marks' colours follow the theme
+        if event.type() == QEvent.Type.PaletteChange and self.part_note_blocks:
+            self._shade(self.part_note_blocks)  # and the part notes' shade
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt's name
         if self.language not in ("json", "markdown"):
@@ -269,11 +290,42 @@ class CodeEditor(QPlainTextEdit):
         """A read-only viewer of model text ("prose") draws priority emoji as marks (``view_marks``)."""
         return self.isReadOnly() and self.language == "prose"
 
-    def load(self, text: str) -> None:
-        """Show freshly loaded data: not undoable (there is nothing of the user's to bring back)."""
+    def load(self, text: str, part_notes: Sequence[tuple[int, int]] = ()) -> None:
+        """Show freshly loaded data: not undoable (there is nothing of the user's to bring back). ``part_notes``
+        (a fragment's: ``note_blocks``) are shaded lines, so a note naming an image reads apart from text that
+        looks like one."""
         fit_wrap(self, text)  # (a 200,000-character run with no space held the UI thread seconds)
+        had, self.part_note_blocks = self.part_note_blocks, note_blocks(text, part_notes)
+        if isinstance(self.highlighter, MarkdownHighlighter):
+            self.highlighter.part_note_blocks = frozenset(self.part_note_blocks)
         self.setPlainText(view_marks(text) if self.shows_marks else text)
         self.document().setModified(False)
+        if had or self.part_note_blocks:  # (an editor's own marks, an error line, are left as they are)
+            self._shade(self.part_note_blocks)
+
+    def _shade(self, blocks: Sequence[int]) -> None:
+        """Part notes: in the link colour on a band a quarter of the selection colour, upright (the highlighter
+        leaves their lines alone; a typed "[…]" is a grey italic placeholder: ``MarkdownHighlighter.PLACEHOLDER``)."""
+        palette = self.palette()
+        base, accent = palette.base().color(), palette.highlight().color()
+        band = QColor(round(0.75 * base.red() + 0.25 * accent.red()),
+                      round(0.75 * base.green() + 0.25 * accent.green()),
+                      round(0.75 * base.blue() + 0.25 * accent.blue()))
+        fmt = QTextCharFormat()
+        fmt.setBackground(band)
+        fmt.setForeground(readable(palette.link().color(), band))
+        fmt.setProperty(QTextFormat.Property.FullWidthSelection, True)
+        selections = []
+        for number in blocks:
+            block = self.document().findBlockByNumber(number)
+            if not block.isValid():
+                continue
+            cursor = QTextCursor(block)
+            cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
+            sel = QTextEdit.ExtraSelection()
+            sel.format, sel.cursor = fmt, cursor
+            selections.append(sel)
+        self.setExtraSelections(selections)
 
     def text(self) -> str:
         """The text as loaded or edited (a viewer's marks back as the emoji they stand for)."""

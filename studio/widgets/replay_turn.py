@@ -59,7 +59,7 @@ from studio.logic.edit_marks import changed_since, edited_note, fragment_mark, s
 from studio.logic.row_match import same_fragment
 from studio.logic.short_ids import short_id
 from studio.replay_jobs import StepData
-from studio.widgets.code_editor import CodeEditor
+from studio.widgets.code_editor import PART_NOTES_HINT, CodeEditor
 from studio.widgets.diff_view import DiffView
 from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.fitted_label import FittedLabel
@@ -433,15 +433,17 @@ class TurnView(QSplitter):
         where = (f"From the observational-memory record {esc(rec.observation_record)}, not a stored message"
                  if rec.observation_record is not None else
                  f"From stored messages: {links}" if links else "Not from a stored message")
-        self.fragment_sources.setText(where + (f"<br><i>{esc(note)}</i>" if note else ""))
+        self.fragment_sources.setText(where + (f"<br><i>{esc(note)}</i>" if note else "")
+                                      + (f"<br><i>{esc(PART_NOTES_HINT)}</i>" if rec.part_notes else ""))
         if rec.change == "changed" and rec.text_before is not None:
             # A message that came another way names both ways, the only thing about it that changed.
             before, now = ((f" (from {rec.source_before})", f" (from {rec.source})") if rec.source_before else ("", ""))
             same = "The same text; only the way it reached the prompt changed.\n\n" \
                 if rec.source_before and rec.text_before == rec.text else ""
-            self.fragment_text.load(f"{same}— before{before} —\n{rec.text_before}\n\n— now{now} —\n{rec.text}")
+            head = f"{same}— before{before} —\n{rec.text_before}\n\n— now{now} —\n"
+            self.fragment_text.load(head + rec.text, [(a + len(head), b + len(head)) for a, b in rec.part_notes])
         else:
-            self.fragment_text.load(rec.text)
+            self.fragment_text.load(rec.text, rec.part_notes)
 
     def pin_target(self, row: int) -> PinTarget | None:
         rec, step = self.step_model.row_at(row), self._step

@@ -131,6 +131,38 @@ def test_earlier_messages_sent_to_a_new_thread_are_named_as_ignored(client, memo
     assert told["ignored"] == ["messages (3 earlier: the agent has no memory and is sent no history)"]
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_ids_a_turn_does_not_use_are_named_as_ignored_with_what_was_used(client, memory, streamed):
+    """``user`` beside a resource id (the resource id names the resource; ``user`` is OpenAI's end-user tag) and the
+    thread and conversation ids sent to an agent without memory were used for nothing, and the answer's ``ignored``
+    list and ``x-memory-ignored`` header named neither, though they name every other field not used."""
+
+    def ignored(model: str, **kwargs: Any) -> tuple[list[str], str | None]:
+        raw = client.chat.completions.with_raw_response.create(model=model, messages=[user("hi")], stream=streamed,
+                                                               **kwargs)
+        told = (next(c.model_extra["memory"] for c in raw.parse() if c.choices and c.choices[0].finish_reason)
+                if streamed else raw.parse().model_extra["memory"])
+        return told["ignored"], raw.headers.get("x-memory-ignored")
+
+    by_body = ignored("echo", user="end-user-7", metadata={"thread_id": f"t-{streamed}", "resource_id": "ada"},
+                      temperature=0.2)
+    expected = ["temperature", "user (metadata.resource_id names the resource)"]
+    assert by_body == (expected, ", ".join(expected))
+    assert memory.get_thread(f"t-{streamed}").resource_id == "ada"
+    by_header = ignored("echo", user="end-user-7", extra_headers={"x-resource-id": "ada"})
+    assert by_header == (["user (the x-resource-id header names the resource)"],
+                         "user (the x-resource-id header names the resource)")
+    # The user names the resource when nothing else does: it is used, so not named.
+    assert ignored("echo", user="ada") == ([], None)
+    no_memory = "the agent has no memory: no thread is read or stored"
+    expected = [f"metadata.thread_id ({no_memory})", f"x-thread-id header ({no_memory})"]
+    assert ignored("plain", metadata={"thread_id": "t9"}, extra_headers={"x-thread-id": "t9"}) == (
+        expected, ", ".join(expected))
+    assert ignored("plain", metadata={"conversation_id": "c1"}) == (
+        [f"metadata.conversation_id ({no_memory})"], f"metadata.conversation_id ({no_memory})")
+    assert memory.get_thread("t9") is None
+
+
 def test_thread_and_resource_from_headers_and_conversation_ids(client, memory):
     client.chat.completions.create(model="echo", messages=[user("via headers")],
                                    extra_headers={"x-thread-id": "th", "x-resource-id": "bob"})

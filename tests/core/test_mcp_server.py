@@ -2139,6 +2139,20 @@ def test_a_stdio_client_that_closes_its_write_end_gets_every_reply(tmp_path: Pat
             "and bread", "oat milk on Friday"]
 
 
+def _piped(db: Path, lines: list[Any]) -> list[Any]:
+    """What ``memory-studio mcp --resource ada`` answers to ``initialize``, ``notifications/initialized`` and
+    ``lines`` written to its standard input at once, which is then closed (``printf '…' | memory-studio mcp``); it
+    must exit 0."""
+    opening = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                   "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "piped", "version": "1"}}},
+               {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    done = subprocess.run([sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--resource", "ada"],
+                          input="".join(json.dumps(line) + "\n" for line in opening + lines), capture_output=True,
+                          text=True, encoding="utf-8", env=dict(os.environ), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
 def test_a_batch_over_stdio_gets_an_error_for_each_of_its_requests(tmp_path: Path) -> None:
     """A JSON-RPC batch (an array of requests on one line; MCP has none since 2025-06-18): the SDK dropped the line
     with a log record, so a client waited for the answers to its ids for good. Each request of it gets an error
@@ -2149,19 +2163,105 @@ def test_a_batch_over_stdio_gets_an_error_for_each_of_its_requests(tmp_path: Pat
                  "name": "remember", "arguments": {"text": "never stored", "thread": "t1"}}},
              {"jsonrpc": "2.0", "id": "b", "method": "ping"},
              {"jsonrpc": "2.0", "method": "notifications/initialized"}]
-    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                 "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "batch", "version": "1"}}},
-             {"jsonrpc": "2.0", "method": "notifications/initialized"}, batch, [],
-             {"jsonrpc": "2.0", "id": 3, "method": "ping"}]
-    done = subprocess.run([sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--resource", "ada"],
-                          input="".join(json.dumps(line) + "\n" for line in lines), capture_output=True, text=True,
-                          encoding="utf-8", env=dict(os.environ), timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    answers = [json.loads(line) for line in done.stdout.splitlines()]
-    assert [a["id"] for a in answers] == [1, 2, "b", 3], done.stdout
+    answers = _piped(db, [batch, [], {"jsonrpc": "2.0", "id": 3, "method": "ping"}])
+    assert [a["id"] for a in answers] == [1, 2, "b", 3], answers
     for refused in answers[1:3]:
         assert refused["error"]["code"] == -32600 and "no batches" in refused["error"]["message"]
         assert "Send each request on a line of its own. Nothing was run or saved." in refused["error"]["message"]
     assert answers[3]["result"] == {}
     with open_store(db, read_only=True) as store:
         assert Memory(store).get_thread("t1") is None  # the batch's remember never ran
+
+
+def test_a_stdio_request_whose_id_is_not_a_string_or_an_integer_is_answered_with_a_null_id(tmp_path: Path) -> None:
+    """A request whose id is a fraction, a boolean, an object, an array or null: the SDK read it as a notification
+    without an id (a tools/call of it was dropped with a log line), so the client waited for its answer for good.
+    Each is answered with -32600 and ``"id": null`` (JSON-RPC's answer to an id it cannot use), naming what came and
+    what to send; nothing of it runs, and the session goes on."""
+    db = tmp_path / "memory.db"
+    odd_ids: list[Any] = [1.5, True, {}, [], None]
+    answers = _piped(db, [*({"jsonrpc": "2.0", "id": odd, "method": "tools/call", "params": {
+        "name": "remember", "arguments": {"text": "never stored", "thread": "t1"}}} for odd in odd_ids),
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"}])
+    assert [a["id"] for a in answers] == [1, None, None, None, None, None, 3], answers
+    kinds = ["the number 1.5", "true", "an object (0 keys)", "an array (0 items)", "null"]
+    for refused, kind in zip(answers[1:6], kinds):
+        assert refused["error"]["code"] == -32600, refused
+        assert refused["error"]["message"] == (
+            f"The request 'tools/call' has {kind} as its id: MCP takes a string or an integer as a request's id (and "
+            "no id at all on a notification). Send the request again with such an id. Nothing was run or saved.")
+    assert answers[6]["result"] == {}
+    with open_store(db, read_only=True) as store:
+        assert Memory(store).get_thread("t1") is None  # none of them ran
+
+
+def test_a_cancelled_request_sharing_its_id_with_another_leaves_the_other_answered_at_end_of_input(
+        tmp_path: Path) -> None:
+    """The end-of-input wait counted a client's ``notifications/cancelled`` as the end of a request with that id.
+    Request 5 (a remember, held by a lock on the database) and a ping with id 5 (answered), then a cancel of 5 the
+    SDK applies to nothing (the ping was its in-flight 5): the wait ended at end of input and the session with it,
+    so the remember (saved) was never answered. And a cancel naming "7" for request 7 (the SDK cancels it: one id
+    to it) was counted for no request, so the server waited for good. Now the wait counts answers and the SDK's
+    own word that a request settled unanswered: the remember is answered, 7 is not, and the server exits."""
+    import queue
+    import sqlite3
+    import threading
+
+    db = tmp_path / "memory.db"
+    proc = subprocess.Popen([sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--resource", "ada"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            encoding="utf-8", env=dict(os.environ))
+    stdin, stdout = proc.stdin, proc.stdout
+    assert stdin is not None and stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True)
+    reader.start()
+
+    def send(message: dict[str, Any]) -> None:
+        stdin.write(json.dumps(message) + "\n")
+        stdin.flush()
+
+    def answer() -> Any:
+        try:  # a bound for a reply that never comes, not a timing assumption
+            return json.loads(lines.get(timeout=120))
+        except queue.Empty:
+            raise AssertionError("no answer") from None
+
+    def remember(request_id: int, text: str) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
+            "name": "remember", "arguments": {"text": text, "thread": "t1"}}}
+
+    def cancel(request_id: Any) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id}}
+
+    lock = None
+    try:
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "ids", "version": "1"}}})
+        send(remember(2, "the database is made"))
+        assert [answer()["id"], answer()["id"]] == [1, 2]
+        lock = sqlite3.connect(db, isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")  # every remember now waits for it
+        send(remember(5, "oat milk on Friday"))
+        send({"jsonrpc": "2.0", "id": 5, "method": "ping"})
+        assert answer() == {"jsonrpc": "2.0", "id": 5, "result": {}}
+        send(cancel(5))
+        send(remember(7, "never answered"))
+        send(cancel("7"))
+        send({"jsonrpc": "2.0", "id": 8, "method": "ping"})
+        assert answer()["id"] == 8  # (the cancels before it were read)
+        stdin.close()
+        lock.execute("ROLLBACK")
+        assert proc.wait(120) == 0
+    finally:
+        if lock is not None:
+            lock.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(120)  # (until the server's output ends)
+    rest = [json.loads(lines.get()) for _ in range(lines.qsize())]
+    assert [a["id"] for a in rest] == [5], rest
+    assert json.loads(rest[0]["result"]["content"][0]["text"])["thread"] == "t1"
+    with open_store(db, read_only=True) as store:
+        assert "oat milk on Friday" in [m.text for m in Memory(store).recall(thread_id="t1", per_page=False)]

@@ -367,6 +367,46 @@ def test_every_flag_the_docs_give_a_command_is_one_it_takes() -> None:
     assert ((), "--self-check") in checked and (("import",), "--with-configs") in checked
 
 
+def test_every_option_of_every_command_is_named_in_the_docs() -> None:
+    # The other way round from the test above: each option a subcommand's parser takes (``--help`` shows it) is named
+    # in README.md or DEPLOYMENT.md for that command, in a `memory-studio <command> …` line (code or inline), or in a
+    # paragraph (or a table) that names the command too; `--db` by the README's "Every command takes `--db`" (the
+    # test below holds that to the parsers), serve's by DEPLOYMENT's table of them (the test after this one).
+    # `prompt --no-recall`, `models --force`, `export --no-turns`, `import --no-index` and `test -q` were in none.
+    parsers = command_parsers()
+    docs = {doc: (ROOT / doc).read_text(encoding="utf-8") for doc in ("README.md", "docs/DEPLOYMENT.md")}
+    in_lines: set[tuple[tuple[str, ...], str]] = set()
+    for text in docs.values():
+        for snippet in code_blocks(text, "(?:sh|bash|console)") + re.findall(r"`(memory-studio [^`]+)`", text):
+            for line in snippet.replace("\\\n", " ").splitlines():
+                for match in re.finditer(r"memory-studio((?: (?!--)[a-z]+(?![\w./-]))*)((?: [^#]*)?)", line):
+                    path: tuple[str, ...] = ()
+                    for word in match.group(1).split():
+                        if path + (word,) in parsers:
+                            path += (word,)
+                    in_lines |= {(path, flag) for flag in re.findall(r"(?<![\w-])(--?[a-zA-Z][a-z-]*)", match.group(2))}
+    paragraphs = [p for text in docs.values() for p in text.split("\n\n")]
+
+    def in_a_paragraph(command: str, option: str) -> bool:
+        said = re.compile(rf"memory-studio {re.escape(command)}(?![\w-])|`{re.escape(command)}[` ]"
+                          rf"|(?<![\w-]){re.escape(command)} --")
+        return any(said.search(p) and re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", p) for p in paragraphs)
+
+    missing = []
+    for path, parser in parsers.items():
+        if not path or path == ("serve",):
+            continue
+        for action in parser._actions:
+            options = [o for o in action.option_strings if o not in ("-h", "--help")]
+            if not options or "--db" in options:
+                continue
+            if not any((path, o) in in_lines or in_a_paragraph(" ".join(path), o) for o in options):
+                missing.append(f"memory-studio {' '.join(path)} {'/'.join(options)}")
+    assert not missing, "options no doc names (README's command list, or DEPLOYMENT beside their command): " + \
+        ", ".join(missing)
+    assert (("test",), "-q") in in_lines and (("export",), "--no-turns") in in_lines  # (short options count too)
+
+
 def test_deployments_serve_table_lists_every_serve_flag() -> None:
     section = doc_section("docs/DEPLOYMENT.md", "Serving agents: `memory-studio serve`")
     table = section.split("| option | default | what it does |", 1)[1].split("\n\n", 1)[0]

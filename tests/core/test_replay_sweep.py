@@ -316,7 +316,9 @@ def test_a_gateway_turn_is_recorded_as_sent_and_the_client_is_told_which_setting
                                 "max_completion_tokens", "repetition_penalty", "user", "metadata"}
     assert_as_received(path, ["t-gw"], received)
     # Said to the client: in the body's "memory" object and a header, every request field the turn did not use.
-    not_used = ["messages (system prompt)", *sorted([*CLIENT_SETTINGS, *extra])]
+    # (``user`` beside metadata.resource_id is OpenAI's end-user tag: the resource id names the resource)
+    not_used = ["messages (system prompt)",
+                *sorted([*CLIENT_SETTINGS, *extra, "user (metadata.resource_id names the resource)"])]
     assert told["ignored"] == not_used
     assert raw.headers["x-memory-ignored"] == ", ".join(not_used)  # (a header carries each of these names)
     # ... and in the Studio, on the turn's trace (the Traces pane shows a run's attributes).
