@@ -271,6 +271,28 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH,
     return len(queued), gone
 
 
+def key_saved(conn: sa.Connection, docs: list[DocRow]) -> None:
+    """Write the docs of messages a save without semantic recall has just stored (``own_docs``: built from
+    the saved messages), in its write transaction, and take out the ``insert`` rows its trigger queued for
+    them: a search then finds them at once and has nothing pending to read around.
+
+    The rows go as a drain's would: for an ``insert`` of a message whose doc is keyed from its passage now,
+    that is all a drain does. Kept for a recall writer: an ``upsert`` (its drain checks that message's
+    vectors, ``RecallIndex.stale_vectors``) and every row of a message with a ``delete`` queued (deleted
+    and written again: the drain keys it again). These messages' queue rows are claimed first
+    (``claim_queued``), as a recall writer's are, so no drain writes their docs meanwhile; the rows this
+    save's trigger wrote are seen by no other transaction before they are gone."""
+    ids = list(dict.fromkeys(d[0] for d in docs))
+    if not ids:
+        return
+    claim_queued(conn, ids)
+    upsert_docs(conn, docs)
+    conn.exec_driver_sql(
+        f"DELETE FROM {QUEUE_TABLE} q WHERE q.message_id = ANY(CAST(? AS text[])) AND q.op = 'insert' "
+        f"AND NOT EXISTS (SELECT 1 FROM {QUEUE_TABLE} d WHERE d.message_id = q.message_id AND d.op = 'delete')",
+        (ids,))
+
+
 def search(
     conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int,
     context_weight: float | None = None, stats: TermStats | None = None, until: str | None = None,
@@ -392,6 +414,9 @@ class TsvectorKeywords:
               changed: "dict[str, passages.StoredPassage] | None" = None,
               touched: "dict[str, str | None] | None" = None) -> tuple[int, list[str]]:
         return drain_queue(conn, changed=changed, touched=touched)
+
+    def key_saved(self, conn: sa.Connection, docs: list[DocRow]) -> None:
+        key_saved(conn, docs)
 
     def has_pending(self, conn: sa.Connection) -> bool:
         if self.log is not None and self.log.sync(conn):
