@@ -22,7 +22,7 @@ from core.recall import passages
 from core.recall.backends import KeywordBackend
 from core.recall.index import keyword_backend
 from core.recall.passages import INDEXED_ROLES
-from core.recall.schema import RECALL_MIGRATIONS, count_and_previous
+from core.recall.schema import RECALL_MIGRATIONS, previous_sql, text_of_raw
 from core.recall.text import recall_text
 from core.recall.types import DocRow
 from core.storage import driver_sql, migrations
@@ -59,26 +59,52 @@ def _keywords_of(store: "Store", conn: sa.Connection) -> KeywordBackend | None:
     return keywords if keywords.available else None
 
 
+_SPANS_PER_STATEMENT = 100
+
+
+def _spans(conn: sa.Connection, spans: list[tuple[str, str, str, str]]) -> list[tuple[int, str]]:
+    """For each (thread, first createdAt, last createdAt, first message id): the messages of the thread stored
+    in that span (every role) and the stored text of the user/assistant message before the first one, as
+    ``schema.count_and_previous`` reads them, for every thread of a save in one statement (per 100)."""
+    out: list[tuple[int, str]] = []
+    previous = previous_sql(conn)
+    for start in range(0, len(spans), _SPANS_PER_STATEMENT):
+        part = spans[start:start + _SPANS_PER_STATEMENT]
+        sql = " UNION ALL ".join(
+            f'SELECT {i}, (SELECT count(*) FROM mastra_messages WHERE thread_id = ? AND "createdAt" >= ? '
+            f'AND "createdAt" <= ?), {previous}' for i in range(len(part)))
+        params = [v for thread_id, first, last, first_id in part for v in (thread_id, first, last, thread_id, first,
+                                                                         first, first_id)]
+        got = {int(r[0]): (int(r[1] or 0), text_of_raw(r[2]) if r[2] is not None else "")
+               for r in driver_sql.rows(conn, sql, params)}
+        out.extend(got[i] for i in range(len(part)))
+    return out
+
+
 def docs_of(conn: sa.Connection, saved: Sequence["Message"]) -> list[DocRow]:
     """The keyword doc of each saved message (an empty text for a role recall does not index, which removes
     a doc a re-save left), its context chained through the save as a recall writer chains a batch: per
-    thread in (createdAt, id) order, the first taking the stored user/assistant message before it; one
-    statement a thread (``count_and_previous``), and the stored contexts read instead when the thread's
+    thread in (createdAt, id) order, the first taking the stored user/assistant message before it (one
+    statement for the save's threads, ``_spans``), and the stored contexts read instead when the thread's
     span holds messages the save did not write (another writer's, or earlier ones it fell among)."""
     by_thread: dict[str, list["Message"]] = {}
     for m in saved:
         by_thread.setdefault(m.thread_id or "", []).append(m)
     docs: list[DocRow] = []
+    chained: list[tuple[str, list["Message"], list[str]]] = []
     for thread_id, msgs in by_thread.items():
-        msgs.sort(key=lambda m: (to_iso(m.created_at), m.id))
-        indexed = [m for m in msgs if m.role in INDEXED_ROLES]
-        if not indexed:
-            docs.extend((m.id, m.thread_id, m.resource_id, "", "") for m in msgs)
-            continue
-        first, last = to_iso(msgs[0].created_at), to_iso(msgs[-1].created_at)
-        stored, previous, _after = (count_and_previous(conn, thread_id, first, last, msgs[0].id, msgs[-1].id)
-                                    if thread_id else (len(msgs), "", None))
-        contexts = passages.contexts(conn, [m.id for m in indexed]) if stored != len(msgs) else None
+        keys = sorted(((to_iso(m.created_at), m.id), i) for i, m in enumerate(msgs))
+        ordered = [msgs[i] for _, i in keys]
+        if thread_id and any(m.role in INDEXED_ROLES for m in ordered):
+            chained.append((thread_id, ordered, [keys[0][0][0], keys[-1][0][0]]))
+        else:  # (no thread: nothing stored before; no indexed role: no doc)
+            chained.append(("", ordered, []))
+    spans = _spans(conn, [(t, span[0], span[1], msgs[0].id) for t, msgs, span in chained if span])
+    at = iter(spans)
+    for thread_id, msgs, span in chained:
+        stored, previous = next(at) if span else (len(msgs), "")
+        indexed = [m.id for m in msgs if m.role in INDEXED_ROLES]
+        contexts = passages.contexts(conn, indexed) if stored != len(msgs) else None
         for m in msgs:
             if m.role not in INDEXED_ROLES:
                 docs.append((m.id, m.thread_id, m.resource_id, "", ""))

@@ -136,6 +136,27 @@ def test_clones_and_forks_made_without_recall_are_keyword_found(store: Store) ->
     assert _docs_right(store, index)[1] == []
 
 
+def test_a_save_among_stored_messages_takes_their_texts_as_contexts(store: Store) -> None:
+    """A batch whose span holds a message it did not write (an earlier save's, another writer's): contexts are
+    the stored ones, not the batch's chain; the message after a new one keeps its doc (hash rules, as with
+    recall: `memory-studio reindex` re-keys it)."""
+    plain = Memory(store)
+
+    def at(mid: str, second: int, text: str) -> Message:
+        return Message.user(text, id=mid, thread_id="t", resource_id="sam", created_at=T0 + timedelta(seconds=second))
+
+    plain.save_messages([at("m1", 1, "apples"), at("m3", 3, "cherries"), at("m5", 5, "elderberries")])
+    plain.save_messages([at("m2", 2, "bananas"), at("m4", 4, "dates")])  # m3 lies among them
+    index = _index(store)
+    with store.db.read() as conn:
+        state = index.keywords.doc_state(conn, ["m2", "m4"])
+    from core.recall.text import passage_hash
+
+    assert state["m2"][0] == passage_hash("apples", "bananas") and state["m4"][0] == passage_hash("cherries", "dates")
+    assert _docs_right(store, index)[1] == ["m3", "m5"]  # (their previous messages came later)
+    assert index.backlog() == (None, set(), set())
+
+
 def test_a_re_save_is_keyed_with_its_text_now_and_keeps_its_queued_update_for_the_vectors(store: Store) -> None:
     recalled = Memory(store, MemoryOptions(semantic_recall=True), embedder=HashingEmbedder(32))
     first = Message.user("We rode to Lisbon by bicycle", id="m1", thread_id="t", resource_id="sam", created_at=T0)
