@@ -99,7 +99,10 @@ def test_a_save_without_recall_is_keyword_found_at_once_and_leaves_nothing_pendi
     assert set(counts.values()) == {1} and stale == []  # s2's doc holds s1 as its context
     # The vectors still wait for a writer with the model, and the playground says so.
     assert [m.id for m in index.unindexed(store.memory.get_messages(["s1", "s2"]))] == ["s1", "s2"]
-    why = explain_message(index, "s1", inspect_search(index, "staging mail server", resource_id="sam", top_k=5))
+    inspection = inspect_search(index, "staging mail server", resource_id="sam", top_k=5)
+    assert any(n.startswith(f"2 keyword matches have no vector from {index.model_id} yet") and "memory-studio reindex" in n
+               for n in inspection.notes), inspection.notes
+    why = explain_message(index, "s1", inspection)
     assert why.placements["keyword"].status == "hit"
     assert why.placements["vector"].status == "not-indexed"
     assert "saved while recall was off" in why.placements["vector"].why and "memory-studio reindex" in why.placements["vector"].why
