@@ -7,6 +7,7 @@ output when given (``--mastra``), so both are measured in the same hour:
 
     .venv/bin/python bench/storage.py [--messages 10000] [--mastra /tmp/mastra/out.json]
     .venv/bin/python bench/storage.py --save-only [--runs 3]   # just the batches-of-100 save path
+    .venv/bin/python bench/storage.py --save-only --no-keyword-index   # ... into a Mastra file not migrated
     .venv/bin/python bench/storage.py --where                  # where a save's time and bytes go, recall on / off
     .venv/bin/python bench/storage.py --layouts [--runs 11] [--only "as stored,doc in"]  # recall-on save, layout candidates
 
@@ -69,13 +70,14 @@ def save_batches(n: int, recall: bool, runs: int = 1) -> float:
     return save_rates(n, recall, runs)[0]
 
 
-def save_rates(n: int, recall: bool, runs: int = 1) -> tuple[float, float]:
+def save_rates(n: int, recall: bool, runs: int = 1, keyword_index: bool = True) -> tuple[float, float]:
     """``save_batches``'s (wall, CPU) medians: msgs/s by the clock and per second of this process's CPU
-    time. On a shared machine the wall rate says how busy it was; the CPU rate does not depend on it."""
+    time. On a shared machine the wall rate says how busy it was; the CPU rate does not depend on it.
+    ``keyword_index=False``: into a Mastra file not migrated (no keyword index, so a save keys no docs)."""
     walls, cpus = [], []
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as tmp:
-            store, memory = save_bench_memory(Path(tmp), recall)
+            store, memory = save_bench_memory(Path(tmp), recall, keyword_index)
             msgs = make_messages(n, "t")
             start, cpu = time.perf_counter(), time.process_time()
             for i in range(0, n, 100):
@@ -86,11 +88,22 @@ def save_rates(n: int, recall: bool, runs: int = 1) -> tuple[float, float]:
     return statistics.median(walls), statistics.median(cpus)
 
 
-def save_bench_memory(folder: Path, recall: bool) -> tuple[Any, Memory]:
+def save_bench_memory(folder: Path, recall: bool, keyword_index: bool = True) -> tuple[Any, Memory]:
     """A fresh database in ``folder`` with thread "t" of resource "bench", and a memory saving into it with
-    semantic recall on (the hashing embedder, so the model costs almost nothing) or off."""
+    semantic recall on (the hashing embedder, so the model costs almost nothing) or off. ``keyword_index=False``:
+    the file has Mastra's tables only and is not migrated (a Mastra file Memory Studio writes to)."""
     from core.embedding import HashingEmbedder
 
+    if not keyword_index:
+        import libsql_experimental as libsql
+
+        from core.storage.schema import MASTRA_MEMORY_DDL
+
+        raw = libsql.connect(str(folder / "bench.db"))
+        for ddl in MASTRA_MEMORY_DDL:
+            raw.execute(ddl)
+        raw.commit()
+        raw.close()
     store = open_store(folder / "bench.db")
     memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=recall),
                     embedder=HashingEmbedder(64) if recall else None)
@@ -264,6 +277,8 @@ def main() -> None:
     parser.add_argument("--mastra", type=Path, default=None, help="Mastra bench output (JSON) from the same hour")
     parser.add_argument("--save-only", action="store_true", help="only the batches-of-100 save, fresh db per run")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-keyword-index", action="store_true",
+                        help="with --save-only: into a Mastra file not migrated (a save without recall keys no docs)")
     parser.add_argument("--where", action="store_true", help="where a save's time and bytes go, recall on / off")
     parser.add_argument("--layouts", action="store_true", help="the recall-on save with each stored-layout candidate")
     parser.add_argument("--only", default="", help="with --layouts: the candidates whose names hold these words (comma-separated)")
@@ -276,8 +291,10 @@ def main() -> None:
         layouts(n, args.runs, args.only)
         return
     if args.save_only:
-        wall, cpu = save_rates(n, False, args.runs)
-        print(f"save, batches of 100, {n:,} messages, median of {args.runs}: {wall:,.0f} msgs/s ({cpu:,.0f} per CPU second)")
+        wall, cpu = save_rates(n, False, args.runs, keyword_index=not args.no_keyword_index)
+        into = ", into a Mastra file without the keyword index" if args.no_keyword_index else ""
+        print(f"save, batches of 100, {n:,} messages{into}, median of {args.runs}: {wall:,.0f} msgs/s "
+              f"({cpu:,.0f} per CPU second)")
         if args.mastra is not None:
             theirs = mastra_figures(args.mastra)
             line = f"Mastra (same hour) {theirs['batch100']:,.0f} msgs/s: x{wall / theirs['batch100']:.2f}"

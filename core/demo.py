@@ -269,10 +269,10 @@ def seed_demo(store: Store, *, progress: Callable[[int, int], None] | None = Non
         if resource not in report.resources:
             report.resources.append(resource)
         report.threads.append(thread)
-    # The memories without semantic recall (the notes agents) left their messages to the recall index's next
-    # writer (a trigger's queue on Postgres, past the watermark on libSQL): done now, so the database the command
-    # leaves has nothing pending, and a search does not say "some recent message changes are not keyword-indexed
-    # yet" of a demo just made (keyword docs only; those messages get vectors from `memory-studio reindex`).
+    # The memories without semantic recall (the notes agents) key their messages' keyword docs as they save
+    # (``core.recall.own_docs``); whatever else waits (a key that failed) is applied now, so the database the
+    # command leaves has nothing pending, and a search does not say "some recent message changes are not
+    # keyword-indexed yet" of a demo just made (keyword docs only; those messages get vectors from `memory-studio reindex`).
     index = chef_memory.recall_index
     if index is not None:
         left = index.sync_keywords(limit=10_000)

@@ -557,6 +557,12 @@ class Memory:
                     write.commit(conn)
             if staged is not None:
                 staged.commit(conn, saved)
+            elif not any(isinstance(w, SavedAwareWrite) and w.indexes_recall for w in _writes):
+                # No recall write for these messages: their keyword docs are keyed here (no model needed),
+                # so searches find them now instead of after the next save with recall (their vectors wait).
+                from core.recall.own_docs import key_saved
+
+                key_saved(self.store, conn, saved)
         if staged is not None:
             staged.finish()
         return saved

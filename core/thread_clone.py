@@ -103,6 +103,10 @@ def clone_thread(
                      thread_id=new_id_, resource_id=owner, id_map=id_map, now=iso_now(memory.clock))
         if staged is not None:
             staged.commit(conn, saved)
+        else:  # (no recall here: the copies' keyword docs, no model needed)
+            from core.recall.own_docs import key_saved
+
+            key_saved(store, conn, saved)
     if staged is not None:
         staged.finish()
     thread = memory.get_thread(new_id_)

@@ -278,9 +278,9 @@ class MemoryTools:
                             resource, thread, run, lambda r: {"hits": [h["messageId"] for h in r["results"]]}, caller)
 
     def _unindexed_note(self, owner: str, thread: str | None) -> str | None:
-        """Why a search found nothing when the searched messages are not in the recall index (saved by a
-        memory with semantic recall off, a Mastra agent without it): an empty answer alone reads as
-        "nothing was said about it"."""
+        """Why a search found nothing when the searched messages have no vector in the recall index (saved by
+        a memory with semantic recall off, a Mastra agent without it; their keyword docs are written by the
+        save, ``core.recall.own_docs``): an empty answer alone reads as "nothing was said about it"."""
         from core.recall import recall_text
         from core.recall.passages import INDEXED_ROLES
         from core.storage.memory_store import MessageQuery
@@ -308,10 +308,10 @@ class MemoryTools:
             return None
         where = f"thread {shown(thread)}" if thread is not None else "this user's threads"
         of = f"the newest {len(searchable):,} messages checked" if more else f"the {len(searchable)} messages"
-        return (f"{missing} of {of} in {where} are not in the recall index (saved while "
-                f"semantic recall was off), so search_memory cannot find them. Ask the user to run "
-                f"`memory-studio reindex --resource {owner}` on this database, then search again; meanwhile "
-                "read_thread reads them.")
+        return (f"{missing} of {of} in {where} have no vector in the recall index (saved while "
+                f"semantic recall was off), so search_memory finds them only by their words, not by meaning. Ask "
+                f"the user to run `memory-studio reindex --resource {owner}` on this database, then search again; "
+                "meanwhile read_thread reads them.")
 
     def list_threads(self, resource: str | None = None, cursor: str | None = None, *,
                      caller: Caller = ANYONE) -> dict[str, Any]:

@@ -32,6 +32,10 @@ class SavedAwareWrite:
     has just upserted, in the same transaction), so the write need not ask the database which of
     them are stored; everyone else calls ``commit(conn)``."""
 
+    # Whether it writes the saved messages' recall rows (``RecallRows``): a save without one keys their
+    # keyword docs itself (``core.recall.own_docs``).
+    indexes_recall = False
+
     def commit(self, conn: Any) -> None:
         raise NotImplementedError
 

@@ -286,6 +286,8 @@ class RecallRows(SavedAwareWrite):
     """A turn's recall rows (vectors, keyword documents), staged before its save and written in the save's
     transaction, under a savepoint: a failed index write is reported and never takes the save with it."""
 
+    indexes_recall = True
+
     def __init__(self, staged: "StagedIndex") -> None:
         self.staged = staged
 

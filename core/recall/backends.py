@@ -58,6 +58,10 @@ class KeywordBackend(Protocol):
         ``changed``: filled with the stored messages whose doc was rewritten for a queued change;
         ``touched``: with every message whose doc was written or dropped, and its resource (None: gone)."""
 
+    def key_saved(self, conn: sa.Connection, docs: list[DocRow]) -> None:
+        """Write the docs of messages a save without recall has just stored, in its transaction, so nothing
+        of theirs waits for a recall writer (the queue's updates and deletes still do)."""
+
     def has_pending(self, conn: sa.Connection) -> bool: ...
 
     def pending_changes(self, conn: sa.Connection) -> tuple[set[str], set[str] | None]:

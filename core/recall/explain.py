@@ -141,6 +141,7 @@ class Inspection:
     dropped_terms: list[str] = field(default_factory=list)
     vectors_in_scope: int = 0
     waiting: int = 0  # messages of the scope not keyword-indexed yet (new or edited since), besides ``notes``'
+    unembedded: int = 0  # keyword matches with no vector from this model (saved while recall was off), in ``notes``
     timings: dict[str, float] = field(default_factory=dict)  # ms: embed, search (everything else)
     qvec: Any = None  # the query vector, reused by ``explain_message``
     keyword_scoring: str = "BM25"  # what the keyword list's scores are: BM25 (libSQL) or ts_rank (Postgres)
@@ -300,6 +301,15 @@ def inspect_search(
     out.lists["keyword"] = _mark(
         [Candidate(i, r.message_id, r.thread_id, r.resource_id, r.score, cos_of.get(r.message_id), r.score)
          for i, r in enumerate(kw_ranked, start=1)], top_k, None, gone)
+    # Keyword matches without a vector from this model (a save without recall keys its messages' docs, only a
+    # writer with the model embeds them): found by their words only, which the banner says.
+    if done.qvec is not None:
+        n = out.unembedded = sum(1 for c in out.lists["keyword"] if c.vector_score is None and c.message_id not in gone)
+        if n:
+            out.notes.append(
+                f"{n} keyword match{'es' if n != 1 else ''} {'have' if n != 1 else 'has'} no vector from {index.model_id} "
+                f"yet (saved while semantic recall was off, or by another program): found by "
+                f"{'their' if n != 1 else 'its'} words only; `memory-studio reindex` embeds {'them' if n != 1 else 'it'}")
     combined = {f.message_id: f.score for f in done.fused}
     own = done.combined.own if done.combined is not None else {}
     out.lists["hybrid"] = _mark(

@@ -275,6 +275,44 @@ def drain_queue(
     return len(queued) + fresh_count, gone
 
 
+# The watermark and the rows inserted since, as the drain's part 1 reads them (the queue is not read).
+_FRESH_READ_SQL = (
+    f"SELECT (SELECT value FROM {STATE_TABLE} WHERE key = ?1), count(*), max(n.rowid), json_group_array(n.id) "
+    f"FROM (SELECT rowid, id FROM mastra_messages WHERE rowid > coalesce((SELECT value FROM {STATE_TABLE} "
+    "WHERE key = ?1), 0) ORDER BY rowid LIMIT ?2) n"
+)
+
+
+def key_saved(conn: sa.Connection, docs: list[DocRow], limit: int = DRAIN_BATCH) -> None:
+    """Write the docs of messages a save without semantic recall has just stored (``own_docs``: built from
+    the saved messages), in its write transaction, with the rows inserted since the watermark up to
+    ``limit`` besides them (any process's, keyed from storage as a drain keys them), and move the watermark
+    past those: a search then finds them at once and has nothing pending to read around.
+
+    The queue (updates and deletes) is left to a recall writer: its drain re-keys a queued update and
+    checks that message's vectors (``RecallIndex.stale_vectors``), which a save without the model cannot.
+    A message of the save that was stored already (a re-save) is keyed from its text now and keeps its
+    queued update. The drain's statements: one read of the new rows (a second, of their passages, only
+    for rows another writer left), one insert of the docs, the watermark."""
+    fresh_limit = limit + len(docs)
+    row = driver_sql.first(conn, _FRESH_READ_SQL, (FTS_WATERMARK, fresh_limit))
+    mark, count, newest, listed = (int(row[0] or 0), int(row[1] or 0), row[2], str(row[3])) if row else (0, 0, None, "[]")
+    if count and "\\u0000" in listed:  # an id with a NUL (another client's): read as the driver reads it
+        fresh_ids = [mid for _rowid, mid in driver_sql.rows(conn, _FRESH_SQL, (mark, fresh_limit))]
+    else:
+        fresh_ids = json.loads(listed) if count else []
+    own = {d[0] for d in docs}
+    others = [mid for mid in fresh_ids if mid not in own]
+    if others:
+        stored = passages.load(conn, others)
+        docs = [*docs, *((p.message_id, p.thread_id, p.resource_id, p.text if p.indexable else "", p.context)
+                         for p in stored.values())]
+    upsert_docs(conn, docs)
+    if newest is not None:
+        driver_sql.execute(conn, f"INSERT OR REPLACE INTO {STATE_TABLE} (key, value) VALUES (?, ?)",
+                           (FTS_WATERMARK, int(newest)))
+
+
 def select_terms(conn: sa.Connection, query: str, stats: TermStats | None,
                  terms: list[str] | None = None) -> tuple[list[str], list[str]]:
     """(the query's quoted terms to match, the very common ones dropped), whatever the backend.
@@ -387,6 +425,9 @@ class Fts5Keywords:
               changed: "dict[str, passages.StoredPassage] | None" = None,
               touched: "dict[str, str | None] | None" = None) -> tuple[int, list[str]]:
         return drain_queue(conn, indexed=indexed, changed=changed, touched=touched)
+
+    def key_saved(self, conn: sa.Connection, docs: list[DocRow]) -> None:
+        key_saved(conn, docs)
 
     def has_pending(self, conn: sa.Connection) -> bool:
         return has_pending(conn)

@@ -66,7 +66,11 @@ def fork_thread(
         store.memory.create_thread(thread_id=new_id_, resource_id=source.resource_id,
                                    title=title if title is not None else f"Fork of {source.title or thread_id}",
                                    metadata=meta, conn=conn)
-        store.memory.save_messages(copies, conn=conn)
+        saved = store.memory.save_messages(copies, conn=conn)
+        # The copies' keyword docs (no model needed; their vectors come from `memory-studio reindex`).
+        from core.recall.own_docs import key_saved
+
+        key_saved(store, conn, saved)
         for record in turn_records:
             records.write(conn, store, record)
         if carried is not None:

@@ -169,6 +169,7 @@ class Database:
     """One database file: an engine, its ownership and its migrations."""
 
     capabilities: ClassVar[Capabilities] = LIBSQL
+    migrations_run = 0  # ``migrate`` calls that ended in this process (what a check of the schema found may have moved)
     #: Why writes are refused when ``refuse_writes`` said so, or when the file's folder cannot be
     #: written (None: the usual read-only message); ``_refuse_as`` is the error that says it.
     refusal: str | None = None
@@ -653,6 +654,7 @@ class Database:
             done = migrations.apply(self.read, self.transaction, names)
         self.owned = True
         self._newer = None
+        self.migrations_run += 1
         return done
 
     def vacuum(self, progress: Callable[[str], None] | None = None) -> int:

@@ -590,7 +590,7 @@ class RecallPlaygroundPane(QWidget):
         resource = ins.resource_id or self.selection.resource_id
         if self.session.read_only or not view.migrated or not resource:
             return []
-        if not (ins.waiting or view.problem or ins.vectors_in_scope == 0):
+        if not (ins.waiting or view.problem or ins.vectors_in_scope == 0 or ins.unembedded):
             return []
         return [("Index This Resource…", lambda: self.request_command.emit("resource.index"))]
 

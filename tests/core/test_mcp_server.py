@@ -382,7 +382,7 @@ def test_a_search_that_finds_nothing_says_when_messages_are_not_indexed(tmp_path
 
     embedder = HashingEmbedder()
     with open_store(tmp_path / "memory.db") as store:
-        Memory(store, MemoryOptions(), embedder=embedder).save_messages([  # recall off: nothing indexed
+        Memory(store, MemoryOptions(), embedder=embedder).save_messages([  # recall off: keyword docs, no vectors
             Message.user("I'm allergic to peanuts", thread_id="groceries", resource_id="ada"),
             Message.assistant("Noted: no peanuts.", thread_id="groceries", resource_id="ada"),
             Message.user("Bob's own note about peanuts", thread_id="bob-t", resource_id="bob"),
@@ -391,16 +391,17 @@ def test_a_search_that_finds_nothing_says_when_messages_are_not_indexed(tmp_path
 
         async def search() -> list[Any]:
             async with Client(build_server(tools)) as client:
-                return [await client.call_tool("search_memory", {"query": "peanuts"}),
-                        await client.call_tool("search_memory", {"query": "peanuts", "thread": "groceries"})]
+                # (words the messages do not hold: their keyword docs, written by the save, do not match)
+                return [await client.call_tool("search_memory", {"query": "nutty allergen"}),
+                        await client.call_tool("search_memory", {"query": "nutty allergen", "thread": "groceries"})]
 
         before = [_data(r) for r in anyio.run(search)]
         reindex(store, embedder, resource_id="ada")
         after = [_data(r) for r in anyio.run(search)]
     assert [b["results"] for b in before] == [[], []]
-    assert before[0]["note"].startswith("2 of the 2 messages in this user's threads are not in the recall index")
+    assert before[0]["note"].startswith("2 of the 2 messages in this user's threads have no vector in the recall index")
     assert "memory-studio reindex --resource ada" in before[0]["note"]
-    assert before[1]["note"].startswith("2 of the 2 messages in thread 'groceries' are not in the recall index")
+    assert before[1]["note"].startswith("2 of the 2 messages in thread 'groceries' have no vector in the recall index")
     assert [r["text"] for r in after[0]["results"]][0] == "I'm allergic to peanuts"
     assert "note" not in after[0] and "note" not in after[1]
 
@@ -430,7 +431,7 @@ def test_a_search_that_finds_nothing_reads_only_the_newest_messages_for_its_note
         tools = MemoryTools(Memory(store, MemoryOptions(), embedder=HashingEmbedder()), Binding("ada"))
         answer = tools.search_memory("peanuts")
     assert answer["results"] == [] and answer["note"].startswith(
-        "3 of the newest 3 messages checked in this user's threads are not in the recall index")
+        "3 of the newest 3 messages checked in this user's threads have no vector in the recall index")
     assert sum(read) <= 3 + 2  # (one row more per thread read, to know whether more are left)
 
 

@@ -231,10 +231,11 @@ def test_the_demo_leaves_nothing_for_the_recall_index_to_do(db_path):
         assert found.reason is None and found.hits and all(h.thread_id == "sam-standup" for h in found.hits)
 
 
-def test_turns_with_recall_leave_no_queued_change_and_turns_without_leave_theirs_for_the_next(db_path):
+def test_turns_with_recall_and_saves_without_leave_no_queued_change(db_path):
     # On Postgres a trigger queues every message a save writes; a save with recall keys its own in the same
     # transaction and takes its queue rows out, so a fleet's turns leave nothing for searches to read around. A
-    # save without recall leaves its messages to the next recall write, which keys them.
+    # save without recall keys its messages' keyword docs too (no model needed; s37-backlog9): before, it left
+    # them to the next recall write, and every search meanwhile said they were not keyword-indexed yet.
     from core.agent import Agent
     from core.embedding import default_embedder
     from core.llm import ScriptedModel
@@ -246,8 +247,9 @@ def test_turns_with_recall_leave_no_queued_change_and_turns_without_leave_theirs
         agent.generate("I like tea", memory={"resource": "ada", "thread": "t1"})
         assert _queued(s) == 0 and recalled.recall_index.backlog() == (None, set(), set())
         Memory(s).save_messages([Message.user("Remind me about the dentist", thread_id="t2", resource_id="ada")])
-        reason, _gone, _updated = recalled.recall_index.backlog()
-        assert reason is not None and "not keyword-indexed yet" in reason
+        assert _queued(s) == 0 and recalled.recall_index.backlog() == (None, set(), set())
+        hits = recalled.search("dentist", resource_id="ada", mode="keyword", top_k=1)
+        assert hits and hits[0].thread_id == "t2"
         agent.generate("Anything else?", memory={"resource": "ada", "thread": "t1"})
         assert _queued(s) == 0 and recalled.recall_index.backlog() == (None, set(), set())
         hits = recalled.search("dentist", resource_id="ada", mode="keyword", top_k=1)

@@ -20,16 +20,22 @@ from .test_memory_edits_window import _dialog, _open
 RECALL = MemoryOptions(semantic_recall={"top_k": 3, "message_range": 0, "scope": "resource"})
 
 
-def _two_resources(path: Path, unindexed: int = 4) -> None:
-    """ada's messages saved with recall (hashing vectors: the database's model), bob's without."""
+def _two_resources(path: Path, unindexed: int = 4, by_memory: bool = False) -> None:
+    """ada's messages saved with recall (hashing vectors: the database's model), bob's without: written by
+    another program (below ``Memory``: no keyword docs either, they wait for a recall writer), or with
+    ``by_memory`` by a memory without recall (its saves key their keyword docs, s37-backlog9; no vectors)."""
     with open_store(path) as store:
         Memory(store, RECALL, embedder=HashingEmbedder(64)).save_messages(
             [Message.user("I am allergic to peanuts", thread_id="t-ada", resource_id="ada"),
              Message.assistant("Noted, no peanuts.", thread_id="t-ada", resource_id="ada")])
-        Memory(store).save_messages(
-            [(Message.user if i % 2 == 0 else Message.assistant)(f"bob's note {i} about the staging mail server",
-                                                                 thread_id="t-bob", resource_id="bob")
-             for i in range(unindexed)])
+        bobs = [(Message.user if i % 2 == 0 else Message.assistant)(f"bob's note {i} about the staging mail server",
+                                                                    thread_id="t-bob", resource_id="bob")
+                for i in range(unindexed)]
+        if by_memory:
+            Memory(store).save_messages(bobs)
+        else:
+            store.memory.create_thread(thread_id="t-bob", resource_id="bob")
+            store.memory.save_messages(bobs)
 
 
 def _vectors_of(path: Path, resource: str) -> int:
@@ -52,16 +58,22 @@ def _searched(qtbot: Any, window: Any) -> Any:
     return pane
 
 
+@pytest.mark.parametrize("writer", ["another program", "a memory without recall"])
 def test_the_playground_offers_indexing_an_unindexed_resource_and_the_command_indexes_it(
-        qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+        qtbot: Any, make_window: Any, tmp_path: Path, writer: str) -> None:
     db = tmp_path / "memory.db"
-    _two_resources(db)
+    _two_resources(db, by_memory=writer == "a memory without recall")
     assert _vectors_of(db, "bob") == 0 and _vectors_of(db, "ada") == 2
     window = _open(qtbot, make_window, db)
     pane = _searched(qtbot, window)
     assert pane.view.inspection.vectors_in_scope == 0
-    assert pane.view.inspection.empty_reason("hybrid") == (  # not "nothing found": nothing there is indexed
-        f"no messages indexed for resource bob with model {HashingEmbedder(64).model_id}")
+    if writer == "another program":
+        assert pane.view.inspection.empty_reason("hybrid") == (  # not "nothing found": nothing there is indexed
+            f"no messages indexed for resource bob with model {HashingEmbedder(64).model_id}")
+    else:  # found by the keyword docs its saves wrote, with no vector: indexing is still offered
+        hits = pane.view.inspection.hits("hybrid")
+        assert hits and all(c.vector_score is None for c in hits)
+        assert any("4 keyword matches have no vector from" in n for n in pane.view.inspection.notes)
     qtbot.waitUntil(lambda: pane.banner.isVisible(), timeout=5_000)
     assert [b.text() for b in pane.banner.buttons] == ["Index This Resource…"]
     assert _vectors_of(db, "bob") == 0  # the search itself wrote nothing

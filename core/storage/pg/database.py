@@ -222,6 +222,7 @@ class PgDatabase(Database):
             raise ours from None
         self.owned = True
         self._newer = None
+        self.migrations_run += 1
         return done
 
     def _reclaim(self, progress: Callable[[str], None] | None = None) -> int:
