@@ -8,7 +8,10 @@ keyword or hybrid search of any resource read around that backlog meanwhile. The
 a writer with the model (``memory-studio reindex``), as before.
 
 A database without the keyword index (a Mastra file not migrated) gets nothing: the check is made once per
-store and kept until a migration runs in this process (``Database.migrations_run``).
+store and kept until a migration runs in this process (``Database.migrations_run``). Nor does one whose keyword
+index holds no doc yet: no writer with recall has used it, so nothing searches it, and a plain save there costs
+what it did (the FTS5 insert would slow it ×0.55, issue 20 item 3d's save path); its messages wait for the first
+recall writer's drain, as before. The probe is one row's read a save until a doc exists, then none.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from core.recall.backends import KeywordBackend
 from core.recall.index import keyword_backend
 from core.recall.passages import INDEXED_ROLES
 from core.recall.schema import RECALL_MIGRATIONS, previous_sql, text_of_raw
+from core.recall.tables import DOCS_TABLE, FTS_TABLE
 from core.recall.text import recall_text
 from core.recall.types import DocRow
 from core.storage import driver_sql, migrations
@@ -38,12 +42,13 @@ _KEY = "recall-own-docs"
 
 
 class _Kept:
-    """What ``store.extensions`` keeps: the keyword backend to write with (None: no keyword index), and the
-    migration count it was found at."""
+    """What ``store.extensions`` keeps: the keyword backend to write with (None: no keyword index), the
+    migration count it was found at, and whether its index was seen holding a doc (``in_use``)."""
 
     def __init__(self, keywords: KeywordBackend | None, migrations_run: int) -> None:
         self.keywords = keywords
         self.migrations_run = migrations_run
+        self.in_use = False
 
     def close(self) -> None:
         """(Nothing held: ``Store.close`` calls every extension's.)"""
@@ -57,6 +62,12 @@ def _keywords_of(store: "Store", conn: sa.Connection) -> KeywordBackend | None:
     keywords = keyword_backend(store.capabilities, available=False)
     keywords.open(conn)
     return keywords if keywords.available else None
+
+
+def _has_docs(store: "Store", conn: sa.Connection) -> bool:
+    """Whether the keyword index holds a doc: a writer with semantic recall has used it."""
+    table = FTS_TABLE if store.capabilities.full_text == "fts5" else DOCS_TABLE
+    return driver_sql.first(conn, f"SELECT 1 FROM {table} LIMIT 1", ()) is not None
 
 
 _SPANS_PER_STATEMENT = 100
@@ -127,6 +138,10 @@ def key_saved(store: "Store", conn: sa.Connection, saved: Sequence["Message"]) -
         kept = store.extensions[_KEY] = _Kept(_keywords_of(store, conn), store.db.migrations_run)
     if kept.keywords is None:
         return
+    if not kept.in_use:
+        if not _has_docs(store, conn):
+            return  # (no recall writer has used this database's keyword index: it waits for the first one)
+        kept.in_use = True
     driver_sql.execute(conn, "SAVEPOINT recall_own_docs")
     try:
         kept.keywords.key_saved(conn, docs_of(conn, saved))

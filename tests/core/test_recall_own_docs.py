@@ -49,6 +49,13 @@ def _index(store: Store) -> RecallIndex:
     return RecallIndex.for_store(store, HashingEmbedder(32))
 
 
+def _used_by_recall(store: Store) -> None:
+    """A writer with semantic recall has used the keyword index (a doc of another resource's message): saves
+    without recall key their own docs from then on (``own_docs``: before, nothing searches the index)."""
+    Memory(store, MemoryOptions(semantic_recall=True), embedder=HashingEmbedder(32)).save_messages(
+        [Message.user("I like tea", id="ada-0", thread_id="ta", resource_id="ada")])
+
+
 def _queued(store: Store) -> list[tuple[str, str]]:
     with store.db.read() as conn:
         return [(r[0], r[1]) for r in conn.exec_driver_sql(f"SELECT message_id, op FROM {QUEUE_TABLE} ORDER BY seq")]
@@ -111,7 +118,28 @@ def test_a_save_without_recall_is_keyword_found_at_once_and_leaves_nothing_pendi
     assert _docs_right(store, index)[1] == [] and _queued(store) == []
 
 
+def test_a_keyword_index_no_recall_writer_has_used_costs_a_plain_save_nothing(store: Store) -> None:
+    """Until a writer with recall has put a doc in the keyword index, nothing searches it: a save without recall
+    writes no doc there (the FTS insert would cost a plain save about half its speed, issue 20 item 3d) and its
+    messages wait for the first recall writer's drain, as before; from then on such saves key their own docs."""
+    plain = Memory(store)
+    plain.save_messages([Message.user("The staging mail server is down", id="s1", thread_id="ts", resource_id="sam",
+                                      created_at=T0)])
+    index = _index(store)
+    counts, _stale = _docs_right(store, index)
+    assert counts == {"s1": 0}
+    reason = index.backlog()[0]
+    assert reason is not None and "not keyword-indexed yet" in reason
+    _used_by_recall(store)  # (its save drains what waited)
+    assert index.backlog() == (None, set(), set()) and _found(index, "staging mail", "keyword") == (["s1"], None)
+    plain.save_messages([Message.user("Priya has the access keys", id="s2", thread_id="ts", resource_id="sam",
+                                      created_at=T0 + timedelta(seconds=1))])
+    assert index.backlog() == (None, set(), set()) and _found(index, "Priya keys", "keyword") == (["s2"], None)
+    assert _docs_right(store, index) == ({"ada-0": 1, "s1": 1, "s2": 1}, [])
+
+
 def test_an_agent_turn_without_recall_is_keyword_found_at_once(store: Store) -> None:
+    _used_by_recall(store)
     from core.agent import Agent
     from core.llm import ScriptedModel
 
@@ -126,6 +154,7 @@ def test_an_agent_turn_without_recall_is_keyword_found_at_once(store: Store) -> 
 
 
 def test_clones_and_forks_made_without_recall_are_keyword_found(store: Store) -> None:
+    _used_by_recall(store)
     memory = Memory(store)
     memory.save_messages([Message.user(f"Note {i}: the lighthouse keeper", id=f"n{i}", thread_id="t", resource_id="sam",
                                        created_at=T0 + timedelta(seconds=i)) for i in range(3)])
@@ -143,6 +172,7 @@ def test_a_save_among_stored_messages_takes_their_texts_as_contexts(store: Store
     """A batch whose span holds a message it did not write (an earlier save's, another writer's): contexts are
     the stored ones, not the batch's chain; the message after a new one keeps its doc (hash rules, as with
     recall: `memory-studio reindex` re-keys it)."""
+    _used_by_recall(store)
     plain = Memory(store)
 
     def at(mid: str, second: int, text: str) -> Message:
@@ -182,6 +212,7 @@ def test_a_re_save_is_keyed_with_its_text_now_and_keeps_its_queued_update_for_th
 
 
 def test_edits_and_deletes_without_recall_leave_the_docs_to_the_hash_rules(store: Store) -> None:
+    _used_by_recall(store)
     plain = Memory(store)
     plain.save_messages([
         Message.user("We rode to Lisbon by bicycle", id="e1", thread_id="t", resource_id="sam", created_at=T0),
@@ -206,12 +237,13 @@ def test_edits_and_deletes_without_recall_leave_the_docs_to_the_hash_rules(store
     assert _found(index, "train Porto", "keyword")[0][:1] == ["e1"]
     assert "e1" not in _found(index, "Lisbon bicycle", "keyword")[0]
     counts, stale = _docs_right(store, index)
-    assert counts == {"e1": 1, "e2": 1, "e4": 1} and stale == ["e2"]  # (e2's context: e1's old text, hash rules)
+    assert counts == {"ada-0": 1, "e1": 1, "e2": 1, "e4": 1} and stale == ["e2"]  # (e2's context: e1's old text, hash rules)
 
 
 def test_rows_another_program_wrote_wait_as_before_and_the_reason_says_so(store: Store) -> None:
     """Rows saved below ``Memory`` (another program): on libSQL past the watermark, which the next save of any
     memory keys (as a drain does); on Postgres in the queue, which only a recall writer's drain applies."""
+    _used_by_recall(store)
     store.memory.create_thread(thread_id="o", resource_id="other")
     store.memory.save_messages([Message.user("an orchard of plum trees", id="o1", thread_id="o", resource_id="other")])
     index = _index(store)
