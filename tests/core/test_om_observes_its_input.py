@@ -446,3 +446,27 @@ def test_a_serve_process_retried_by_the_openai_client_stores_and_observes_the_in
         assert stored[2].id in record.observed_message_ids
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_through_the_gateway_a_reply_too_large_says_the_observed_input_was_stored(
+        store: Any, gateway: Any, streamed: bool) -> None:
+    """A reply over the memory's message size limit is refused at the save. The gateway said "the turn was not
+    saved, your message neither" while the input was stored with its observation (found by s37-trust8)."""
+    memory = Memory(store, MemoryOptions(last_messages=10, max_message_bytes=10_000, observational_memory={
+        "message_tokens": 1, "buffer_tokens": False, "observation_tokens": 100_000}),
+        tokenizer=EstimatingTokenizer(), clock=FixedClock(START, step_ms=1000),
+        observer_model=ScriptedModel(lambda _m, _t: FACT.format(n=1), name="observer"))
+    agent = Agent("om", instructions="Talk.", model=ScriptedModel(lambda _m, _t: "y" * 20_000, name="actor"),
+                  memory=memory, tracer=False)
+    client = gateway(agent)
+    with pytest.raises(openai.APIError) as refused:
+        made = client.chat.completions.create(model="om", messages=[{"role": "user", "content": "Turn 0: hello"}],
+                                              metadata={"thread_id": "w", "resource_id": "ada"}, stream=streamed)
+        if streamed:
+            for _ in made:
+                pass
+    said = refused.value.message
+    assert "the reply was not saved" in said and "your message was, with the observation" in said, said
+    stored = memory.recall(thread_id="w", per_page=False).messages
+    assert [m.text for m in stored] == ["Turn 0: hello"]

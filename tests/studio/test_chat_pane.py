@@ -322,7 +322,8 @@ def test_stop_while_the_observer_runs_in_the_turn_cuts_it_and_writes_nothing(qtb
 
 def test_while_the_observer_runs_before_the_reply_the_pane_says_so_not_that_it_waits_for_the_model(
         qtbot, pane, session):
-    """Observational memory observes 4 unobserved messages in the turn before the model is asked: while the
+    """Observational memory observes 4 unobserved messages and the message sent (synchronous observation takes the
+    input of the turn that crosses the threshold, as Mastra does) in the turn before the model is asked: while the
     observer's call is held, the transcript and the status line say that (before: "waiting for the model…",
     as if the model were slow); once the model is asked they say so, and the turn ends as any other."""
     def answer(messages, _tools):
@@ -343,9 +344,9 @@ def test_while_the_observer_runs_before_the_reply_the_pane_says_so_not_that_it_w
             assert server.chat_requests()[0]["messages"][0]["content"] == OBSERVER_SYSTEM_PROMPT
             qtbot.waitUntil(lambda: "observing" in pane.transcript_text(), timeout=10_000)
             shown = pane.transcript_text()
-            assert "observational memory is observing 4 unobserved messages" in shown, shown
+            assert "observational memory is observing 5 unobserved messages" in shown, shown
             assert "waiting for the model" not in shown
-            assert pane.status.text().startswith("Observational memory is observing 4 unobserved messages")
+            assert pane.status.text().startswith("Observational memory is observing 5 unobserved messages")
             with qtbot.waitSignal(pane.turn_finished, timeout=60_000) as blocker:
                 server.release()
         finally:
