@@ -62,8 +62,9 @@ def waiting(entries: list[Entry], what: str) -> list[Entry]:
 def failed(entries: list[Entry], turn_id: str, why: str, *, stored: str | None = None) -> list[Entry]:
     """The entries of a failed turn stay visible, marked as not saved; ``stored``: the id of its message when that
     was stored all the same (observational memory stores a message it observes before the model is asked)."""
-    return [replace(e, state="failed", note=why) if e.turn_id == turn_id and e.state != "stored" and e.id != stored
-            else e for e in entries]
+    return [replace(e, state="failed", note=why)
+            if e.turn_id == turn_id and e.state != "stored" and (stored is None or e.id != stored) else e
+            for e in entries]
 
 
 def transcript_html(entries: Sequence[Entry], *, busy: bool = False) -> str:

@@ -344,3 +344,8 @@ def test_a_turn_that_fails_after_its_message_was_observed_and_stored_says_it_was
     assert "http://h/v1" in what and "Nothing of this turn was saved" not in todo
     assert todo.endswith(chat_runner.KEPT)
     store.close()
+    # The transcript: the stored message is not marked "not saved"; the reply is.
+    sent = [chat_layout.Entry("user", "When do we ship?", "u-9", "u-9", "streaming"),
+            chat_layout.Entry("assistant", "", "u-9", None, "streaming")]
+    assert [e.state for e in chat_layout.failed(sent, "u-9", "not saved", stored="u-9")] == ["streaming", "failed"]
+    assert [e.state for e in chat_layout.failed(sent, "u-9", "not saved")] == ["failed", "failed"]
