@@ -389,7 +389,10 @@ def run_turn(
             failure = _stopped(model, getattr(exc, "during", None), waiting=getattr(exc, "waiting", False))
         if _input_stored(mem, request):
             if request.new_thread:
-                _name_new_thread(mem, request)
+                try:
+                    _name_new_thread(mem, request)
+                except Exception:  # (the turn's own error is the one to report)
+                    logger.warning("naming thread %s failed", request.thread_id, exc_info=True)
             raise InputKept(failure) from exc
         if failure is exc:
             raise
@@ -470,7 +473,7 @@ def _input_stored(mem: Memory, request: ChatRequest) -> bool:
         return bool(mem.store.memory.get_messages([request.input_id]))
     except Exception:  # (the turn's own error is the one to report)
         logger.warning("reading whether the failed turn's message %s was stored failed", request.input_id,
-                    exc_info=True)
+                       exc_info=True)
         return False
 
 
