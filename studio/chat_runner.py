@@ -90,6 +90,23 @@ class TurnStopped(ModelError):
     waiting: bool = False  # the turn waited for ``during`` running in the background (it goes on)
 
 
+class InputKept(Exception):
+    """A turn that failed (or was stopped) after its message was stored: synchronous observational memory stores
+    the message it observes, with that observation, before the model is asked (as Mastra does), and keeps both;
+    a retry of the same message in that thread is taken as the stored one. ``error``: what ended the turn."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+#: What a failure says of what was saved when the turn's message was stored all the same (``InputKept``).
+KEPT = ("Your message was stored all the same, with the observation observational memory made of it before the "
+        "model was asked; nothing of the reply was saved. Send it again in this thread to retry: it is not stored "
+        "or observed twice.")
+NOTHING = "Nothing of this turn was saved."
+
+
 def turn_stop() -> CallStop:
     """The stop of one playground turn: a person waits, so a hosted API's call is cut at once too."""
     return CallStop(hosted_too=True)
@@ -365,11 +382,21 @@ def run_turn(
                     tools([event.tool_name])
                 elif event.kind == "finish":
                     result = event.result
-    except ModelError as exc:
-        if stop is not None and stop.stopped and not isinstance(exc, TurnStopped):
+    except Exception as exc:
+        failure: BaseException = exc
+        if isinstance(exc, ModelError) and stop is not None and stop.stopped and not isinstance(exc, TurnStopped):
             # The call its Stop cut short (CallStopped, or a delegation's), or the observer it ran first.
-            raise _stopped(model, getattr(exc, "during", None), waiting=getattr(exc, "waiting", False)) from exc
-        raise
+            failure = _stopped(model, getattr(exc, "during", None), waiting=getattr(exc, "waiting", False))
+        if _input_stored(mem, request):
+            if request.new_thread:
+                try:
+                    _name_new_thread(mem, request)
+                except Exception:  # (the turn's own error is the one to report)
+                    logger.warning("naming thread %s failed", request.thread_id, exc_info=True)
+            raise InputKept(failure) from exc
+        if failure is exc:
+            raise
+        raise failure from exc
     assert result is not None  # a stream that ends without ``finish`` raised the turn's error
     if request.new_thread:
         _name_new_thread(mem, request)
@@ -440,6 +467,16 @@ def _stopped(model: ChatModel, during: str | None = None, *, waiting: bool = Fal
     return said
 
 
+def _input_stored(mem: Memory, request: ChatRequest) -> bool:
+    """Whether the failed turn's message is stored (``InputKept``); a read that fails says no (as before)."""
+    try:
+        return bool(mem.store.memory.get_messages([request.input_id]))
+    except Exception:  # (the turn's own error is the one to report)
+        logger.warning("reading whether the failed turn's message %s was stored failed", request.input_id,
+                       exc_info=True)
+        return False
+
+
 def _name_new_thread(mem: Memory, request: ChatRequest) -> None:
     """A thread the playground started gets its first words as a title (only after the turn was saved)."""
     thread = mem.get_thread(request.thread_id)
@@ -454,19 +491,24 @@ def _name_new_thread(mem: Memory, request: ChatRequest) -> None:
 
 
 def model_problem(exc: BaseException) -> tuple[str, str]:
-    """(what happened, what to do) for an error of a chat turn, in the user's words."""
+    """(what happened, what to do) for an error of a chat turn, in the user's words; an ``InputKept`` says that
+    the message was stored all the same (``KEPT``)."""
+    kept = isinstance(exc, InputKept)
+    if isinstance(exc, InputKept):
+        exc = exc.error
+    saved = KEPT if kept else NOTHING
+    retry = "" if kept else " Send the message again to retry."
     if isinstance(exc, TurnStopped):
         if exc.during and exc.waiting:
             # Past block_after the turn waited for the background observer (or reflector), which goes on.
             return (f"You stopped the turn while it waited for observational memory's background {exc.during}.",
-                    f"Nothing of this turn was saved. The background {exc.during} goes on; what it writes is used "
-                    "by the next turn. Send the message again to retry.")
+                    f"{saved} The background {exc.during} goes on; what it writes is used by the next turn.{retry}")
         if exc.during:
             # Observational memory observed (or reflected) in the turn, before its model was asked.
             return (f"You stopped the turn while observational memory's {exc.during} was running.",
-                    "Nothing of this turn was saved, and no observation was written: the messages stay "
-                    "unobserved and are observed again at the next turn. Send the message again to retry.")
-        return "You stopped the reply.", "Nothing of this turn was saved. Send the message again to retry."
+                    KEPT if kept else "Nothing of this turn was saved, and no observation was written: the messages "
+                    "stay unobserved and are observed again at the next turn. Send the message again to retry.")
+        return "You stopped the reply.", f"{saved}{retry}"
     if isinstance(exc, ModelError):
         where = f" at {exc.endpoint}" if exc.endpoint else ""
         status = exc.status
@@ -485,15 +527,14 @@ def model_problem(exc: BaseException) -> tuple[str, str]:
             # for a server that took the request and dropped it).
             todo = (f"{exc.hint[:1].upper()}{exc.hint[1:]}; or pick another model. "
                     "Test Connection in File > Preferences… tries the server.")
-            return (f"The model {exc.model_id} failed{where}: {exc.without_hint}",
-                    f"{todo} Nothing of this turn was saved.")
+            return f"The model {exc.model_id} failed{where}: {exc.without_hint}", f"{todo} {saved}"
         elif status is None and exc.endpoint:
             todo = (f"Check that the server{where} is running and reachable, or pick another model; "
                     "Test Connection in File > Preferences… tries it.")
         else:
             todo = "Try again, or pick another model in the Model list (File > Preferences… configures them)."
-        return f"The model {exc.model_id} failed{where}: {exc}", f"{todo} Nothing of this turn was saved."
-    return f"{type(exc).__name__}: {exc}", "Nothing of this turn was saved. Fix the cause above and send again."
+        return f"The model {exc.model_id} failed{where}: {exc}", f"{todo} {saved}"
+    return f"{type(exc).__name__}: {exc}", f"{saved}{'' if kept else ' Fix the cause above and send again.'}"
 
 
 def recent_turn_links(rows: Sequence[Any]) -> Mapping[str, str]:

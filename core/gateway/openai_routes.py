@@ -217,7 +217,7 @@ def _timed_turn(agent: Agent, turn: Turn, kept: KeptTurn | None = None,
     try:
         result = run_turn(agent, turn, kept, stop)
     except MessageTooLargeError as exc:
-        raise reply_too_large(exc, turn) from exc
+        raise reply_too_large(exc, turn, agent) from exc
     return result, (time.perf_counter() - start) * 1000, turn
 
 
@@ -408,6 +408,16 @@ async def client_gone(stop: CallStop, reason: str, gateway: Gateway, claim: Clai
     await anyio.to_thread.run_sync(gateway.keeper.release, claim, limiter=gateway.memory_limiter)
 
 
+def _message_stored(agent: Agent, turn: Turn) -> bool:
+    """Whether the failed turn's own message is stored (``reply_too_large``); a read that fails says no."""
+    try:
+        memory = resolve_memory(agent.memory, turn.request_context()) if agent.memory is not None else None
+        return memory is not None and bool(memory.store.memory.get_messages([turn.message.id]))
+    except Exception:  # noqa: BLE001 - the turn's own error is the one to report
+        log.warning("reading whether message %s was stored failed", turn.message.id, exc_info=True)
+        return False
+
+
 def client_left(turn: Turn, stop: CallStop, *, stored: bool) -> None:
     """The log line of a turn whose client left before its answer (the trace's spans say it too)."""
     where = f"agent {turn.agent!r}, thread {turn.thread_id!r}, resource {turn.resource_id!r}"
@@ -431,19 +441,24 @@ def sweep_task(gateway: Gateway, claim: Claim | None) -> BackgroundTask | None:
     return BackgroundTask(sweep)
 
 
-def reply_too_large(exc: MessageTooLargeError, turn: Turn) -> Exception:
+def reply_too_large(exc: MessageTooLargeError, turn: Turn, agent: Agent) -> Exception:
     """The error a client gets for a turn refused by the message size limit.
 
     The client's own message over the limit is its mistake (413, as ``classify`` says). Any other message
     of the turn is the agent's reply (its text, tool calls and results): the request was small, so "shorten
-    it" would mislead. That is the agent's failure (502, like a model's), and the turn was not saved.
+    it" would mislead. That is the agent's failure (502, like a model's), and the reply was not saved; the
+    client's message neither, unless synchronous observational memory stored it with its observation before
+    the model was asked (then it says so: sent again, it is not stored twice).
     """
     if exc.message_id == turn.message.id:
         return exc
+    yours = ("your message was, with the observation observational memory made of it before the model was asked "
+             "(sent again to this thread, it is not stored or observed twice)" if _message_stored(agent, turn)
+             else "your message neither")
     return GatewayError(
         502, f"The agent's reply is {exc.size:,} bytes as stored (its text, tool calls and tool results), over "
-        f"this memory's limit of {exc.limit:,} bytes per message, so the turn was not saved, your message "
-        "neither. Ask for a shorter answer; the gateway's operator can cap replies (the agent's model setting "
+        f"this memory's limit of {exc.limit:,} bytes per message, so the reply was not saved; {yours}. Ask for a "
+        "shorter answer; the gateway's operator can cap replies (the agent's model setting "
         "max_tokens, or --max-tokens) or raise MemoryOptions(max_message_bytes=...).",
         # Not sent again by the client's SDK on its own: the same prompt tends to the same reply, and the
         # turn's tools, which ran, would run again.
@@ -638,7 +653,7 @@ class TurnStream(Response):
                 client_left(self.turn, self.stop, stored=False)
                 return
             if isinstance(exc, MessageTooLargeError):
-                exc = reply_too_large(exc, self.turn)
+                exc = reply_too_large(exc, self.turn, self.agent)
             if claim is not None and not settled:
                 self.gateway.keeper.fail(claim, exc)
                 settled = True

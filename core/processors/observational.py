@@ -287,12 +287,22 @@ class ObservationalMemory(BaseProcessor):
     def _store_inputs(self, ctx: ProcessorContext, batch: list[Message], inputs: list[Message]) -> list[Message]:
         """Store the turn's inputs in ``batch`` (just observed, about to be committed; removed from ``inputs``), the
         turn's own input messages replaced by the stored copies (a stamp may move after the thread's newest
-        message). ``batch`` as stored."""
+        message). ``batch`` as stored. With semantic recall on, the input is indexed in the same transaction: it is
+        stored whatever the model call does next, and the turn's own indexing takes only what its save stores."""
         given = {m.id for m in inputs}
         mine = [m for m in batch if m.id in given]
         if not mine:
             return batch
-        saved = {m.id: m for m in ctx.services.save_messages(mine)}
+        rows = self._recall_rows(ctx, mine)
+        saved = {m.id: m for m in (ctx.services.save_messages(mine, writes=[rows]) if rows is not None
+                                   else ctx.services.save_messages(mine))}
+        if rows is not None:
+            try:
+                report = rows.staged.finish()
+                ctx.note(self.id, inputIndexed=len(report.indexed), inputIndexFailed=dict(report.failed))
+            except Exception as exc:  # indexing must never fail the turn (``reindex`` embeds it later)
+                log.warning("indexing the input of thread %s for recall failed", ctx.request.thread_id, exc_info=True)
+                ctx.note(self.id, inputIndexFailed={"*": f"{type(exc).__name__}: {exc}"})
         for msg in saved.values():
             entry = ctx.messages.entry(msg.id)
             ctx.messages.remove([msg.id])
@@ -301,6 +311,21 @@ class ObservationalMemory(BaseProcessor):
         state = ctx.notes.get(self.id, {})
         ctx.note(self.id, inputStored=[*state.get("inputStored", ()), *saved.keys()])
         return [saved.get(m.id, m) for m in batch]
+
+    def _recall_rows(self, ctx: ProcessorContext, messages: list[Message]) -> Any:
+        """The recall rows of inputs stored before the model call (``RecallRows``), or None: recall off, no index,
+        or staging failed (said; ``reindex`` embeds them later)."""
+        index = ctx.services.recall_index
+        if not ctx.request.options.semantic_recall.enabled or index is None:
+            return None
+        from core.processors.semantic_recall import RecallRows, stage_turn
+
+        try:
+            return RecallRows(stage_turn(index, messages, ctx.request.resource_id))
+        except Exception as exc:  # indexing must never fail the turn
+            log.warning("indexing the input of thread %s for recall failed", ctx.request.thread_id, exc_info=True)
+            ctx.note(self.id, inputIndexFailed={"*": f"{type(exc).__name__}: {exc}"})
+            return None
 
     def _kept_replies(self, ctx: ProcessorContext, turn: _Turn) -> list[Message]:
         """The messages Mastra 1.71 keeps raw in the prompt of a turn that observes them: the reply of an earlier

@@ -244,15 +244,7 @@ class SemanticRecall(BaseProcessor):
         # (``RecallRows``), so what a turn saved is indexed even if its process dies right after the save
         # (a separate write after it left such messages out of recall until a ``reindex``).
         try:
-            new = [m for m in ctx.messages.new_messages() if m.role in ("user", "assistant")]
-            if req.resource_id:
-                new = [m if m.resource_id else m.copy(resource_id=req.resource_id) for m in new]
-            prepared = []
-            for m in new:  # as the save stores them: working-memory tool traffic hidden
-                content = hide_working_memory(m.content)
-                if content is not None:
-                    prepared.append(m if content is m.content else m.copy(content=content))
-            staged = index.stage(prepared)
+            staged = stage_turn(index, ctx.messages.new_messages(), req.resource_id)
         except Exception as exc:  # indexing must never fail the turn
             log.warning("indexing the turn of thread %s for recall failed", req.thread_id, exc_info=True)
             ctx.note(self.id, index_failed={"*": f"{type(exc).__name__}: {exc}"})
@@ -280,6 +272,21 @@ class SemanticRecall(BaseProcessor):
         if report.failed and not report.indexed:
             first = next(iter(report.failed.values()))
             ctx.note(self.id, index_error=f"{len(report.failed)} new message(s) not indexed: {first}")
+
+
+def stage_turn(index: "RecallIndex", messages: Sequence[Message], resource_id: str | None) -> "StagedIndex":
+    """A turn's messages staged for recall (``RecallIndex.stage``) as its save stores them: users' and assistants'
+    only, with the turn's resource, working-memory tool traffic hidden."""
+    prepared = []
+    for m in messages:
+        if m.role not in ("user", "assistant"):
+            continue
+        if resource_id and not m.resource_id:
+            m = m.copy(resource_id=resource_id)
+        content = hide_working_memory(m.content)
+        if content is not None:
+            prepared.append(m if content is m.content else m.copy(content=content))
+    return index.stage(prepared)
 
 
 class RecallRows(SavedAwareWrite):

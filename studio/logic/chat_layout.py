@@ -59,9 +59,11 @@ def waiting(entries: list[Entry], what: str) -> list[Entry]:
     return [*entries[:-1], replace(entries[-1], waiting=what)]
 
 
-def failed(entries: list[Entry], turn_id: str, why: str) -> list[Entry]:
-    """The entries of a failed turn stay visible, marked as not saved."""
-    return [replace(e, state="failed", note=why) if e.turn_id == turn_id and e.state != "stored" else e
+def failed(entries: list[Entry], turn_id: str, why: str, *, stored: str | None = None) -> list[Entry]:
+    """The entries of a failed turn stay visible, marked as not saved; ``stored``: the id of its message when that
+    was stored all the same (observational memory stores a message it observes before the model is asked)."""
+    return [replace(e, state="failed", note=why)
+            if e.turn_id == turn_id and e.state != "stored" and (stored is None or e.id != stored) else e
             for e in entries]
 
 

@@ -619,19 +619,30 @@ class ChatPane(QWidget):
         self.busy = False
         self._turn = None
         what, todo = chat_runner.model_problem(exc)
-        stopped = isinstance(exc, chat_runner.TurnStopped)
+        # The message stored all the same (observational memory stored it with its observation before the model
+        # was asked): shown stored, its thread read again (and selected, if the turn started it), sent again there.
+        kept = isinstance(exc, chat_runner.InputKept)
+        stopped = isinstance(exc.error if isinstance(exc, chat_runner.InputKept) else exc, chat_runner.TurnStopped)
         if turn is not None:
             why = "stopped: you pressed Stop" if stopped else "not saved"
-            self.entries = lay.failed(self.entries, turn.input_id, why)
-            self._failed = (None if turn.new_thread else turn.thread_id,
+            self.entries = lay.failed(self.entries, turn.input_id, why, stored=turn.input_id if kept else None)
+            self._failed = (None if turn.new_thread and not kept else turn.thread_id,
                             [e for e in self.entries if e.state == "failed"])
             if not self.input.toPlainText().strip():
                 self.input.setPlainText(turn.text)  # the message is kept for another try
         self._render()
         self.banner.show_message(f"{what}\n{todo}", "info" if stopped else "error")  # a stop is no failure
-        self.status.setText("Stopped; nothing of this turn was saved." if stopped
-                            else "The turn failed; nothing was saved.")
+        if kept:
+            self.status.setText(f"{'Stopped' if stopped else 'The turn failed'}; your message was stored, with its "
+                                "observation (no reply).")
+        else:
+            self.status.setText("Stopped; nothing of this turn was saved." if stopped
+                                else "The turn failed; nothing was saved.")
         self._update_state()
+        if kept and turn is not None:
+            self.session.notify_local_write()  # the tree, the message view and the observations follow
+            if turn.new_thread:
+                self.thread_started.emit(Selection(turn.resource_id, turn.thread_id))
         self.turn_failed.emit(f"{what} {todo}")
 
     def _on_read_error(self, exc: BaseException) -> None:

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from core import Agent, Memory, MemoryOptions, Message
+from core.embedding import HashingEmbedder
 from core.gateway import GatewayServer, create_app
 from core.llm import ModelError, ScriptedModel
 from core.observational import CONTINUATION_TEXT, load_current, load_history, messages_tokens
@@ -38,7 +39,7 @@ class Conversation:
     """Five turns through an Agent, the observer and the actor scripted; what each model call received is logged."""
 
     def __init__(self, db: Path | str, message_tokens: int, *, scope: str = "thread", fail: str | None = None,
-                 observer: ScriptedModel | None = None) -> None:
+                 observer: ScriptedModel | None = None, recall: bool = False) -> None:
         self.calls: list[tuple[str, list[dict[str, Any]]]] = []
         self.fail = fail
         self.facts = 0
@@ -46,8 +47,10 @@ class Conversation:
         self.exporter = InMemorySpanExporter()
         self.store = open_store(db)
         self.memory = Memory(self.store, MemoryOptions(last_messages=10, observational_memory={
-            "message_tokens": message_tokens, "buffer_tokens": False, "scope": scope, "observation_tokens": 100_000}),
+            "message_tokens": message_tokens, "buffer_tokens": False, "scope": scope, "observation_tokens": 100_000},
+            semantic_recall={"enabled": recall, "top_k": 2}),
             tokenizer=EstimatingTokenizer(), clock=FixedClock(START, step_ms=1000),
+            embedder=HashingEmbedder(64) if recall else None,
             observer_model=observer or ScriptedModel(self._observe, name="observer"))
         self.agent = Agent("planner", instructions="Help plan trips.", model=ScriptedModel(self._answer, name="actor"),
                            memory=self.memory, tracer=Tracer(self.exporter))
@@ -182,6 +185,30 @@ def test_a_failed_model_call_after_the_input_was_observed_stores_it_once(convers
     assert c.shapes()[-1] == ("actor", ("obs1", "obs2", "continuation", "user:Turn 1"))
     c.say(2)
     assert c.shapes()[-2][1] == (f"Assistant:{_reply(2)}", "User:Turn 2")
+
+
+def test_with_semantic_recall_an_input_stored_with_its_observation_is_indexed_once(conversations: Any) -> None:
+    """Regression (trust8): the input stored before the model call was never embedded. The turn's recall rows
+    took only what its save stored (the reply), and the input of a turn whose model call failed was memory, not
+    new, in the retry: recall could not find what the user said in any turn that observed its input."""
+    c = conversations(50, fail="Turn 1:", recall=True)
+    c.say(0)
+    with pytest.raises(ModelError):
+        c.say(1)
+    index = c.memory.recall_index
+    assert index is not None
+    stored = c.stored()
+    assert [m.text[:6] for m in stored] == ["Turn 0", _reply(1)[:6], "Turn 1"]
+    assert index.unindexed(stored) == []  # the failed turn's input is stored, so it is indexed
+    c.say(1)
+    c.say(1)  # the same text again after a successful turn: a new message, stored and indexed
+    stored = c.stored()
+    assert [m.text[:6] for m in stored] == ["Turn 0", _reply(1)[:6], "Turn 1", _reply(2)[:6], "Turn 1",
+                                            _reply(3)[:6]]
+    assert index.unindexed(stored) == []
+    with c.store.db.read() as conn:
+        vectors = conn.exec_driver_sql("SELECT count(*) FROM memory_messages_64").scalar()
+    assert vectors == len(stored)  # one vector each: none twice
 
 
 def test_a_failed_observer_call_stores_nothing_and_the_turn_goes_on_raw(conversations: Any) -> None:
@@ -419,3 +446,27 @@ def test_a_serve_process_retried_by_the_openai_client_stores_and_observes_the_in
         assert stored[2].id in record.observed_message_ids
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_through_the_gateway_a_reply_too_large_says_the_observed_input_was_stored(
+        store: Any, gateway: Any, streamed: bool) -> None:
+    """A reply over the memory's message size limit is refused at the save. The gateway said "the turn was not
+    saved, your message neither" while the input was stored with its observation (found by s37-trust8)."""
+    memory = Memory(store, MemoryOptions(last_messages=10, max_message_bytes=10_000, observational_memory={
+        "message_tokens": 1, "buffer_tokens": False, "observation_tokens": 100_000}),
+        tokenizer=EstimatingTokenizer(), clock=FixedClock(START, step_ms=1000),
+        observer_model=ScriptedModel(lambda _m, _t: FACT.format(n=1), name="observer"))
+    agent = Agent("om", instructions="Talk.", model=ScriptedModel(lambda _m, _t: "y" * 20_000, name="actor"),
+                  memory=memory, tracer=False)
+    client = gateway(agent)
+    with pytest.raises(openai.APIError) as refused:
+        made = client.chat.completions.create(model="om", messages=[{"role": "user", "content": "Turn 0: hello"}],
+                                              metadata={"thread_id": "w", "resource_id": "ada"}, stream=streamed)
+        if streamed:
+            for _ in made:
+                pass
+    said = refused.value.message
+    assert "the reply was not saved" in said and "your message was, with the observation" in said, said
+    stored = memory.recall(thread_id="w", per_page=False).messages
+    assert [m.text for m in stored] == ["Turn 0: hello"]

@@ -322,7 +322,8 @@ def test_stop_while_the_observer_runs_in_the_turn_cuts_it_and_writes_nothing(qtb
 
 def test_while_the_observer_runs_before_the_reply_the_pane_says_so_not_that_it_waits_for_the_model(
         qtbot, pane, session):
-    """Observational memory observes 4 unobserved messages in the turn before the model is asked: while the
+    """Observational memory observes 4 unobserved messages and the message sent (synchronous observation takes the
+    input of the turn that crosses the threshold, as Mastra does) in the turn before the model is asked: while the
     observer's call is held, the transcript and the status line say that (before: "waiting for the model…",
     as if the model were slow); once the model is asked they say so, and the turn ends as any other."""
     def answer(messages, _tools):
@@ -343,9 +344,9 @@ def test_while_the_observer_runs_before_the_reply_the_pane_says_so_not_that_it_w
             assert server.chat_requests()[0]["messages"][0]["content"] == OBSERVER_SYSTEM_PROMPT
             qtbot.waitUntil(lambda: "observing" in pane.transcript_text(), timeout=10_000)
             shown = pane.transcript_text()
-            assert "observational memory is observing 4 unobserved messages" in shown, shown
+            assert "observational memory is observing 5 unobserved messages" in shown, shown
             assert "waiting for the model" not in shown
-            assert pane.status.text().startswith("Observational memory is observing 4 unobserved messages")
+            assert pane.status.text().startswith("Observational memory is observing 5 unobserved messages")
             with qtbot.waitSignal(pane.turn_finished, timeout=60_000) as blocker:
                 server.release()
         finally:
@@ -793,3 +794,48 @@ def test_an_observer_failure_is_said_under_the_memory_line_until_an_observation_
         assert current_backoff(om_store.current_record(session.store, key), "observer") is None
         outcome, _ = send(qtbot, pane, "Anything else?")
         assert outcome.memory_problem == "" and pane.memory_problem_label.isHidden()
+
+
+def test_a_turn_stopped_after_observational_memory_stored_its_message_says_so_and_a_resend_stores_it_once(
+        qtbot, pane, session):
+    """Synchronous observational memory stores the message it observes before the model is asked (as Mastra does).
+    Stop pressed while the model's call is held then ends a turn whose message is stored, with its observation:
+    the pane said "Stopped; nothing of this turn was saved.", marked the message "not saved" and did not read the
+    thread again (found by s37-trust8). It says the message was kept, shows it stored, and the message sent again
+    (kept in the input box) is stored once, observed once, and answered."""
+    def answer(messages, _tools):
+        if messages[0]["content"] == OBSERVER_SYSTEM_PROMPT:
+            return "<observations>\nDate: Mar 1, 2026\n* 🔴 (09:00) Ada's garden needs watering.\n</observations>"
+        return "Water it twice a day."
+
+    key = om_thread(session.store)
+    with LoopbackServer(ScriptedModel(answer, name="server"), slots=1) as server:
+        use_models(pane, Endpoint("Loopback", server.base_url, timeout=600))
+        select(qtbot, pane, Selection("ada", "t-notes"))
+        pane.agent_combo.setCurrentIndex(pane.agent_combo.findData("scribe"))
+        before = counts(session.store)
+        server.stall_next(matching=lambda body: body["messages"][0]["content"] != OBSERVER_SYSTEM_PROMPT)
+        pane.input.setPlainText("What is left to do?")
+        pane.send_btn.click()
+        qtbot.waitUntil(lambda: len(server.chat_requests()) == 2, timeout=20_000)  # the observer's, the model's
+        with qtbot.waitSignal(pane.turn_failed, timeout=60_000) as blocker:
+            pane.stop()
+        said = blocker.args[0]
+        assert said.startswith("You stopped the reply.") and "Nothing of this turn was saved" not in said
+        assert "Your message was stored" in said and "not stored or observed twice" in said
+        assert counts(session.store) == (before[0] + 1, before[1])
+        assert pane.status.text() == "Stopped; your message was stored, with its observation (no reply)."
+        qtbot.waitUntil(lambda: "What is left to do?" in pane.transcript_text()
+                        and "not saved" not in pane.transcript_text().split("What is left to do?")[0][-40:],
+                        timeout=10_000)
+        assert "stopped: you pressed Stop" in pane.transcript_text()
+        assert pane.input.toPlainText() == "What is left to do?"
+        record = om_store.current_record(session.store, key)
+        assert record is not None and "garden" in record.active_observations
+        observed = list(record.observed_message_ids)
+        outcome, _ = send(qtbot, pane, "What is left to do?", timeout=60_000)
+    assert outcome.text == "Water it twice a day."
+    assert counts(session.store) == (before[0] + 2, before[1])  # the message once, the reply
+    observers = [r for r in server.chat_requests() if r["messages"][0]["content"] == OBSERVER_SYSTEM_PROMPT]
+    assert len(observers) == 1
+    assert om_store.current_record(session.store, key).observed_message_ids == observed

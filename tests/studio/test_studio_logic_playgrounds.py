@@ -320,3 +320,32 @@ def test_a_dropped_connection_leads_with_the_models_own_hint_not_a_server_that_i
     assert todo.endswith("Nothing of this turn was saved.")
     _what, general = chat_runner.model_problem(ModelError("refused", model_id="m", endpoint="http://h/v1"))
     assert general.startswith("Check that the server at http://h/v1 is running and reachable")
+
+
+def test_a_turn_that_fails_after_its_message_was_observed_and_stored_says_it_was_kept(tmp_path):
+    """Synchronous observational memory stores the message it observes before the model is asked; the model then
+    fails. ``run_turn`` raised the model's error, read as "Nothing of this turn was saved", and left the new thread
+    it started (holding the message) untitled (found by s37-trust8): now ``InputKept``, said as such."""
+    from core.agent_configs import AgentConfig
+
+    store = open_store(tmp_path / "om.db")
+    opts = MemoryOptions(observational_memory={"enabled": True, "message_tokens": 1, "buffer_tokens": False,
+                                               "observation_tokens": 100_000})
+    agent = AgentConfig("notes", {"name": "notes", "options": opts.to_dict()}, None, None)
+    model = ScriptedModel(["* 🔴 (09:00) User asked when the release ships.",
+                           ModelError("down", model_id="x", endpoint="http://h/v1")])
+    req = ChatRequest("t-new", "sam", "When do we ship?", agent, "", "u-9", new_thread=True)
+    with pytest.raises(chat_runner.InputKept) as kept:
+        chat_runner.run_turn(store, req, model, embedder=lambda: None, on_delta=lambda _p: None)
+    assert isinstance(kept.value.error, ModelError) and len(model.requests) == 2
+    assert [m.id for m in store.memory.get_messages(["u-9"])] == ["u-9"]
+    assert store.memory.get_thread("t-new").title == "When do we ship?"
+    what, todo = chat_runner.model_problem(kept.value)
+    assert "http://h/v1" in what and "Nothing of this turn was saved" not in todo
+    assert todo.endswith(chat_runner.KEPT)
+    store.close()
+    # The transcript: the stored message is not marked "not saved"; the reply is.
+    sent = [chat_layout.Entry("user", "When do we ship?", "u-9", "u-9", "streaming"),
+            chat_layout.Entry("assistant", "", "u-9", None, "streaming")]
+    assert [e.state for e in chat_layout.failed(sent, "u-9", "not saved", stored="u-9")] == ["streaming", "failed"]
+    assert [e.state for e in chat_layout.failed(sent, "u-9", "not saved")] == ["failed", "failed"]
