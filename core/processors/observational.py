@@ -40,7 +40,7 @@ from core.observational.jobs import OMJob, buffer_observations, buffer_reflectio
 from core.observational.records import BufferedChunk, OMRecord, append_chunk, lookup_key
 from core.observational.tokens import count_text, messages_tokens
 from core.options import ObservationalMemoryOptions
-from core.processors.base import BaseProcessor, ProcessorContext
+from core.processors.base import BaseProcessor, ProcessorContext, ThreadAsItStarted
 from core.processors.message_history import save_turn
 from core.storage.memory_store import MessageQuery, ParsedRows
 from core.timeutil import as_utc, parse_iso, to_iso
@@ -294,7 +294,12 @@ class ObservationalMemory(BaseProcessor):
         if not mine:
             return batch
         rows = self._recall_rows(ctx, mine)
-        saved = {m.id: m for m in (ctx.services.save_messages(mine, writes=[rows]) if rows is not None
+        # The turn's thread as it began (``ThreadAsItStarted``, kept for the turn's own save too): deleted or its
+        # resource forgotten while the observer ran, the save refuses (``NotFoundError``) rather than make the
+        # thread anew and write the observation of forgotten messages into it.
+        writes = [*(w for w in ctx.pending_writes if isinstance(w, ThreadAsItStarted)),
+                  *((rows,) if rows is not None else ())]
+        saved = {m.id: m for m in (ctx.services.save_messages(mine, writes=writes) if writes
                                    else ctx.services.save_messages(mine))}
         if rows is not None:
             try:
