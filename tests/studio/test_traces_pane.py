@@ -940,7 +940,8 @@ def test_each_run_of_an_agent_says_what_it_was_asked(no_leaked_widgets, qtbot, m
         assert asked
         index = model.index(row, 1)
         assert index.data() == f"agent run: 'notes-om' · “{asked}”"
-        assert asked in index.data(Qt.ItemDataRole.ToolTipRole) and run.trace_id in index.data(Qt.ItemDataRole.ToolTipRole)
+        tip = index.data(Qt.ItemDataRole.ToolTipRole)
+        assert asked in tip and run.trace_id in tip
         option = QStyleOptionViewItem()
         view.initViewItemOption(option)
         option.rect = view.visualRect(index)
