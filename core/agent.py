@@ -112,7 +112,9 @@ class ToolContext:
 @dataclass
 class AgentResult:
     text: str
-    messages: list[Message]  # this turn's new messages (input + response), as they would be stored
+    # This turn's new messages (input + response), as stored: an input memory stored before the model call, or a
+    # retry's input taken as the message a failed turn stored, is named as the store holds it (as in ``saved``).
+    messages: list[Message]
     prompts: list[AssembledPrompt]  # one per model call
     usage: Usage
     trace_id: str | None

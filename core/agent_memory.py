@@ -179,6 +179,7 @@ class MemoryTurn:
         prompt = traced(tracer, "memory: recall", "memory_operation", {"operationType": "recall"},
                         lambda: mem.run_input(ctx, extra_tools=tools), thread_id, resource_id)
         self._processors = list(prompt.processors)
+        inputs = _as_stored(ctx, inputs)
         # The turn record (issues 10, 16): built from what this prompt used, completed by each model
         # call, committed in the transaction that saves the turn.
         self._capture = capture_turn(ctx, prompt, model=model)
@@ -241,6 +242,20 @@ class MemoryTurn:
                     write.commit(conn)
             ctx.pending_writes.clear()
         return saved
+
+
+def _as_stored(ctx: ProcessorContext, inputs: list[Message]) -> list[Message]:
+    """The turn's inputs as its memory holds them after the input processors: observational memory may have stored
+    an input before the model call (its stamp may have moved after the thread's newest message) or taken the input
+    of a retry as the message a failed turn stored (``retriedInput``: the given id was never stored). What
+    ``AgentResult.messages`` names is then what ``saved`` and the store hold."""
+    retried = ctx.notes.get("observational-memory", {}).get("retriedInput") or {}
+    swap = {retried["given"]: retried["stored"]} if retried.get("given") else {}
+    out: list[Message] = []
+    for msg in inputs:
+        entry = ctx.messages.entry(swap.get(msg.id, msg.id))
+        out.append(entry.message if entry is not None else msg)
+    return out
 
 
 class NullMemory:

@@ -26,8 +26,10 @@ then runs the first and answers the others from what it kept (Stripe's semantics
 - the same key with another request: 422 ``idempotency_key_reused``;
 - what is kept: a success, and a 4xx found while running (a thread of another resource, a message too
   large, a working-memory ``If-Match`` that failed), which the same request would meet again. A failure
-  that stored nothing (a model error, a 5xx, 408/409/425/429, a client that left a stream before the turn
-  was stored) gives the key back, so the repeat runs again. A request refused before it ran (a malformed
+  that stored nothing of the reply (a model error, a 5xx, 408/409/425/429, a client that left a stream before
+  the turn was stored) gives the key back, so the repeat runs again; what it may have stored is the client's
+  message, which synchronous observational memory stores with its observation before the model is asked, and
+  the repeat takes as that stored message (not stored or observed twice). A request refused before it ran (a malformed
   body, a resource the token may not use) never takes the key;
 - kept outcomes expire (``ttl``, 24 hours unless set): an expired key is a new key. Expired rows are
   deleted after a response has been sent, at most once per ``sweep_every`` per process and database,

@@ -185,7 +185,8 @@ async def chat_completions(request: Request) -> Response:
     except Exception:
         if not stop.stopped:
             raise
-        client_left(turn, stop, stored=False)
+        kept = await anyio.to_thread.run_sync(_message_stored, agent, turn, limiter=gateway.memory_limiter)
+        client_left(turn, stop, stored=False, kept=kept)
         return Response(status_code=CLIENT_CLOSED)
     if stop.stopped:
         client_left(turn, stop, stored=True)
@@ -418,12 +419,19 @@ def _message_stored(agent: Agent, turn: Turn) -> bool:
         return False
 
 
-def client_left(turn: Turn, stop: CallStop, *, stored: bool) -> None:
-    """The log line of a turn whose client left before its answer (the trace's spans say it too)."""
+def client_left(turn: Turn, stop: CallStop, *, stored: bool, kept: bool = False) -> None:
+    """The log line of a turn whose client left before its answer (the trace's spans say it too). ``kept``: the
+    turn was not stored, but its message was (synchronous observational memory stores the message it observes,
+    with that observation, before the model is asked; ``_message_stored``)."""
     where = f"agent {turn.agent!r}, thread {turn.thread_id!r}, resource {turn.resource_id!r}"
     if stored:
         log.info("a client left once its turn was stored (%s; %s): a retry with its Idempotency-Key gets the answer, "
                  "one without stores the turn again", stop.reason, where)
+    elif kept:
+        log.warning("a client left before its turn's answer (%s; %s): its model call was stopped and nothing of the "
+                    "reply was saved; its message %s was stored, with the observation observational memory made of "
+                    "it before the model was asked (sent again to this thread, it is not stored or observed twice)",
+                    stop.reason, where, turn.message.id)
     else:
         log.warning("a client left before its turn's answer (%s; %s): its model call was stopped and nothing of the "
                     "turn was saved", stop.reason, where)
@@ -647,10 +655,11 @@ class TurnStream(Response):
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             # The relay was left: its client went away (or read nothing); closing the events below abandons the turn.
             self.stop.stop("the reply could not be sent")
-            client_left(self.turn, self.stop, stored=stored)
+            client_left(self.turn, self.stop, stored=stored,
+                        kept=not stored and _message_stored(self.agent, self.turn))
         except Exception as exc:  # noqa: BLE001 - reported to the client as an error response/event
-            if self.stop.stopped:  # its client left: nobody to report to, and nothing was saved
-                client_left(self.turn, self.stop, stored=False)
+            if self.stop.stopped:  # its client left: nobody to report to; nothing was saved but, maybe, its message
+                client_left(self.turn, self.stop, stored=False, kept=_message_stored(self.agent, self.turn))
                 return
             if isinstance(exc, MessageTooLargeError):
                 exc = reply_too_large(exc, self.turn, self.agent)

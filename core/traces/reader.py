@@ -31,6 +31,7 @@ from core.traces.spans import (
     TraceFilters,
     TraceSummary,
     UsageByModel,
+    input_words,
     order_for_tree,
     root_base_urls,
 )
@@ -401,6 +402,7 @@ def _summary(
         resource_id=root.resource_id or resource_id,
         models=models,
         failed_itself=root.error is not None,
+        input_text=input_words(root.input),
     )
 
 

@@ -237,6 +237,55 @@ class TraceSummary:
     #: The root span has an error of its own. With status "error" and not this, the run itself finished and only
     #: spans under it failed (an agent turn that answered while its background observer's call failed).
     failed_itself: bool = False
+    #: The first words of what the run was asked (``input_words`` of the root's input): what tells one run of an
+    #: agent from the next, all named "agent run: 'name'". None: the root holds no text input.
+    input_text: str | None = None
+
+
+#: How much of a run's input a trace summary keeps (the list shows its start; the tooltip all of it).
+INPUT_WORDS = 200
+
+
+def input_words(value: object, limit: int = INPUT_WORDS) -> str | None:
+    """The words a run was asked, from its root span's input: ours ``{"message": text}`` (a list of texts: the
+    last), Mastra's messages (the last user message's text; content as text or parts), or plain text. Whitespace
+    collapsed, at most ``limit`` characters (a longer one ends in "…"); None when there is no text."""
+    text = _asked(value)
+    if not text:
+        return None
+    words = " ".join(text.split())
+    if not words:
+        return None
+    return words if len(words) <= limit else words[: limit - 1].rstrip() + "…"
+
+
+def _asked(value: object) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        for key in ("message", "messages", "input", "prompt"):
+            if key in value:
+                return _asked(value[key])
+        if "content" in value:
+            return _content(value["content"])
+        return None
+    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
+        items = list(value)
+        users = [m for m in items if isinstance(m, Mapping) and m.get("role") == "user"]
+        for item in reversed(users or items):
+            text = _asked(item)
+            if text and text.strip():
+                return text
+    return None
+
+
+def _content(content: object) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence) and not isinstance(content, (bytes, bytearray)):
+        texts = [str(p.get("text")) for p in content if isinstance(p, Mapping) and p.get("text")]
+        return " ".join(texts) or None
+    return None
 
 
 @dataclass(frozen=True)

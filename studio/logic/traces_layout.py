@@ -74,6 +74,27 @@ def status_tip(summary: TraceSummary) -> str:
     return status_text(summary)
 
 
+def trace_label(summary: TraceSummary) -> str:
+    """The Trace cell: the run's name, then the first words it was asked (every run of an agent is named "agent
+    run: 'name'"; its input tells one from the next). A cut cell ends in "…"; ``trace_tip`` holds the whole."""
+    return f"{summary.name} · “{summary.input_text}”" if summary.input_text else summary.name
+
+
+def trace_short(summary: TraceSummary) -> tuple[str, ...]:
+    """The Trace cell's shorter form (``short_forms``) when its whole does not fit (a run's input seldom does):
+    the agent's name and the words, without "agent run:", so a cut cell still shows what tells the runs apart (at
+    a narrow list, "agent run: 'notes-om' · …" read the same on every row)."""
+    if not summary.input_text or not summary.entity_name or summary.span_type != "agent_run":
+        return ()
+    return (f"'{summary.entity_name}' · “{summary.input_text}”",)
+
+
+def trace_tip(summary: TraceSummary) -> str:
+    """The Trace cell's tooltip: the name, what the run was asked (as the summary keeps it), the trace id."""
+    asked = f"\nasked: “{summary.input_text}”" if summary.input_text else ""
+    return f"{summary.name}{asked}\ntrace {summary.trace_id}"
+
+
 def trace_duration_text(summary: TraceSummary) -> str:
     """A run in progress reads "running"; one whose writer died "never finished": no made-up duration."""
     return NEVER_FINISHED if summary.status == "unfinished" else format_duration(summary.duration_ms)

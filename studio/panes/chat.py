@@ -60,6 +60,7 @@ from studio.widgets.a11y import label_for, named
 TRANSCRIPT_MESSAGES = 60  # the newest messages of the thread shown above the conversation
 PAINT_MS = 30  # deltas arriving faster than this are painted together
 DEFAULT_RESOURCE = "playground-user"
+STOPPING = "Stopping the turn: nothing of its reply will be saved…"  # what became of the message is said once stopped
 READ_FAILED = "This thread's messages could not be read"  # the banner's start, so a later read can clear it
 
 
@@ -546,9 +547,10 @@ class ChatPane(QWidget):
 
     def stop(self) -> None:
         """Stop the running turn: its model call's connection is shut at once (never waits: the worker
-        ends the turn and ``turn_failed`` follows, nothing saved)."""
+        ends the turn and ``turn_failed`` follows: nothing of the reply saved, and what became of the message said
+        then, read off the UI thread: ``chat_runner.InputKept`` when observational memory had stored it)."""
         if self._stop is not None and self.busy and self._stop.stop(chat_runner.STOP_REASON):
-            self.status.setText("Stopping the turn: nothing of it will be saved…")
+            self.status.setText(STOPPING)
             self._update_state()
 
     def _on_delta(self, piece: str) -> None:

@@ -63,6 +63,9 @@ from studio.logic.traces_layout import (
     store_notice,
     tokens_tooltip,
     trace_duration_text,
+    trace_label,
+    trace_short,
+    trace_tip,
     transcript_html,
 )
 from studio.logic.dates import date_tooltip, format_datetime
@@ -105,7 +108,7 @@ TAB_MESSAGES, TAB_INPUT, TAB_OUTPUT, TAB_ATTRIBUTES, TAB_ERROR, TAB_SPAN = range
 TRACE_COLUMNS: list[Column[TraceSummary]] = [
     Column("Status", status_text, color=lambda t: STATUS_COLORS.get(t.status),
            foreground=lambda t: ERROR_COLOR if t.status == "error" else None, tooltip=status_tip, short=status_short),
-    Column("Trace", lambda t: t.name, tooltip=lambda t: f"{t.name}\ntrace {t.trace_id}"),
+    Column("Trace", trace_label, tooltip=trace_tip, short=trace_short),
     Column("Agent", lambda t: t.entity_name or "", tooltip=lambda t: t.entity_name or ""),
     Column("Started", lambda t: format_started(t.started_at), tooltip=lambda t: date_tooltip(t.started_at)),
     Column("Duration", trace_duration_text, RIGHT, tooltip=trace_duration_text, short=duration_short),

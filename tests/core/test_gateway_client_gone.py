@@ -249,3 +249,47 @@ def test_a_turn_waiting_for_the_background_observer_is_stopped_when_its_client_l
         finally:
             upstream.release()
             model.close()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_client_that_left_after_observational_memory_stored_its_message_is_logged_as_such(store, caplog, spans,
+                                                                                              stream):
+    """Synchronous observational memory stores the message it observes, with that observation, before the model is
+    asked. The client gives up while the model call is held: the gateway's line said "nothing of the turn was
+    saved" though the message was stored (s37-trust8); it says that the message was, and the reply not."""
+    from core.llm import ScriptedModel
+    from core.tokens import EstimatingTokenizer
+
+    observation = "<observations>\nDate: Mar 3, 2025\n* 🔴 (09:00) Ada wants a table.\n</observations>"
+    caplog.set_level(logging.INFO, logger="core.gateway.openai_routes")
+    with LoopbackServer(reply, slots=1) as upstream:
+        model = OpenAICompatibleModel("loopback", base_url=upstream.base_url, api_key="x", timeout=60)
+        memory = Memory(store, MemoryOptions(last_messages=20, observational_memory={
+            "message_tokens": 1, "buffer_tokens": False, "observation_tokens": 100_000}),
+            tokenizer=EstimatingTokenizer(), observer_model=ScriptedModel(lambda _m, _t: observation, name="observer"))
+        agent = Agent("echo", instructions="Echo.", model=model, memory=memory, tracer=Tracer(spans))
+        try:
+            with GatewayServer(create_app([agent], default_resource="anon")) as gateway:
+                upstream.stall_next()  # the actor's call: the observer is not the loopback's
+                with pytest.raises(openai.APITimeoutError):
+                    answer = client(gateway, timeout=0.5).chat.completions.create(
+                        model="echo", messages=[user("book a table")], metadata=META, stream=stream)
+                    for _ in answer if stream else ():
+                        pass
+                wait_until(lambda: upstream.abandoned, "the model server to see its connection closed")
+                wait_until(lambda: left_lines(caplog), "the gateway's line about the client that left")
+                line, = left_lines(caplog)
+                said, = memory.recall(thread_id="t1", per_page=False).messages
+                assert said.text == "book a table"
+                assert "nothing of the turn was saved" not in line, line
+                assert (f"its model call was stopped and nothing of the reply was saved; its message {said.id} was "
+                        "stored, with the observation observational memory made of it") in line, line
+                assert "agent 'echo', thread 't1', resource 'ada'" in line
+                upstream.release()  # sent again: stored once, as the line says
+                again = client(gateway).chat.completions.create(model="echo", messages=[user("book a table")],
+                                                                metadata=META)
+                assert again.choices[0].message.content.endswith("last: book a table")
+                assert stored(memory) == [("user", "book a table"), ("assistant", again.choices[0].message.content)]
+        finally:
+            upstream.release()
+            model.close()

@@ -157,6 +157,7 @@ def test_a_first_turn_whose_input_alone_crosses_is_observed_in_that_turn(convers
     notes = result.prompts[0].notes["observational-memory"]
     (said,) = c.stored()[:1]
     assert notes["inputStored"] == [said.id] and notes["observed"]["messages"] == 1
+    assert [(m.id, m.created_at) for m in result.messages] == [(m.id, m.created_at) for m in c.stored()]
     record = load_current(c.store, thread_id="t")
     assert record is not None and record.observed_message_ids == [said.id]
     # Pending after the turn: its reply alone (the input is observed); each message stored once.
@@ -176,6 +177,10 @@ def test_a_failed_model_call_after_the_input_was_observed_stores_it_once(convers
     retry = c.say(1)  # the caller sends the same input again
     notes = retry.prompts[0].notes["observational-memory"]
     assert notes["retriedInput"]["stored"] == stored[2].id
+    # What the result names is what was stored (the given input's id never was): its messages agree with ``saved``.
+    assert notes["retriedInput"]["given"] != stored[2].id
+    assert [(m.id, m.created_at) for m in retry.messages] == [(m.id, m.created_at) for m in retry.saved]
+    assert retry.messages[0].id == stored[2].id
     assert c.facts == 2  # not observed twice
     assert [m.text[:6] for m in c.stored()] == ["Turn 0", _reply(1)[:6], "Turn 1", _reply(2)[:6]]
     assert [m.id for m in c.stored()][:3] == [m.id for m in stored]

@@ -92,6 +92,7 @@ def test_reads_mastra_spans_through_the_same_api(tmp_path: Path) -> None:
     assert (t1.input_tokens, t1.output_tokens, t1.total_tokens) == (11, 4, 15)
     assert (t1.thread_id, t1.resource_id) == ("th-1", "user-1")
     assert traces[0].status == "error"
+    assert (t1.input_text, traces[0].input_text) == ("hi", None)  # what the run was asked (T2's root holds none)
 
     spans = reader.get_trace("T1")
     assert [s.span_id for s in spans] == ["s-root", "s-recall", "s-gen"]
@@ -259,3 +260,20 @@ def test_reads_of_one_block_still_locked_after_the_read_budget_answer_busy_after
         _let_go(locker)
     with reader.reading():
         assert [t.trace_id for t in reader.list_traces()] == ["T9", "T2", "T1"] and reader.count_traces() == 3
+
+
+def test_a_runs_input_words_are_read_from_each_shape_a_root_span_holds() -> None:
+    """What tells one run of an agent from the next in the list (all named "agent run: 'name'"): ours
+    ``{"message": text}``, Mastra's ``options.messages`` (a text, texts, messages with text or parts content) or
+    ``{messages}``; the last user message; whitespace collapsed; a long one cut with "…"; no text: None."""
+    from core.traces.spans import input_words
+
+    assert input_words({"message": "Book  a\n table"}) == "Book a table"
+    assert input_words({"message": ["first", "then this"]}) == "then this"
+    assert input_words("plain") == "plain"
+    assert input_words({"messages": [{"role": "user", "content": "old"}, {"role": "assistant", "content": "x"},
+                                     {"role": "user", "content": [{"type": "text", "text": "new"}]}]}) == "new"
+    assert input_words([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]) == "hello"
+    assert input_words({"message": "word " * 100}, limit=20) == "word word word word…"
+    for nothing in (None, {}, {"message": "   "}, [], {"messages": [{"role": "user", "content": []}]}, 3):
+        assert input_words(nothing) is None

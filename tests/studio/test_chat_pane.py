@@ -820,6 +820,9 @@ def test_a_turn_stopped_after_observational_memory_stored_its_message_says_so_an
         qtbot.waitUntil(lambda: len(server.chat_requests()) == 2, timeout=20_000)  # the observer's, the model's
         with qtbot.waitSignal(pane.turn_failed, timeout=60_000) as blocker:
             pane.stop()
+            stopping = pane.status.text()
+        # (The message was stored before Stop was pressed: the transient no longer says "nothing of it".)
+        assert stopping == "Stopping the turn: nothing of its reply will be saved…"
         said = blocker.args[0]
         assert said.startswith("You stopped the reply.") and "Nothing of this turn was saved" not in said
         assert "Your message was stored" in said and "not stored or observed twice" in said

@@ -915,3 +915,41 @@ def test_a_thread_without_traced_runs_says_why_its_list_is_empty(no_leaked_widge
     assert pane.traces and not pane.banner.isVisible()  # (a thread with runs: no banner)
     reload(qtbot, pane, lambda: pane.status_combo.setCurrentIndex(pane.status_combo.findText("error")))
     assert pane.traces == [] and pane.banner.text().startswith("No run matches the filter (status error)")
+
+
+@pytest.mark.parametrize("width", [1440, 660])
+def test_each_run_of_an_agent_says_what_it_was_asked(no_leaked_widgets, qtbot, make_session, demo_db, width):
+    """Every run of an agent was listed as "agent run: 'notes-om'", nothing telling one turn from the next. The
+    Trace cell adds the first words the run was asked (its root span's input, as stored); where the cell cannot
+    hold it whole (a narrow list, a long input) it drops "agent run:" so the cut cell still shows those words."""
+    from PySide6.QtWidgets import QStyleOptionViewItem
+
+    from studio.widgets.item_text import text_room
+
+    pane = open_pane(qtbot, make_session, demo_db)
+    reload(qtbot, pane, lambda: pane.set_selection(Selection("sam", "sam-standup")))
+    pane.resize(width, 740)
+    qtbot.waitUntil(lambda: abs(pane.width() - width) < 2, timeout=WAIT)
+    qtbot.wait(50)  # (the resize events are delivered)
+    runs = pane.traces
+    assert len(runs) >= 3 and {t.name for t in runs} == {"agent run: 'notes-om'"}
+    model, view = pane.trace_model, pane.trace_table
+    drawn = []
+    for row, run in enumerate(runs):
+        asked = run.input_text
+        assert asked
+        index = model.index(row, 1)
+        assert index.data() == f"agent run: 'notes-om' · “{asked}”"
+        tip = index.data(Qt.ItemDataRole.ToolTipRole)
+        assert asked in tip and run.trace_id in tip
+        option = QStyleOptionViewItem()
+        view.initViewItemOption(option)
+        option.rect = view.visualRect(index)
+        view.itemDelegate().initStyleOption(option, index)
+        cut = option.fontMetrics.elidedText(option.text, Qt.TextElideMode.ElideRight, text_room(option))
+        assert cut.startswith(f"'notes-om' · “{asked.split()[0]}"), cut  # the words, not the name alone
+        drawn.append(cut)
+    assert len(set(drawn)) == len(drawn)  # each row reads differently
+    root = next(s for s in pane.spans if s.parent_span_id is None)
+    shown = next(t for t in runs if t.trace_id == root.trace_id)
+    assert root.input["message"].startswith(shown.input_text.rstrip("…"))

@@ -257,3 +257,47 @@ def test_the_keyboard_focus_is_visible_on_every_kind_of_control(theme: str, qapp
                 unseen.append(kind.__name__)
             host.close()
     assert unseen == []
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+@pytest.mark.parametrize("kind_name", ["QCheckBox", "QRadioButton"])
+def test_the_keyboard_focus_on_a_check_box_or_radio_button_stands_out(theme: str, kind_name: str, qapp: Any,
+                                                                     qtbot: Any) -> None:
+    """Tabbing onto a check box or a radio button (the Prompt Inspector's options, Chat's settings, the export and
+    forget dialogs) changed only a faint ring: Fusion draws it in the selection colour, 1.5:1 against what it
+    replaced on the dark theme (found 2026-12-07). The focus now changes pixels by at least 3:1 (WCAG 2.2's focus
+    appearance), checked or not, and the control keeps its size."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QColor
+    from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QRadioButton
+
+    from studio.theme import apply_theme, contrast
+
+    from .conftest import theme_restored
+
+    kind = {"QCheckBox": QCheckBox, "QRadioButton": QRadioButton}[kind_name]
+    with theme_restored(qapp):
+        apply_theme(qapp, theme)
+        for checked in (False, True):
+            host = QWidget()
+            row = QHBoxLayout(host)
+            before, widget = QLineEdit(), kind("Save the turn")
+            widget.setChecked(checked)
+            widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+            row.addWidget(before)
+            row.addWidget(widget)
+            qtbot.addWidget(host)
+            host.show()
+            qtbot.waitExposed(host)
+            before.setFocus()
+            qtbot.waitUntil(before.hasFocus)
+            plain, size = widget.grab().toImage(), widget.size()
+            qtbot.keyClick(before, Qt.Key.Key_Tab)  # (a Tab: Fusion draws its focus frame only after one)
+            qtbot.waitUntil(widget.hasFocus)
+            focused = widget.grab().toImage()
+            assert widget.size() == size and focused.size() == plain.size()
+            strongest = max((contrast(QColor(focused.pixel(x, y)), QColor(plain.pixel(x, y)))
+                             for y in range(plain.height()) for x in range(plain.width())
+                             if focused.pixel(x, y) != plain.pixel(x, y)), default=1.0)
+            assert strongest >= 3.0, (theme, kind_name, checked, round(strongest, 2))
+            host.close()
