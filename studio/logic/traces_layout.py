@@ -23,6 +23,7 @@ from core.traces.spans import (
     order_for_tree,
 )
 from studio.logic.dates import format_datetime, relative_time
+from studio.logic.thread_labels import shown_title
 from studio.selection import Selection
 
 # One colour per span type, shared by the tree swatches, the timeline bars and the legend.
@@ -76,8 +77,10 @@ def status_tip(summary: TraceSummary) -> str:
 
 def trace_label(summary: TraceSummary) -> str:
     """The Trace cell: the run's name, then the first words it was asked (every run of an agent is named "agent
-    run: 'name'"; its input tells one from the next). A cut cell ends in "…"; ``trace_tip`` holds the whole."""
-    return f"{summary.name} · “{summary.input_text}”" if summary.input_text else summary.name
+    run: 'name'"; its input tells one from the next), a bidirectional or other control character in them written as
+    its escape (``shown_title``: a user's words reorder nothing of the row). A cut cell ends in "…"; ``trace_tip``
+    holds the whole."""
+    return f"{summary.name} · “{shown_title(summary.input_text)}”" if summary.input_text else summary.name
 
 
 def trace_short(summary: TraceSummary) -> tuple[str, ...]:
@@ -86,7 +89,7 @@ def trace_short(summary: TraceSummary) -> tuple[str, ...]:
     a narrow list, "agent run: 'notes-om' · …" read the same on every row)."""
     if not summary.input_text or not summary.entity_name or summary.span_type != "agent_run":
         return ()
-    return (f"'{summary.entity_name}' · “{summary.input_text}”",)
+    return (f"'{summary.entity_name}' · “{shown_title(summary.input_text)}”",)
 
 
 def trace_tip(summary: TraceSummary) -> str:

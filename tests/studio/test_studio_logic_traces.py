@@ -318,3 +318,17 @@ def test_a_run_that_ended_itself_while_spans_under_it_failed_is_not_called_faile
     assert [status_text(t) for t in (answered, failed, both, fine)] == ["ok, 1 err", "error", "error", "ok"]
     assert status_tip(answered).startswith("The run itself ended without an error; 1 span under it failed")
     assert status_tip(failed).startswith("The run failed: its own span has an error")
+
+
+def test_a_runs_words_in_the_trace_cell_reorder_nothing() -> None:
+    """What a run was asked is a user's text: a right-to-left override in it is written as its escape in the Trace
+    cell (as titles are), so the cell reads in stored order; the tooltip keeps the words as they came."""
+    from core.traces.spans import TraceSummary
+    from studio.logic.traces_layout import trace_label, trace_short, trace_tip
+
+    asked = "pay \u202eylno kcab\u202c now"
+    run = TraceSummary("t1", "agent run: 'scribe'", "agent_run", "scribe", datetime(2026, 1, 1, tzinfo=timezone.utc),
+                       None, None, "ok", 1, 0, 0, 0, 0, "th", "ada", input_text=asked)
+    assert trace_label(run) == "agent run: 'scribe' · “pay \\u202eylno kcab\\u202c now”"
+    assert trace_short(run) == ("'scribe' · “pay \\u202eylno kcab\\u202c now”",)
+    assert asked in trace_tip(run)
