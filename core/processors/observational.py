@@ -594,7 +594,7 @@ class ObservationalMemory(BaseProcessor):
             left = messages_tokens(ctx.tokenizer, extra) if inputs is not None else input_tokens
             if observed and self._pending(ctx, turn, left) < opts.message_tokens:
                 break
-            turn, whole = self._observe_thread(ctx, job, turn, thread_id, input_tokens, now, blocked, observed, extra)
+            turn, whole = self._observe_thread(ctx, job, turn, thread_id, input_tokens, now, blocked, observed, inputs)
             if not whole:
                 break  # failed, or lost a race: the turn goes on with what is stored
         if observed:
@@ -603,14 +603,16 @@ class ObservationalMemory(BaseProcessor):
 
     def _observe_thread(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str, input_tokens: int,
                         now: datetime, blocked: bool, observed: list[dict[str, Any]],
-                        inputs: list[Message]) -> tuple[_Turn, bool]:
+                        inputs: list[Message] | None) -> tuple[_Turn, bool]:
         """Observe ``thread_id``'s unobserved messages in batches (``max_tokens_per_batch``, the observer's window):
         each call's result and cursor are stored before the next call is planned from what is stored then, so a
-        failure keeps what was observed and the retry starts after it. Whether every batch was observed."""
+        failure keeps what was observed and the retry starts after it. Whether every batch was observed.
+        ``inputs``: ``_observe``'s (None: the turn's input is not observed, as in a buffered turn past
+        ``block_after``, and its tokens still count after each call)."""
         done, last_first = 0, None
         costs: dict[int, tuple[Message, int]] = {}  # each message's tokens, by the message read (``_cost``)
         own = thread_id == ctx.request.thread_id
-        while pending := self._thread_unobserved(ctx, turn, thread_id) + (list(inputs) if own else []):
+        while pending := self._thread_unobserved(ctx, turn, thread_id) + (list(inputs) if own and inputs else []):
             if pending[0].id == last_first:
                 return turn, False  # (stored, yet the same messages are unobserved: never observe them twice)
             last_first = pending[0].id
