@@ -62,6 +62,9 @@ class KeywordBackend(Protocol):
         """Write the docs of messages a save without recall has just stored, in its transaction, so nothing
         of theirs waits for a recall writer (the queue's updates and deletes still do)."""
 
+    def has_docs(self, conn: sa.Connection) -> bool:
+        """Whether the index holds a doc (one row's read): a writer with semantic recall has used it."""
+
     def has_pending(self, conn: sa.Connection) -> bool: ...
 
     def pending_changes(self, conn: sa.Connection) -> tuple[set[str], set[str] | None]:

@@ -429,6 +429,9 @@ class Fts5Keywords:
     def key_saved(self, conn: sa.Connection, docs: list[DocRow]) -> None:
         key_saved(conn, docs)
 
+    def has_docs(self, conn: sa.Connection) -> bool:
+        return driver_sql.first(conn, f"SELECT 1 FROM {FTS_TABLE} LIMIT 1") is not None
+
     def has_pending(self, conn: sa.Connection) -> bool:
         return has_pending(conn)
 

@@ -26,7 +26,6 @@ from core.recall.backends import KeywordBackend
 from core.recall.index import keyword_backend
 from core.recall.passages import INDEXED_ROLES
 from core.recall.schema import RECALL_MIGRATIONS, previous_sql, text_of_raw
-from core.recall.tables import DOCS_TABLE, FTS_TABLE
 from core.recall.text import recall_text
 from core.recall.types import DocRow
 from core.storage import driver_sql, migrations
@@ -62,12 +61,6 @@ def _keywords_of(store: "Store", conn: sa.Connection) -> KeywordBackend | None:
     keywords = keyword_backend(store.capabilities, available=False)
     keywords.open(conn)
     return keywords if keywords.available else None
-
-
-def _has_docs(store: "Store", conn: sa.Connection) -> bool:
-    """Whether the keyword index holds a doc: a writer with semantic recall has used it."""
-    table = FTS_TABLE if store.capabilities.full_text == "fts5" else DOCS_TABLE
-    return driver_sql.first(conn, f"SELECT 1 FROM {table} LIMIT 1", ()) is not None
 
 
 _SPANS_PER_STATEMENT = 100
@@ -139,7 +132,7 @@ def key_saved(store: "Store", conn: sa.Connection, saved: Sequence["Message"]) -
     if kept.keywords is None:
         return
     if not kept.in_use:
-        if not _has_docs(store, conn):
+        if not kept.keywords.has_docs(conn):
             return  # (no recall writer has used this database's keyword index: it waits for the first one)
         kept.in_use = True
     driver_sql.execute(conn, "SAVEPOINT recall_own_docs")

@@ -429,6 +429,9 @@ class TsvectorKeywords:
     def key_saved(self, conn: sa.Connection, docs: list[DocRow]) -> None:
         key_saved(conn, docs)
 
+    def has_docs(self, conn: sa.Connection) -> bool:
+        return conn.exec_driver_sql(f"SELECT 1 FROM {DOCS_TABLE} LIMIT 1").first() is not None
+
     def has_pending(self, conn: sa.Connection) -> bool:
         if self.log is not None and self.log.sync(conn):
             queued = self.log.queued(conn)  # (read with the log, in this read's one statement)
