@@ -624,11 +624,9 @@ def test_an_imported_agent_registration_is_served_only_when_named(tmp_path: Path
         assert _memory(store, None, io.StringIO()).effective_options().working_memory.template == mine
 
 
-@contextmanager
-def _raw_stdio(db: Path) -> Iterator[tuple[Callable[[str], Any], "subprocess.Popen[str]"]]:
-    """``memory-studio mcp --resource ada`` over stdio, initialized, driven by raw JSON-RPC lines (what the
-    SDK's client would refuse to send): ``ask(line)`` writes one and returns the next line the server
-    writes, parsed. Its standard input is closed, and the server waited for, at the end."""
+def _piped_mcp(db: Path) -> tuple["subprocess.Popen[str]", Any, Any, Any]:
+    """``memory-studio mcp --resource ada`` with its standard input and output piped: (the process, its standard
+    input, a queue of the lines it writes, the thread reading them into it until its output ends)."""
     import queue
     import threading
 
@@ -638,7 +636,19 @@ def _raw_stdio(db: Path) -> Iterator[tuple[Callable[[str], Any], "subprocess.Pop
     stdin, stdout = proc.stdin, proc.stdout
     assert stdin is not None and stdout is not None
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True)
+    reader.start()
+    return proc, stdin, lines, reader
+
+
+@contextmanager
+def _raw_stdio(db: Path) -> Iterator[tuple[Callable[[str], Any], "subprocess.Popen[str]"]]:
+    """``memory-studio mcp --resource ada`` over stdio, initialized, driven by raw JSON-RPC lines (what the
+    SDK's client would refuse to send): ``ask(line)`` writes one and returns the next line the server
+    writes, parsed. Its standard input is closed, and the server waited for, at the end."""
+    import queue
+
+    proc, stdin, lines, _reader = _piped_mcp(db)
 
     def ask(line: str) -> Any:
         stdin.write(line + "\n")
@@ -2206,17 +2216,9 @@ def test_a_cancelled_request_sharing_its_id_with_another_leaves_the_other_answer
     own word that a request settled unanswered: the remember is answered, 7 is not, and the server exits."""
     import queue
     import sqlite3
-    import threading
 
     db = tmp_path / "memory.db"
-    proc = subprocess.Popen([sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--resource", "ada"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            encoding="utf-8", env=dict(os.environ))
-    stdin, stdout = proc.stdin, proc.stdout
-    assert stdin is not None and stdout is not None
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True)
-    reader.start()
+    proc, stdin, lines, reader = _piped_mcp(db)
 
     def send(message: dict[str, Any]) -> None:
         stdin.write(json.dumps(message) + "\n")
