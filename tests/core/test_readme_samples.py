@@ -14,7 +14,7 @@ import sys
 import textwrap
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -336,6 +336,22 @@ def option_strings(parser: argparse.ArgumentParser) -> set[str]:
     return {name for action in parser._actions for name in action.option_strings}
 
 
+def command_lines(parsers: dict[tuple[str, ...], argparse.ArgumentParser]
+                  ) -> Iterator[tuple[str, str, tuple[str, ...], str]]:
+    """Each `memory-studio …` command in README.md and DEPLOYMENT.md (code blocks and inline code, continued lines
+    joined): (the doc, the line, the subcommand's path as far as the parsers know it, what follows it)."""
+    for doc in ("README.md", "docs/DEPLOYMENT.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        for snippet in code_blocks(text, "(?:sh|bash|console)") + re.findall(r"`(memory-studio [^`]+)`", text):
+            for line in snippet.replace("\\\n", " ").splitlines():
+                for match in re.finditer(r"memory-studio((?: (?!--)[a-z]+(?![\w./-]))*)((?: [^#]*)?)", line):
+                    path: tuple[str, ...] = ()
+                    for word in match.group(1).split():
+                        if path + (word,) in parsers:
+                            path += (word,)
+                    yield doc, line, path, match.group(2)
+
+
 def test_every_flag_the_docs_give_a_command_is_one_it_takes() -> None:
     # Each `memory-studio …` command in README.md and DEPLOYMENT.md (code blocks and inline code): its flags are
     # the parser's. The app's own flags (`memory-studio --db …` opens the Studio) are studio.cli's, read from its
@@ -347,21 +363,12 @@ def test_every_flag_the_docs_give_a_command_is_one_it_takes() -> None:
     app_flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", app_help.stdout))
     checked: list[tuple[tuple[str, ...], str]] = []
     wrong: list[str] = []
-    for doc in ("README.md", "docs/DEPLOYMENT.md"):
-        text = (ROOT / doc).read_text(encoding="utf-8")
-        snippets = code_blocks(text, "(?:sh|bash|console)") + re.findall(r"`(memory-studio [^`]+)`", text)
-        for snippet in snippets:
-            for line in snippet.replace("\\\n", " ").splitlines():
-                for match in re.finditer(r"memory-studio((?: (?!--)[a-z]+(?![\w./-]))*)((?: [^#]*)?)", line):
-                    path: tuple[str, ...] = ()
-                    for word in match.group(1).split():
-                        if path + (word,) in parsers:
-                            path += (word,)
-                    known = option_strings(parsers[path]) if path else app_flags
-                    for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", match.group(2)):
-                        checked.append((path, flag))
-                        if flag not in known:
-                            wrong.append(f"{doc}: memory-studio {' '.join(path)} {flag}  ({line.strip()[:90]})")
+    for doc, line, path, rest in command_lines(parsers):
+        known = option_strings(parsers[path]) if path else app_flags
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", rest):
+            checked.append((path, flag))
+            if flag not in known:
+                wrong.append(f"{doc}: memory-studio {' '.join(path)} {flag}  ({line.strip()[:90]})")
     assert not wrong, "\n".join(wrong)
     assert (("serve",), "--om-message-tokens") in checked and (("tokens", "new"), "--resource") in checked
     assert ((), "--self-check") in checked and (("import",), "--with-configs") in checked
@@ -375,16 +382,8 @@ def test_every_option_of_every_command_is_named_in_the_docs() -> None:
     # `prompt --no-recall`, `models --force`, `export --no-turns`, `import --no-index` and `test -q` were in none.
     parsers = command_parsers()
     docs = {doc: (ROOT / doc).read_text(encoding="utf-8") for doc in ("README.md", "docs/DEPLOYMENT.md")}
-    in_lines: set[tuple[tuple[str, ...], str]] = set()
-    for text in docs.values():
-        for snippet in code_blocks(text, "(?:sh|bash|console)") + re.findall(r"`(memory-studio [^`]+)`", text):
-            for line in snippet.replace("\\\n", " ").splitlines():
-                for match in re.finditer(r"memory-studio((?: (?!--)[a-z]+(?![\w./-]))*)((?: [^#]*)?)", line):
-                    path: tuple[str, ...] = ()
-                    for word in match.group(1).split():
-                        if path + (word,) in parsers:
-                            path += (word,)
-                    in_lines |= {(path, flag) for flag in re.findall(r"(?<![\w-])(--?[a-zA-Z][a-z-]*)", match.group(2))}
+    in_lines = {(path, flag) for _doc, _line, path, rest in command_lines(parsers)
+                for flag in re.findall(r"(?<![\w-])(--?[a-zA-Z][a-z-]*)", rest)}
     paragraphs = [p for text in docs.values() for p in text.split("\n\n")]
 
     def in_a_paragraph(command: str, option: str) -> bool:
